@@ -1,0 +1,107 @@
+"""Registering agentgym environments with Gymnasium, and loading third-party plugins.
+
+* Built-in envs come from the table in :mod:`agentgym.envs` (string entry points only, so
+  registering imports no env code).
+* Third-party packages declare an entry point in the group ``agentgym.envs``. On
+  ``import agentgym`` every such entry point is loaded; loading it must register the
+  package's envs, and if the loaded object is callable it is called (so a plugin may
+  point at a ``register()`` function). A plugin that fails to load produces a warning
+  naming it; it never breaks ``import agentgym``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import warnings
+from typing import Any
+
+import gymnasium as gym
+
+from agentgym.errors import UnknownNameError
+
+PLUGIN_GROUP = "agentgym.envs"
+NAMESPACE = "agentgym"
+
+_loaded_plugins: dict[str, str] = {}
+_plugin_env_ids: dict[str, str] = {}  # env id -> plugin name that registered it
+
+
+def register_builtin_envs() -> list[str]:
+    """Register every row of ``agentgym.envs.ENV_SPECS``; returns the ids."""
+    from agentgym.envs import ENV_SPECS
+
+    ids = []
+    for row in ENV_SPECS:
+        if row["id"] not in gym.registry:
+            gym.register(
+                id=row["id"],
+                entry_point=row["entry_point"],
+                kwargs=dict(row.get("kwargs", {})),
+                nondeterministic=bool(row.get("nondeterministic", False)),
+                disable_env_checker=True,
+                order_enforce=True,
+            )
+        ids.append(row["id"])
+    return ids
+
+
+def load_plugins() -> dict[str, str]:
+    """Load every ``agentgym.envs`` entry point; returns {plugin name: status}."""
+    try:
+        eps = importlib.metadata.entry_points(group=PLUGIN_GROUP)
+    except Exception as e:  # a broken metadata file must not break import
+        warnings.warn(f"agentgym: could not list plugins: {e}", stacklevel=2)
+        return {}
+    for ep in eps:
+        key = f"{ep.name} ({ep.value})"
+        if key in _loaded_plugins and _loaded_plugins[key] == "ok":
+            continue
+        before = set(gym.registry)
+        try:
+            obj = ep.load()
+            if callable(obj):
+                obj()
+            _loaded_plugins[key] = "ok"
+            for env_id in set(gym.registry) - before:
+                _plugin_env_ids[env_id] = ep.name
+        except Exception as e:
+            _loaded_plugins[key] = f"error: {type(e).__name__}: {e}"
+            warnings.warn(
+                f"agentgym: plugin {ep.name!r} (entry point {ep.value!r} in group "
+                f"{PLUGIN_GROUP!r}) failed to load and was skipped: {type(e).__name__}: {e}. "
+                "Fix or uninstall that package.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+    return dict(_loaded_plugins)
+
+
+def agentgym_env_ids() -> list[str]:
+    """Every registered id in the ``agentgym`` namespace, plus plugin envs, sorted."""
+    ids = {i for i, spec in gym.registry.items() if spec.namespace == NAMESPACE}
+    return sorted(ids | {i for i in _plugin_env_ids if i in gym.registry})
+
+
+def plugin_of(env_id: str) -> str | None:
+    """The plugin (entry point name) that registered ``env_id``, or None for built-ins."""
+    return _plugin_env_ids.get(env_id)
+
+
+def resolve_env_id(env_id: str) -> str:
+    """Accept ``Name-vN`` as shorthand for ``agentgym/Name-vN``; unknown ids raise with hints."""
+    if env_id in gym.registry:
+        return env_id
+    candidate = f"{NAMESPACE}/{env_id}"
+    if "/" not in env_id and candidate in gym.registry:
+        return candidate
+    raise UnknownNameError(
+        "environment id",
+        env_id,
+        list(gym.registry.keys()),
+        hint="Run `agentgym list` to see the registered environments.",
+    )
+
+
+def make(env_id: str, **kwargs: Any) -> gym.Env:
+    """``gym.make`` with agentgym's id shorthand and "did you mean" errors."""
+    return gym.make(resolve_env_id(env_id), **kwargs)
