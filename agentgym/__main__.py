@@ -1,0 +1,3 @@
+from agentgym.cli import main
+
+raise SystemExit(main())

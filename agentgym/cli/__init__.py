@@ -1,0 +1,70 @@
+"""The ``agentgym`` command line.
+
+Each subcommand lives in its own module ``agentgym.cli.<name>`` that defines
+``add_parser(subparsers)`` (which sets ``func`` on its parser) and keeps heavy imports
+inside its handler, so ``agentgym --help`` stays fast. Subcommands whose module is not
+installed yet are simply not offered. Nothing imports this package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: subcommand module names, in help order
+SUBCOMMANDS: tuple[str, ...] = (
+    "envs",  # list, info, check-env, play
+    "evaluate",  # eval
+    "new_env",  # new-env
+    "sandbox",  # sandbox build-image / doctor / prune
+    "train",  # train, sft
+    "bench",  # bench, leaderboard
+    "plan",  # plan
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentgym",
+        description="Agentic multi-conversation environments and an all-sync DAPO trainer.",
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"agentgym.cli.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"agentgym.cli.{name}":
+                continue
+            raise
+        module.add_parser(sub)
+    return parser
+
+
+def _version() -> str:
+    from agentgym import __version__
+
+    return f"agentgym {__version__}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    from agentgym.errors import AgentGymError
+
+    try:
+        return int(args.func(args) or 0)
+    except AgentGymError as e:
+        print(f"agentgym {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
