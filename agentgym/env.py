@@ -20,6 +20,7 @@ Subclass hooks::
     _act(action) -> ActResult          # react to one act-turn reply
     _score(end_reason) -> (reward, breakdown)   # once, when the episode ends
     state_digest() -> str | None       # shown at the start of each new conversation
+    resume_message() -> str | None     # still-pending text for a new conversation
     oracle_action(observation) -> str  # optional reference policy
     worked_solution(...)               # optional, env-specific (SFT data)
 
@@ -152,6 +153,14 @@ class ConversationEnv(gym.Env[list[Message], str]):
         """Env state shown at the start of every new conversation (e.g. a file tree)."""
         return None
 
+    def resume_message(self) -> str | None:
+        """Text appended to the first message of a new conversation (after the memory).
+
+        For what the agent must still see after a context reset, for example a question
+        that was asked in the turn that triggered the summary. Default: nothing.
+        """
+        return None
+
     def oracle_action(self, observation: list[Message]) -> str:
         """The reference policy's reply to ``observation`` (the ``oracle`` policy uses it).
 
@@ -273,6 +282,9 @@ class ConversationEnv(gym.Env[list[Message], str]):
         else:
             digest = self.state_digest()
             digest_text = f"\n\n## Current state\n{digest}" if digest else ""
+            pending = self.resume_message()
+            if pending:
+                digest_text += f"\n\n{pending}"
             msgs.append(
                 Message(
                     "user",
