@@ -1,0 +1,172 @@
+"""``agentgym list | info ENV | check-env ENV | play ENV``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("list", help="list the registered agentgym environments")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("info", help="show an environment's spec sheet and arguments")
+    p.add_argument("env_id")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("check-env", help="run the environment checker on an environment")
+    p.add_argument("env_id")
+    p.add_argument("--seed", type=int, default=0)
+    add_env_args(p)
+    p.set_defaults(func=cmd_check_env)
+
+    p = sub.add_parser("play", help="play an environment yourself: type the actions")
+    p.add_argument("env_id")
+    p.add_argument("--seed", type=int, default=None)
+    add_env_args(p)
+    p.set_defaults(func=cmd_play)
+
+
+def add_env_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--env-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="keyword argument for gym.make (VALUE parsed as JSON where it parses); repeatable",
+    )
+
+
+def parse_env_args(items: list[str]) -> dict[str, Any]:
+    """``["k=v", ...]`` -> kwargs; values are JSON where they parse, else strings."""
+    from agentgym.errors import ConfigError
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--env-arg {item!r}: use KEY=VALUE, e.g. --env-arg max_turns=5.")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    import gymnasium as gym
+
+    from agentgym.registration import agentgym_env_ids, plugin_of
+
+    ids = agentgym_env_ids()
+    rows = []
+    for env_id in ids:
+        spec = gym.registry[env_id]
+        rows.append(
+            {
+                "id": env_id,
+                "entry_point": spec.entry_point if isinstance(spec.entry_point, str) else repr(spec.entry_point),
+                "plugin": plugin_of(env_id),
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max((len(r["id"]) for r in rows), default=10)
+    for r in rows:
+        src = f"plugin {r['plugin']}" if r["plugin"] else "built-in"
+        print(f"{r['id']:<{width}}  {src:<20}  {r['entry_point']}")
+    return 0
+
+
+def _env_class(env_id: str):
+    import importlib
+
+    import gymnasium as gym
+
+    from agentgym.registration import resolve_env_id
+
+    env_id = resolve_env_id(env_id)
+    spec = gym.registry[env_id]
+    ep = spec.entry_point
+    if isinstance(ep, str):
+        module, _, name = ep.partition(":")
+        return env_id, spec, getattr(importlib.import_module(module), name)
+    return env_id, spec, ep
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    import inspect
+
+    env_id, spec, cls = _env_class(args.env_id)
+    print(f"{env_id}  ({spec.entry_point})\n")
+    print(inspect.cleandoc(cls.__doc__ or "(no docstring)"))
+    if spec.kwargs:
+        print(f"\nRegistered kwargs: {spec.kwargs}")
+    return 0
+
+
+def cmd_check_env(args: argparse.Namespace) -> int:
+    from agentgym.checker import EnvCheckError, check_env
+    from agentgym.registration import make
+
+    env = make(args.env_id, **parse_env_args(args.env_arg))
+    try:
+        report = check_env(env, seed=args.seed)
+    except EnvCheckError as e:
+        print(f"FAIL {e}", file=sys.stderr)
+        return 1
+    for name in report.passed:
+        print(f"ok   {name}")
+    for w in report.warnings:
+        print(f"warn {w}")
+    ep = report.episodes[0] if report.episodes else {}
+    print(
+        f"{report.env_id}: passed {len(report.passed)} checks"
+        + (f" (episode: reward {ep['reward']:.3f}, {ep['steps']} steps, "
+           f"{ep['conversations']} conversation(s))" if ep else "")
+    )
+    return 0
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    """A person plays: the observation is printed, the reply is typed (end with a line '.')."""
+    from agentgym.registration import make
+
+    env = make(args.env_id, **parse_env_args(args.env_arg))
+    obs, info = env.reset(seed=args.seed)
+    shown = 0
+    conversation = -1
+    try:
+        while True:
+            if info["conversation"] != conversation:
+                conversation = info["conversation"]
+                shown = 0
+                print(f"\n===== conversation {conversation} =====")
+            for m in obs[shown:]:
+                print(f"\n[{m.role}]\n{m.content}")
+            kind = info["turn_kind"]
+            print(f"\n--- your {'SUMMARY' if kind == 'summary' else 'reply'} "
+                  "(finish with a line containing only '.'; Ctrl-D to quit) ---")
+            lines: list[str] = []
+            for line in sys.stdin:
+                if line.rstrip("\n") == ".":
+                    break
+                lines.append(line)
+            else:
+                if not lines:
+                    print("\nbye")
+                    return 0
+            action = "".join(lines).rstrip("\n")
+            shown = len(obs) + 1  # the reply we just typed is echoed in the next obs
+            obs, reward, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                print(f"\n===== episode over: reward {reward:.3f} "
+                      f"({'terminated' if terminated else 'truncated'}) =====")
+                print(json.dumps(info.get("reward_breakdown", {}), indent=2, ensure_ascii=False))
+                return 0
+    finally:
+        env.close()
