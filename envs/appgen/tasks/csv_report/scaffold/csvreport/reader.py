@@ -1,0 +1,5 @@
+"""Reading CSV files into rows (see spec.md)."""
+
+
+def read_rows(path):
+    raise NotImplementedError

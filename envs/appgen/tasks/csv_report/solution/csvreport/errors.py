@@ -1,0 +1,5 @@
+"""Errors raised by csvreport."""
+
+
+class ReportError(Exception):
+    """Bad input: malformed file, unknown column or metric, non-numeric value."""

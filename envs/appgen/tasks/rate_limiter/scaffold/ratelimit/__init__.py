@@ -1,0 +1,1 @@
+"""ratelimit: token bucket, fixed window and sliding log rate limiters (see spec.md)."""
