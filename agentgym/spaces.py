@@ -89,7 +89,7 @@ class ChatObservation(spaces.Space[list]):
         """A random conversation: a system message, then alternating user/assistant turns."""
         n = int(self.np_random.integers(1, min(6, self.max_messages) + 1))
         text = UnicodeText(self.max_chars or 64)
-        text.np_random = self.np_random
+        text._np_random = self.np_random  # share this space's generator
         msgs = [Message("system", text.sample())]
         for i in range(1, n):
             msgs.append(Message("user" if i % 2 else "assistant", text.sample()))

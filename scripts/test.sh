@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Set up (idempotent) and run the whole test suite: lint, format check, pytest.
+#
+# Steps: create/refresh .venv (scripts/setup.sh); make sure a Docker engine runs and the
+# sandbox image exists (scripts/ensure_docker.sh; installs Debian's docker.io where
+# missing); install Chromium for the leaderboard page test where missing; ruff; pytest in
+# parallel (pytest-xdist). Extra arguments go to pytest, e.g. `bash scripts/test.sh -k memory`.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export PYTHONDONTWRITEBYTECODE=1
+
+bash scripts/setup.sh
+
+for helper in scripts/ensure_docker.sh scripts/ensure_chromium.sh; do
+    if [[ -f "$helper" ]]; then
+        bash "$helper"
+    fi
+done
+
+echo "[test] ruff"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+
+echo "[test] pytest"
+WORKERS="${PYTEST_WORKERS:-2}"
+set +e
+.venv/bin/python -m pytest -n "$WORKERS" --timeout=900 "$@"
+rc=$?
+set -e
+if [[ $rc -eq 5 ]]; then
+    echo "[test] pytest collected no tests: that is a failure, not a pass" >&2
+    exit 1
+fi
+exit $rc

@@ -1,0 +1,79 @@
+"""rollout: concurrency, groups, JSONL streaming, callbacks, seeds."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from toy_envs import CounterEnv
+
+from agentgym.errors import EnvStateError
+from agentgym.policies import OraclePolicy, ScriptedPolicy
+from agentgym.rollouts import derive_seed, rollout, rollout_async
+from agentgym.types import Completion, SamplingParams, read_episodes
+
+
+def test_episodes_really_overlap_in_time():
+    async def slow(messages):
+        await asyncio.sleep(0.2)
+        return "done"
+
+    eps = rollout(lambda: CounterEnv(), ScriptedPolicy(slow), num_tasks=4, concurrency=4)
+    starts = [e.metrics["time/start"] for e in eps]
+    ends = [e.metrics["time/end"] for e in eps]
+    # every episode started before any episode ended: all four were in flight together
+    assert max(starts) < min(ends)
+
+
+def test_groups_are_ordered_by_task_then_sample_and_share_the_task():
+    eps = rollout(lambda: CounterEnv(target=3), OraclePolicy(), seeds=[10, 11, 12], group_size=3, concurrency=5)
+    assert [(e.seed, e.sample) for e in eps] == [(s, k) for s in (10, 11, 12) for k in range(3)]
+    for i in range(0, 9, 3):
+        assert len({e.task_id for e in eps[i : i + 3]}) == 1
+    assert all(e.reward == 1.0 and e.terminated for e in eps)
+
+
+def test_turns_record_prompts_completions_kinds_and_conversations():
+    env_fn = lambda: CounterEnv(target=4, memory={"every_k_turns": 2})  # noqa: E731
+    (ep,) = rollout(env_fn, OraclePolicy(), seeds=[0])
+    kinds = [t.kind for t in ep.turns]
+    assert "summary" in kinds
+    assert ep.num_conversations >= 2
+    first_summary = kinds.index("summary")
+    assert ep.turns[first_summary + 1].conversation == ep.turns[first_summary].conversation + 1
+    assert ep.turns[0].messages[-1].content.startswith("Count to 4.")
+
+
+def test_jsonl_out_and_callback_see_each_episode(tmp_path):
+    seen = []
+    out = tmp_path / "eps.jsonl"
+    eps = rollout(lambda: CounterEnv(), OraclePolicy(), num_tasks=5, out=out, on_episode=seen.append)
+    assert sorted((e.seed for e in seen)) == [0, 1, 2, 3, 4]
+    assert sorted(e.seed for e in read_episodes(out)) == [e.seed for e in eps]
+
+
+def test_seeded_sampling_gives_each_request_a_distinct_reproducible_seed():
+    seeds = []
+
+    def record(messages, sampling):
+        seeds.append(sampling.seed)
+        return Completion(text="done", num_tokens=1)
+
+    rollout(lambda: CounterEnv(), ScriptedPolicy(record), seeds=[1, 2], group_size=2,
+            sampling=SamplingParams(seed=7), concurrency=1)
+    assert len(set(seeds)) == 4
+    assert seeds[0] == derive_seed(7, 1, 0, 0)
+
+
+def test_env_without_end_is_stopped_with_a_clear_error():
+    with pytest.raises(EnvStateError, match="did not end within 5 steps"):
+        rollout(lambda: CounterEnv(), ScriptedPolicy(lambda m: "next"), num_tasks=1, max_steps=5)
+
+
+def test_rollout_inside_a_running_loop_points_to_the_async_version():
+    async def inner():
+        with pytest.raises(EnvStateError, match="rollout_async"):
+            rollout(lambda: CounterEnv(), OraclePolicy())
+        return await rollout_async(lambda: CounterEnv(), OraclePolicy(), num_tasks=2)
+
+    assert len(asyncio.run(inner())) == 2

@@ -1,0 +1,45 @@
+"""Small ConversationEnv subclasses used by the core tests (toy envs, not mocks)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentgym.env import ActResult, ConversationEnv, Task
+
+
+class CounterEnv(ConversationEnv):
+    """Say "next" to advance a counter; say "done" to finish. Reward = counter / target.
+
+    The counter lives in the env, so it persists across conversations; the state digest
+    shows it. Feedback lines are padded so that token budgets fill up quickly.
+    """
+
+    def __init__(self, target: int = 5, pad: int = 0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.target = target
+        self.pad = pad
+        self.counter = 0
+
+    def _begin(self, seed, options) -> Task:
+        self.counter = int(self.np_random.integers(0, 3))
+        return Task(task_id=f"counter/{self.counter}", prompt=f"Count to {self.target}.",
+                    system="You count.")
+
+    def _act(self, action: str) -> ActResult:
+        if action.strip() == "done":
+            return ActResult(done=True)
+        if action.strip() == "next":
+            self.counter += 1
+            return ActResult(feedback=f"counter={self.counter} " + "x " * self.pad)
+        return ActResult(feedback="unknown action; say 'next' or 'done'")
+
+    def _score(self, end_reason: str) -> tuple[float, dict[str, Any]]:
+        return min(1.0, self.counter / self.target), {"counter": self.counter}
+
+    def state_digest(self) -> str | None:
+        return f"counter={self.counter}"
+
+    def oracle_action(self, observation) -> str:
+        if self.next_turn_kind == "summary":
+            return f"I counted to {self.counter}."
+        return "done" if self.counter >= self.target else "next"
