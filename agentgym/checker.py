@@ -131,11 +131,18 @@ def check_env(
         env.close()
         env.close()
     except Exception as e:
-        raise EnvCheckError(f"{env_id}: calling close() twice raised {type(e).__name__}: {e}") from e
+        raise EnvCheckError(
+            f"{env_id}: calling close() twice raised {type(e).__name__}: {e}"
+        ) from e
     report.ok("close() twice")
     report.episodes = [
-        {"seed": seed, "reward": first["reward"], "steps": len(first["steps"]),
-         "conversations": first["conversations"], "summaries": first["summaries"]}
+        {
+            "seed": seed,
+            "reward": first["reward"],
+            "steps": len(first["steps"]),
+            "conversations": first["conversations"],
+            "summaries": first["summaries"],
+        }
     ]
     return report
 
@@ -214,15 +221,21 @@ def _play(
 
 def _check_obs(env: gym.Env, obs: Any, info: dict[str, Any], env_id: str, where: str) -> None:
     if obs not in env.observation_space:
-        raise EnvCheckError(f"{env_id}: the observation returned by {where} is not in the observation space.")
+        raise EnvCheckError(
+            f"{env_id}: the observation returned by {where} is not in the observation space."
+        )
     for key in ("conversation", "turn_kind"):
         if key not in info:
             raise EnvCheckError(f"{env_id}: info from {where} lacks {key!r}.")
     if info["turn_kind"] not in ("act", "summary"):
-        raise EnvCheckError(f"{env_id}: info['turn_kind'] must be 'act' or 'summary', got {info['turn_kind']!r}.")
+        raise EnvCheckError(
+            f"{env_id}: info['turn_kind'] must be 'act' or 'summary', got {info['turn_kind']!r}."
+        )
 
 
-def _check_after_summary(env: gym.Env, obs: list[Message], info: dict[str, Any], prev: int, env_id: str) -> None:
+def _check_after_summary(
+    env: gym.Env, obs: list[Message], info: dict[str, Any], prev: int, env_id: str
+) -> None:
     base = env.unwrapped
     if info["conversation"] != prev + 1:
         raise EnvCheckError(

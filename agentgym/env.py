@@ -308,7 +308,9 @@ class ConversationEnv(gym.Env[list[Message], str]):
         return used + self.memory.reserve > self.memory.token_budget
 
     def _after_summary(self, summary: str):
-        capped = truncate_to_tokens(summary.strip(), self.memory.summary_max_tokens, self.count_tokens)
+        capped = truncate_to_tokens(
+            summary.strip(), self.memory.summary_max_tokens, self.count_tokens
+        )
         self._memory = capped
         self._conversations.append(_Conversation(messages=self._opening(memory=capped)))
         self._next_kind = "act"

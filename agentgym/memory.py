@@ -80,7 +80,9 @@ class MemoryConfig:
                 "the next conversation. Lower summary_max_tokens or raise token_budget."
             )
         if self.every_k_turns is not None and self.every_k_turns < 1:
-            raise ConfigError(f"memory.every_k_turns must be >= 1 or None, got {self.every_k_turns}.")
+            raise ConfigError(
+                f"memory.every_k_turns must be >= 1 or None, got {self.every_k_turns}."
+            )
         if self.max_conversations < 1:
             raise ConfigError(
                 f"memory.max_conversations must be >= 1, got {self.max_conversations}."

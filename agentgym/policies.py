@@ -134,7 +134,9 @@ class RandomPolicy:
         def act(messages: Sequence[Message]) -> str:
             return space.sample()
 
-        return ScriptedPolicy(act, count_tokens=getattr(env.unwrapped, "count_tokens", approx_tokens), name="random")
+        return ScriptedPolicy(
+            act, count_tokens=getattr(env.unwrapped, "count_tokens", approx_tokens), name="random"
+        )
 
     async def __call__(self, messages: Sequence[Message], sampling: SamplingParams) -> Completion:
         raise PolicyError("The random policy must be bound to an environment with for_env(env).")
@@ -267,7 +269,9 @@ class OpenAIPolicy:
             choice = data["choices"][0]
             text = choice["message"].get("content") or ""
         except (KeyError, IndexError, TypeError, AttributeError) as e:
-            raise PolicyError(f"Malformed chat completion response (no choices[0].message): {data!r:.300}") from e
+            raise PolicyError(
+                f"Malformed chat completion response (no choices[0].message): {data!r:.300}"
+            ) from e
         usage = data.get("usage") or {}
         logprobs: list[float] = []
         lp = choice.get("logprobs") or {}
@@ -294,7 +298,13 @@ POLICY_SCHEMES: dict[str, str] = {
     "hf": "agentgym.trainers.engines:policy_from_spec",
 }
 
-BUILTIN_POLICIES = ("oracle", "random", "scripted:MODULE:FUNCTION", "openai:MODEL[@BASE_URL]", "hf:PATH[@ADAPTER]")
+BUILTIN_POLICIES = (
+    "oracle",
+    "random",
+    "scripted:MODULE:FUNCTION",
+    "openai:MODEL[@BASE_URL]",
+    "hf:PATH[@ADAPTER]",
+)
 
 
 def make_policy(spec: str | Policy, **kwargs: Any) -> Any:
@@ -321,8 +331,14 @@ def make_policy(spec: str | Policy, **kwargs: Any) -> Any:
         try:
             fn = getattr(importlib.import_module(module), fn_name)
         except (ImportError, AttributeError) as e:
-            raise ConfigError(f"Policy spec {spec!r}: cannot import {fn_name} from {module} ({e}).") from e
-        return fn if isinstance(fn, Policy) and not inspect.isfunction(fn) else ScriptedPolicy(fn, name=rest)
+            raise ConfigError(
+                f"Policy spec {spec!r}: cannot import {fn_name} from {module} ({e})."
+            ) from e
+        return (
+            fn
+            if isinstance(fn, Policy) and not inspect.isfunction(fn)
+            else ScriptedPolicy(fn, name=rest)
+        )
     if scheme == "openai" and rest:
         model, _, url = rest.partition("@")
         return OpenAIPolicy(model, url or None, **kwargs)
@@ -335,5 +351,9 @@ def make_policy(spec: str | Policy, **kwargs: Any) -> Any:
                 f"Policy scheme {scheme!r} is provided by {module}, which could not be loaded ({e})."
             ) from e
         return factory(rest, **kwargs)
-    raise UnknownNameError("policy", spec, ["oracle", "random", "scripted", "openai", *POLICY_SCHEMES],
-                           hint="Specs: " + ", ".join(BUILTIN_POLICIES) + ".")
+    raise UnknownNameError(
+        "policy",
+        spec,
+        ["oracle", "random", "scripted", "openai", *POLICY_SCHEMES],
+        hint="Specs: " + ", ".join(BUILTIN_POLICIES) + ".",
+    )

@@ -98,7 +98,9 @@ async def rollout_async(
         if isinstance(env, str):
             return gym.make(env, **(env_kwargs or {}))
         if env_kwargs:
-            raise ConfigError("env_kwargs is only used when env is an id; bake them into the factory.")
+            raise ConfigError(
+                "env_kwargs is only used when env is an id; bake them into the factory."
+            )
         return env()
 
     idle: asyncio.Queue[gym.Env] = asyncio.Queue()
@@ -118,7 +120,7 @@ async def rollout_async(
         return await idle.get()
 
     async def run_one(k: int) -> None:
-        ti, seed, sample = jobs[k]
+        _ti, seed, sample = jobs[k]
         e = await get_env()
         try:
             ep = await _play(e, policy, seed, sample, sampling, pool, max_steps, env)
@@ -165,7 +167,11 @@ async def _play(
     obs, info = await loop.run_in_executor(pool, lambda: env.reset(seed=seed))
     env_s += time.monotonic() - t0
     bound = policy.for_env(env) if hasattr(policy, "for_env") else policy
-    env_id = env.spec.id if env.spec is not None else (source if isinstance(source, str) else type(env.unwrapped).__name__)
+    env_id = (
+        env.spec.id
+        if env.spec is not None
+        else (source if isinstance(source, str) else type(env.unwrapped).__name__)
+    )
     turns: list[Turn] = []
     reward, breakdown, terminated, truncated = 0.0, {}, False, False
     for step in range(max_steps):
@@ -257,7 +263,11 @@ class _Progress:
         elif 100 * self.done >= self._next_pct * self.total or self.done == self.total:
             import sys
 
-            print(f"episodes {self.done}/{self.total}  mean_reward={mean:.3f}", file=sys.stderr, flush=True)
+            print(
+                f"episodes {self.done}/{self.total}  mean_reward={mean:.3f}",
+                file=sys.stderr,
+                flush=True,
+            )
             self._next_pct = (100 * self.done // self.total) // 10 * 10 + 10
 
     def close(self) -> None:

@@ -33,9 +33,7 @@ class Message:
         if self.role not in ROLES:
             raise ConfigError(f"Message role must be one of {ROLES}, got {self.role!r}.")
         if not isinstance(self.content, str):
-            raise ConfigError(
-                f"Message content must be a str, got {type(self.content).__name__}."
-            )
+            raise ConfigError(f"Message content must be a str, got {type(self.content).__name__}.")
 
     def to_dict(self) -> dict[str, str]:
         return {"role": self.role, "content": self.content}
@@ -82,8 +80,10 @@ class SamplingParams:
             raise ConfigError(f"temperature must be >= 0, got {self.temperature}.")
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}.")
-        if isinstance(self.stop, str) or isinstance(self.stop, list):
-            object.__setattr__(self, "stop", tuple([self.stop] if isinstance(self.stop, str) else self.stop))
+        if isinstance(self.stop, (str, list)):
+            object.__setattr__(
+                self, "stop", tuple([self.stop] if isinstance(self.stop, str) else self.stop)
+            )
 
     def with_seed(self, seed: int | None) -> SamplingParams:
         return replace(self, seed=seed)

@@ -89,7 +89,9 @@ class MemoryRecallEnv(ConversationEnv):
         if not 0 < early_fraction <= 1:
             raise ConfigError(f"early_fraction must be in (0, 1], got {early_fraction}.")
         if num_facts + num_distractors > 900:
-            raise ConfigError("num_facts + num_distractors must be <= 900 (locker numbers are 3 digits).")
+            raise ConfigError(
+                "num_facts + num_distractors must be <= 900 (locker numbers are 3 digits)."
+            )
         self.num_facts = num_facts
         self.num_distractors = num_distractors
         self.chunk_size = chunk_size
@@ -230,7 +232,10 @@ class MemoryRecallEnv(ConversationEnv):
                 f"budget ({self.memory.token_budget}), so memory turns would never be needed. "
                 "Lower memory.token_budget or add facts."
             )
-        if opening + self.memory.summary_max_tokens + self.memory.reserve > self.memory.token_budget:
+        if (
+            opening + self.memory.summary_max_tokens + self.memory.reserve
+            > self.memory.token_budget
+        ):
             raise ConfigError(
                 f"MemoryRecall: a new conversation (task ~{opening} tokens + memory "
                 f"{self.memory.summary_max_tokens} + reply room {self.memory.reserve}) does not "

@@ -68,7 +68,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         rows.append(
             {
                 "id": env_id,
-                "entry_point": spec.entry_point if isinstance(spec.entry_point, str) else repr(spec.entry_point),
+                "entry_point": spec.entry_point
+                if isinstance(spec.entry_point, str)
+                else repr(spec.entry_point),
                 "plugin": plugin_of(env_id),
             }
         )
@@ -126,8 +128,12 @@ def cmd_check_env(args: argparse.Namespace) -> int:
     ep = report.episodes[0] if report.episodes else {}
     print(
         f"{report.env_id}: passed {len(report.passed)} checks"
-        + (f" (episode: reward {ep['reward']:.3f}, {ep['steps']} steps, "
-           f"{ep['conversations']} conversation(s))" if ep else "")
+        + (
+            f" (episode: reward {ep['reward']:.3f}, {ep['steps']} steps, "
+            f"{ep['conversations']} conversation(s))"
+            if ep
+            else ""
+        )
     )
     return 0
 
@@ -149,8 +155,10 @@ def cmd_play(args: argparse.Namespace) -> int:
             for m in obs[shown:]:
                 print(f"\n[{m.role}]\n{m.content}")
             kind = info["turn_kind"]
-            print(f"\n--- your {'SUMMARY' if kind == 'summary' else 'reply'} "
-                  "(finish with a line containing only '.'; Ctrl-D to quit) ---")
+            print(
+                f"\n--- your {'SUMMARY' if kind == 'summary' else 'reply'} "
+                "(finish with a line containing only '.'; Ctrl-D to quit) ---"
+            )
             lines: list[str] = []
             for line in sys.stdin:
                 if line.rstrip("\n") == ".":
@@ -164,8 +172,10 @@ def cmd_play(args: argparse.Namespace) -> int:
             shown = len(obs) + 1  # the reply we just typed is echoed in the next obs
             obs, reward, terminated, truncated, info = env.step(action)
             if terminated or truncated:
-                print(f"\n===== episode over: reward {reward:.3f} "
-                      f"({'terminated' if terminated else 'truncated'}) =====")
+                print(
+                    f"\n===== episode over: reward {reward:.3f} "
+                    f"({'terminated' if terminated else 'truncated'}) ====="
+                )
                 print(json.dumps(info.get("reward_breakdown", {}), indent=2, ensure_ascii=False))
                 return 0
     finally:

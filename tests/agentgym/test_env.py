@@ -26,7 +26,7 @@ def test_reward_is_zero_until_the_terminal_step_which_carries_the_breakdown():
     start = env.counter
     steps = play(env, ["next", "next", "done"])
     assert [s[1] for s in steps[:-1]] == [0.0, 0.0]
-    obs, reward, terminated, truncated, info = steps[-1]
+    _obs, reward, terminated, truncated, info = steps[-1]
     assert terminated and not truncated
     assert reward == min(1.0, (start + 2) / 2)
     assert info["reward_breakdown"]["counter"] == start + 2
@@ -37,7 +37,7 @@ def test_reward_is_zero_until_the_terminal_step_which_carries_the_breakdown():
 def test_malformed_action_is_feedback_not_a_crash():
     env = CounterEnv()
     env.reset(seed=0)
-    obs, reward, terminated, truncated, info = env.step("¿qué? 🙂")
+    obs, _reward, terminated, truncated, _info = env.step("¿qué? 🙂")
     assert not (terminated or truncated)
     assert obs[-1].role == "user" and "unknown action" in obs[-1].content
     assert obs[-2].content == "¿qué? 🙂"
@@ -48,7 +48,7 @@ def test_state_errors_say_what_to_do():
     with pytest.raises(EnvStateError, match="reset"):
         env.step("next")
     env.reset(seed=0)
-    with pytest.raises(EnvStateError, match="completion.text"):
+    with pytest.raises(EnvStateError, match=r"completion\.text"):
         env.step(123)
     play(env, ["done"])
     with pytest.raises(EnvStateError, match="reset"):
@@ -58,7 +58,7 @@ def test_state_errors_say_what_to_do():
 def test_turn_and_token_limits_truncate_and_score():
     env = CounterEnv(max_turns=2)
     env.reset(seed=0)
-    *_, (obs, reward, terminated, truncated, info) = play(env, ["next", "next", "next"])
+    *_, (_obs, _reward, terminated, truncated, info) = play(env, ["next", "next", "next"])
     assert truncated and not terminated
     assert info["reward_breakdown"]["end_reason"] == "max_turns"
 
@@ -119,7 +119,7 @@ def test_conversation_limit_truncates():
     env = CounterEnv(target=100, memory={"every_k_turns": 1, "max_conversations": 2})
     env.reset(seed=0)
     steps = play(env, ["next", "s1", "next", "s2", "next"])
-    obs, reward, terminated, truncated, info = steps[-1]
+    _obs, _reward, _terminated, truncated, info = steps[-1]
     assert truncated and info["reward_breakdown"]["end_reason"] == "max_conversations"
     assert info["reward_breakdown"]["conversations"] == 2
 

@@ -83,13 +83,18 @@ class ChatServer:
 def test_openai_client_sends_the_request_and_parses_usage_and_logprobs():
     with ChatServer() as srv:
         policy = OpenAIPolicy("tiny", srv.url, api_key="k", backoff=0.01)
-        sampling = SamplingParams(max_tokens=5, temperature=0.0, seed=9, stop=("\n",), logprobs=True)
+        sampling = SamplingParams(
+            max_tokens=5, temperature=0.0, seed=9, stop=("\n",), logprobs=True
+        )
         c = asyncio.run(policy(MSGS, sampling))
     assert (c.text, c.num_tokens, c.prompt_tokens, c.logprobs) == ("4", 1, 11, (-0.25,))
     body = srv.requests[0]
     assert body["model"] == "tiny" and body["max_tokens"] == 5 and body["seed"] == 9
     assert body["stop"] == ["\n"] and body["logprobs"] is True
-    assert body["messages"] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "2+2?"}]
+    assert body["messages"] == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "2+2?"},
+    ]
     assert srv.headers[0]["Authorization"] == "Bearer k"
 
 
@@ -106,8 +111,15 @@ def test_openai_client_fails_fast_on_client_errors():
 
 
 def test_openai_client_times_out_and_gives_up_after_retries():
-    with ChatServer(script=[(200, 1.0)] * 3) as srv, pytest.raises(PolicyError, match="after 2 attempts"):
-        asyncio.run(OpenAIPolicy("m", srv.url, timeout=0.2, max_retries=1, backoff=0.01)(MSGS, SamplingParams()))
+    with (
+        ChatServer(script=[(200, 1.0)] * 3) as srv,
+        pytest.raises(PolicyError, match="after 2 attempts"),
+    ):
+        asyncio.run(
+            OpenAIPolicy("m", srv.url, timeout=0.2, max_retries=1, backoff=0.01)(
+                MSGS, SamplingParams()
+            )
+        )
 
 
 def test_openai_client_handles_many_concurrent_requests():

@@ -18,7 +18,11 @@ from agentgym.registration import resolve_env_id
 def run_py(code: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, **(env_extra or {})}
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
 
 

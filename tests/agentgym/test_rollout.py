@@ -26,7 +26,13 @@ def test_episodes_really_overlap_in_time():
 
 
 def test_groups_are_ordered_by_task_then_sample_and_share_the_task():
-    eps = rollout(lambda: CounterEnv(target=3), OraclePolicy(), seeds=[10, 11, 12], group_size=3, concurrency=5)
+    eps = rollout(
+        lambda: CounterEnv(target=3),
+        OraclePolicy(),
+        seeds=[10, 11, 12],
+        group_size=3,
+        concurrency=5,
+    )
     assert [(e.seed, e.sample) for e in eps] == [(s, k) for s in (10, 11, 12) for k in range(3)]
     for i in range(0, 9, 3):
         assert len({e.task_id for e in eps[i : i + 3]}) == 1
@@ -47,8 +53,10 @@ def test_turns_record_prompts_completions_kinds_and_conversations():
 def test_jsonl_out_and_callback_see_each_episode(tmp_path):
     seen = []
     out = tmp_path / "eps.jsonl"
-    eps = rollout(lambda: CounterEnv(), OraclePolicy(), num_tasks=5, out=out, on_episode=seen.append)
-    assert sorted((e.seed for e in seen)) == [0, 1, 2, 3, 4]
+    eps = rollout(
+        lambda: CounterEnv(), OraclePolicy(), num_tasks=5, out=out, on_episode=seen.append
+    )
+    assert sorted(e.seed for e in seen) == [0, 1, 2, 3, 4]
     assert sorted(e.seed for e in read_episodes(out)) == [e.seed for e in eps]
 
 
@@ -59,8 +67,14 @@ def test_seeded_sampling_gives_each_request_a_distinct_reproducible_seed():
         seeds.append(sampling.seed)
         return Completion(text="done", num_tokens=1)
 
-    rollout(lambda: CounterEnv(), ScriptedPolicy(record), seeds=[1, 2], group_size=2,
-            sampling=SamplingParams(seed=7), concurrency=1)
+    rollout(
+        lambda: CounterEnv(),
+        ScriptedPolicy(record),
+        seeds=[1, 2],
+        group_size=2,
+        sampling=SamplingParams(seed=7),
+        concurrency=1,
+    )
     assert len(set(seeds)) == 4
     assert seeds[0] == derive_seed(7, 1, 0, 0)
 

@@ -22,8 +22,11 @@ class CounterEnv(ConversationEnv):
 
     def _begin(self, seed, options) -> Task:
         self.counter = int(self.np_random.integers(0, 3))
-        return Task(task_id=f"counter/{self.counter}", prompt=f"Count to {self.target}.",
-                    system="You count.")
+        return Task(
+            task_id=f"counter/{self.counter}",
+            prompt=f"Count to {self.target}.",
+            system="You count.",
+        )
 
     def _act(self, action: str) -> ActResult:
         if action.strip() == "done":

@@ -1,0 +1,168 @@
+"""The agentgym command line, run as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentgym.cli.envs import parse_env_args
+from agentgym.cli.new_env import names
+from agentgym.errors import ConfigError
+
+AGENTGYM = [sys.executable, "-m", "agentgym"]
+
+
+def cli(
+    *args: str, env: dict | None = None, stdin: str | None = None, cwd=None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*AGENTGYM, *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
+
+
+def test_list_shows_builtin_envs():
+    r = cli("list", "--json")
+    assert r.returncode == 0, r.stderr
+    ids = [row["id"] for row in json.loads(r.stdout)]
+    assert "agentgym/MemoryRecall-v0" in ids
+
+
+def test_check_env_exits_zero_for_memory_recall():
+    r = cli("check-env", "agentgym/MemoryRecall-v0")
+    assert r.returncode == 0, r.stderr
+    assert "same seed + same actions" in r.stdout
+
+
+def test_eval_oracle_json_on_memory_recall(tmp_path):
+    out = tmp_path / "eps.jsonl"
+    r = cli(
+        "eval",
+        "agentgym/MemoryRecall-v0",
+        "--policy",
+        "oracle",
+        "--episodes",
+        "8",
+        "--json",
+        "--out",
+        str(out),
+    )
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["env_id"] == "agentgym/MemoryRecall-v0"
+    assert summary["episodes"] == 8 and summary["mean_reward"] == 1.0
+    assert summary["min_conversations"] > 1
+    assert len(out.read_text().splitlines()) == 8
+
+
+def test_eval_env_args_reach_the_env():
+    r = cli("eval", "MemoryRecall-v0", "--episodes", "2", "--json", "--env-arg", "memory=false")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["mean_conversations"] == 1.0
+
+
+def test_unknown_env_is_a_clear_error_not_a_traceback():
+    r = cli("eval", "agentgym/MemoryRecal-v0", "--json")
+    assert r.returncode == 2
+    assert "Did you mean: 'agentgym/MemoryRecall-v0'" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_info_prints_the_spec_sheet():
+    r = cli("info", "MemoryRecall-v0")
+    assert r.returncode == 0 and "## Rewards" in r.stdout and "## Version history" in r.stdout
+
+
+def test_play_lets_a_person_type_actions():
+    r = cli(
+        "play",
+        "MemoryRecall-v0",
+        "--seed",
+        "0",
+        "--env-arg",
+        "memory=false",
+        "--env-arg",
+        "num_facts=1",
+        "--env-arg",
+        "num_distractors=1",
+        "--env-arg",
+        "chunk_size=1",
+        stdin="ok\n.\nok\n.\nlocker 1: 0000\n.\n",
+    )
+    assert r.returncode == 0, r.stderr
+    assert "Part 1/2" in r.stdout and "episode over: reward 0.000" in r.stdout
+
+
+def test_parse_env_args_json_values_and_errors():
+    assert parse_env_args(["a=1", "b=true", "c=hello", 'd={"x": [1]}']) == {
+        "a": 1,
+        "b": True,
+        "c": "hello",
+        "d": {"x": [1]},
+    }
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_env_args(["novalue"])
+
+
+def test_new_env_names():
+    assert names("word-ladder") == {
+        "package": "word_ladder",
+        "cls": "WordLadderEnv",
+        "dist": "word-ladder",
+        "env_id": "word_ladder/WordLadder-v0",
+        "title": "word ladder",
+    }
+    with pytest.raises(ConfigError):
+        names("9lives")
+
+
+@pytest.mark.slow
+def test_new_env_package_installs_and_passes_the_checker(tmp_path):
+    pkg = tmp_path / "pkg"
+    r = cli("new-env", "word-ladder", "--dir", str(pkg))
+    assert r.returncode == 0, r.stderr
+    site = tmp_path / "site"
+    pip = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(pkg),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert pip.returncode == 0, pip.stderr
+    env = {"PYTHONPATH": str(site)}
+    r = cli("list", env=env)
+    assert "word_ladder/WordLadder-v0" in r.stdout and "plugin" in r.stdout
+    r = cli("check-env", "word_ladder/WordLadder-v0", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    t = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=pkg,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=300,
+    )
+    assert t.returncode == 0, t.stdout + t.stderr
+    assert "3 passed" in t.stdout
+    assert not any(Path(site).glob("agentgym*")), "the plugin must not vendor agentgym"

@@ -1,0 +1,92 @@
+"""MemoryRecall-v0: solvable only by carrying facts through memory summaries."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+from agentgym.envs.memory_recall import parse_answers
+
+import agentgym  # noqa: F401
+from agentgym.errors import ConfigError
+from agentgym.policies import OraclePolicy, ScriptedPolicy
+from agentgym.rollouts import rollout
+
+
+def test_oracle_scores_one_and_every_episode_spans_several_conversations():
+    eps = rollout("agentgym/MemoryRecall-v0", OraclePolicy(), num_tasks=6)
+    assert [e.reward for e in eps] == [1.0] * 6
+    assert min(e.num_conversations for e in eps) >= 2
+    assert all(any(t.kind == "summary" for t in e.turns) for e in eps)
+
+
+def test_an_agent_that_writes_empty_summaries_forgets_early_facts():
+    env_id = "agentgym/MemoryRecall-v0"
+
+    def forgetful(messages):
+        # like the oracle on act turns, but its summaries keep nothing
+        if "Write a summary" in messages[-1].content:
+            return "nothing to remember"
+        return oracle_like(messages)
+
+    bound = {}
+
+    def oracle_like(messages):
+        return bound["env"].unwrapped.oracle_action(list(messages))
+
+    class Forgetful:
+        def for_env(self, env):
+            bound["env"] = env
+            return ScriptedPolicy(forgetful)
+
+    eps = rollout(env_id, Forgetful(), num_tasks=6, concurrency=1)
+    assert sum(e.reward for e in eps) / len(eps) < 0.5
+
+
+def test_without_memory_the_whole_document_stays_in_one_conversation():
+    eps = rollout(
+        "agentgym/MemoryRecall-v0", OraclePolicy(), num_tasks=2, env_kwargs={"memory": False}
+    )
+    assert [e.num_conversations for e in eps] == [1, 1]
+    assert [e.reward for e in eps] == [1.0, 1.0]
+
+
+def test_difficulty_knobs_change_the_document():
+    env = gym.make(
+        "agentgym/MemoryRecall-v0",
+        num_facts=2,
+        num_distractors=20,
+        chunk_size=3,
+        memory={"token_budget": 300, "summary_max_tokens": 40},
+    )
+    env.reset(seed=0)
+    base = env.unwrapped
+    assert base.num_parts == 8
+    assert len(base._asked) == 2
+
+
+def test_config_where_memory_is_never_needed_is_rejected():
+    with pytest.raises(ConfigError, match="fits in the per-conversation budget"):
+        gym.make(
+            "agentgym/MemoryRecall-v0",
+            num_facts=1,
+            num_distractors=0,
+            memory={"token_budget": 4000, "summary_max_tokens": 64},
+        )
+
+
+def test_answers_are_parsed_strictly():
+    asked = [101, 202, 303]
+    text = "locker 101: 1234\nLocker 202 = 0042\nlocker 303: 1111\nlocker 303: 2222"
+    assert parse_answers(text, asked) == {101: "1234", 202: "0042", 303: None}
+    assert parse_answers("", asked) == {101: None, 202: None, 303: None}
+
+
+def test_listing_many_codes_for_one_locker_earns_nothing():
+    env = gym.make("agentgym/MemoryRecall-v0", memory=False)
+    obs, info = env.reset(seed=3)
+    base = env.unwrapped
+    for _ in range(base.num_parts):
+        _obs, *_ = env.step("ok")
+    guesses = "\n".join(f"locker {k}: {c:04d}" for k in base._asked for c in range(0, 10000, 1000))
+    *_, info = env.step(guesses)
+    assert info["reward_breakdown"]["correct"] == 0
