@@ -1,0 +1,1 @@
+"""mdconv: convert a Markdown subset to HTML (see spec.md)."""
