@@ -1,0 +1,1 @@
+"""inventory: stock keeping with weighted average cost, reports and a CLI (see spec.md)."""
