@@ -325,15 +325,9 @@ def make_policy(spec: str | Policy, **kwargs: Any) -> Any:
     if spec == "random":
         return RandomPolicy(**kwargs)
     if scheme == "scripted" and rest:
-        module, _, fn_name = rest.rpartition(":")
-        if not module:
+        if ":" not in rest:
             raise ConfigError(f"Policy spec {spec!r}: use 'scripted:MODULE:FUNCTION'.")
-        try:
-            fn = getattr(importlib.import_module(module), fn_name)
-        except (ImportError, AttributeError) as e:
-            raise ConfigError(
-                f"Policy spec {spec!r}: cannot import {fn_name} from {module} ({e})."
-            ) from e
+        fn = _import_object(rest, f"Policy spec {spec!r}")
         return (
             fn
             if isinstance(fn, Policy) and not inspect.isfunction(fn)
@@ -343,13 +337,7 @@ def make_policy(spec: str | Policy, **kwargs: Any) -> Any:
         model, _, url = rest.partition("@")
         return OpenAIPolicy(model, url or None, **kwargs)
     if scheme in POLICY_SCHEMES and rest:
-        module, _, fn_name = POLICY_SCHEMES[scheme].partition(":")
-        try:
-            factory = getattr(importlib.import_module(module), fn_name)
-        except (ImportError, AttributeError) as e:
-            raise ConfigError(
-                f"Policy scheme {scheme!r} is provided by {module}, which could not be loaded ({e})."
-            ) from e
+        factory = _import_object(POLICY_SCHEMES[scheme], f"Policy scheme {scheme!r}")
         return factory(rest, **kwargs)
     raise UnknownNameError(
         "policy",
@@ -357,3 +345,12 @@ def make_policy(spec: str | Policy, **kwargs: Any) -> Any:
         ["oracle", "random", "scripted", "openai", *POLICY_SCHEMES],
         hint="Specs: " + ", ".join(BUILTIN_POLICIES) + ".",
     )
+
+
+def _import_object(path: str, what: str) -> Any:
+    """Import ``module:attribute``; a failure is a ConfigError that names ``what``."""
+    module, _, attr = path.rpartition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"{what}: cannot import {attr} from {module} ({e}).") from e
