@@ -1,0 +1,1 @@
+"""ledger: an event-sourced bank ledger (see spec.md)."""
