@@ -1,0 +1,1 @@
+"""adventure: a text adventure engine with worlds in JSON (see spec.md)."""
