@@ -1,0 +1,1 @@
+"""calc: an expression calculator with variables, functions and a REPL (see spec.md)."""

@@ -1,0 +1,1 @@
+"""logstats: statistics over web server access logs (see spec.md)."""
