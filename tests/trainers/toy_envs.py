@@ -1,0 +1,91 @@
+"""Toy environments for the trainer tests (registered under ``agentgym-test/``).
+
+They subclass the core :class:`~agentgym.env.ConversationEnv` (no env package needed) and
+give an untrained tiny model rewards that differ within a group, so DAPO has a signal.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import gymnasium as gym
+
+from agentgym.env import ActResult, ConversationEnv, Task
+
+
+class VowelEnv(ConversationEnv):
+    """One turn; reward = share of the reply's characters that are 'a' or 'e'.
+
+    With ``constant_reward`` set, every reply gets that reward (no signal at all), which
+    exercises dynamic sampling's round cap.
+    """
+
+    def __init__(self, constant_reward: float | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("max_turns", 1)
+        super().__init__(**kwargs)
+        self.constant_reward = constant_reward
+        self._reply = ""
+
+    def _begin(self, seed, options):
+        return Task(task_id=f"vowel-{seed}", prompt=f"Task {seed}: write many vowels.")
+
+    def _act(self, action: str) -> ActResult:
+        self._reply = action
+        return ActResult(done=True)
+
+    def _score(self, end_reason):
+        if self.constant_reward is not None:
+            return self.constant_reward, {"correct": False}
+        text = self._reply
+        share = sum(c in "ae" for c in text) / max(len(text), 1)
+        return share, {"correct": share > 0.5, "response_tokens": len(text)}
+
+    def oracle_action(self, observation):
+        return "aeaeae"
+
+    def worked_solution(self, style: str = "verbose") -> str:
+        return "aeaeaeaeae ae ae" if style == "verbose" else "ae"
+
+
+class TwoPartEnv(ConversationEnv):
+    """Two act turns with a memory summary between them (two conversations).
+
+    Reward = share of 'a' in the final reply. Used to check that one advantage reaches
+    every policy turn of every conversation.
+    """
+
+    memory_defaults: ClassVar[dict[str, Any]] = {
+        "enabled": True,
+        "every_k_turns": 1,
+        "token_budget": 4096,
+        "summary_max_tokens": 32,
+    }
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_turns", 2)
+        super().__init__(**kwargs)
+        self._last = ""
+
+    def _begin(self, seed, options):
+        return Task(task_id=f"two-{seed}", prompt=f"Part task {seed}.")
+
+    def _act(self, action: str) -> ActResult:
+        self._last = action
+        return ActResult(feedback="next", done=self._turns >= 2)
+
+    def _score(self, end_reason):
+        share = sum(c == "a" for c in self._last) / max(len(self._last), 1)
+        return share, {"correct": share > 0.5}
+
+    def oracle_action(self, observation):
+        return "aaaa"
+
+
+def register() -> None:
+    for name, cls in (("Vowel-v0", VowelEnv), ("TwoPart-v0", TwoPartEnv)):
+        env_id = f"agentgym-test/{name}"
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=cls, disable_env_checker=True)
+
+
+register()

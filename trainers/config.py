@@ -1,0 +1,600 @@
+"""Trainer configuration: dataclasses with working defaults, YAML files, CLI overrides.
+
+A config file is YAML whose keys mirror the dataclasses below (nested sections)::
+
+    model: {preset: tiny-qwen2}
+    envs:
+      - {id: agentgym/BalancedMath-v0, weight: 1.0, kwargs: {level: 1}}
+    rollout: {group_size: 8, batch_tasks: 8, max_tokens: 128}
+    algorithm: {advantage: grpo, eps_high: 0.28}
+
+Every field can be overridden on the command line as ``section.field=value`` (values are
+parsed as YAML: ``rollout.group_size=16``, ``lora.target_modules=[q_proj,v_proj]``,
+``envs=[{id: agentgym/MemoryRecall-v0}]``, ``envs.0.weight=2``). Unknown keys are
+rejected with the closest known names; values are checked in ``__post_init__`` so a bad
+config fails at start-up with a message that says what to change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from agentgym.errors import ConfigError, UnknownNameError
+
+T = TypeVar("T")
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+# ----------------------------------------------------------------------------- sections
+
+
+@dataclass
+class RunConfig:
+    """Where outputs go and how long to run.
+
+    Attributes:
+        output_dir: run directory (metrics.jsonl, checkpoints/, plots/, config.yaml).
+        seed: seeds task order, sampling and the adapter init.
+        max_steps: training steps (each: rollout, refill, update, sync).
+        save_every: checkpoint every this many steps (0: only at the end).
+        keep_checkpoints: how many recent checkpoints to keep.
+        threads: torch CPU threads (``None``: torch's default).
+        progress: show a progress bar (plain lines when not on a terminal).
+        plots: write PNG plots at the end.
+    """
+
+    output_dir: str = "runs/dapo"
+    seed: int = 0
+    max_steps: int = 20
+    save_every: int = 10
+    keep_checkpoints: int = 2
+    threads: int | None = None
+    progress: bool = True
+    plots: bool = True
+
+    def __post_init__(self) -> None:
+        _check(self.max_steps >= 0, f"run.max_steps must be >= 0, got {self.max_steps}.")
+        _check(self.save_every >= 0, f"run.save_every must be >= 0, got {self.save_every}.")
+        _check(self.keep_checkpoints >= 1, "run.keep_checkpoints must be >= 1.")
+        _check(self.threads is None or self.threads >= 1, "run.threads must be >= 1 or null.")
+
+
+@dataclass
+class ModelConfig:
+    """Which model to train.
+
+    Attributes:
+        path: a local Hugging Face model directory (``save_pretrained`` output, e.g. the
+            ``model/`` folder an ``agentgym sft`` run writes). Takes precedence.
+        preset: a built-in tiny model (``tiny-qwen2``, ``tiny-deepseek-v3``) built in
+            process with an in-process tokenizer, when ``path`` is not given.
+        preset_overrides: config fields replacing the preset's (``hidden_size: 64``).
+        init_seed: weight init seed of a preset.
+        tokenizer_vocab_size: presets only: learn BPE merges up to this size from the
+            envs' text (``null``: byte-level, one token per character).
+    """
+
+    path: str | None = None
+    preset: str | None = "tiny-qwen2"
+    preset_overrides: dict[str, Any] = field(default_factory=dict)
+    init_seed: int = 0
+    tokenizer_vocab_size: int | None = None
+
+    def __post_init__(self) -> None:
+        _check(
+            self.path is not None or self.preset is not None,
+            "model needs either model.path (a local HF directory) or model.preset.",
+        )
+        if self.path is None and self.preset is not None:
+            from agentgym.trainers.models import PRESETS
+
+            if self.preset not in PRESETS:
+                raise UnknownNameError("model preset", self.preset, PRESETS)
+
+
+@dataclass
+class LoraSettings:
+    """The LoRA adapter (peft).
+
+    Attributes:
+        enabled: train a LoRA adapter (``false``: full fine-tuning; SFT's default).
+        r / alpha / dropout: LoRA rank, scaling numerator and dropout.
+        target_modules: Linear leaf names to adapt (``null``: every attention
+            projection).
+        target_experts: on MoE models also adapt the fused routed-expert weights.
+    """
+
+    enabled: bool = True
+    r: int = 8
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: list[str] | None = None
+    target_experts: bool = True
+
+    def __post_init__(self) -> None:
+        _check(self.r >= 1, f"lora.r must be >= 1, got {self.r}.")
+        _check(self.alpha > 0, f"lora.alpha must be > 0, got {self.alpha}.")
+        _check(0 <= self.dropout < 1, f"lora.dropout must be in [0, 1), got {self.dropout}.")
+
+
+@dataclass
+class EnvSpec:
+    """One training environment.
+
+    Attributes:
+        id: registered id (``agentgym/BalancedMath-v0``, a plugin's id, or ``Name-vN``).
+        weight: mixing weight; each task is drawn from an env with probability
+            proportional to its weight.
+        kwargs: keyword arguments for ``gym.make`` (``count_tokens`` is set by the
+            trainer to its tokenizer's count).
+    """
+
+    id: str = "agentgym/MemoryRecall-v0"
+    weight: float = 1.0
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check(bool(self.id), "envs[].id must be a registered environment id.")
+        _check(self.weight > 0, f"envs[].weight must be > 0, got {self.weight} for {self.id}.")
+
+
+@dataclass
+class RolloutConfig:
+    """Sampling.
+
+    Attributes:
+        group_size: samples per task (G).
+        batch_tasks: groups per training batch (after dynamic-sampling filtering).
+        tasks_per_round: tasks drawn per generation round (``null``: ``batch_tasks``).
+        max_tokens: generation cap per completion.
+        temperature / top_p: sampling.
+        concurrency: episodes in flight at once.
+        max_batch: most requests per engine ``generate`` call.
+        gather_window_s: how long the engine waits for more requests before a batch.
+    """
+
+    group_size: int = 8
+    batch_tasks: int = 8
+    tasks_per_round: int | None = None
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    concurrency: int = 128
+    max_batch: int = 256
+    gather_window_s: float = 0.002
+
+    def __post_init__(self) -> None:
+        _check(
+            self.group_size >= 2,
+            f"rollout.group_size must be >= 2 for group advantages, got {self.group_size}.",
+        )
+        _check(self.batch_tasks >= 1, f"rollout.batch_tasks must be >= 1, got {self.batch_tasks}.")
+        _check(
+            self.tasks_per_round is None or self.tasks_per_round >= 1,
+            "rollout.tasks_per_round must be >= 1 or null.",
+        )
+        _check(self.max_tokens >= 1, f"rollout.max_tokens must be >= 1, got {self.max_tokens}.")
+        _check(self.temperature > 0, "rollout.temperature must be > 0 for RL (sampling).")
+        _check(0 < self.top_p <= 1, f"rollout.top_p must be in (0, 1], got {self.top_p}.")
+        _check(self.concurrency >= 1, "rollout.concurrency must be >= 1.")
+        _check(self.max_batch >= 1, "rollout.max_batch must be >= 1.")
+        _check(self.gather_window_s >= 0, "rollout.gather_window_s must be >= 0.")
+
+
+@dataclass
+class AlgorithmConfig:
+    """DAPO and its switches.
+
+    Attributes:
+        advantage: ``grpo`` (DAPO's), ``rloo`` or ``apo``.
+        normalize_std: divide ``grpo`` advantages by the group std.
+        eps_low / eps_high: clip-higher range ``[1 - eps_low, 1 + eps_high]``.
+        kl_coef: KL-to-reference weight (0: off, DAPO's default; k3 estimator).
+        dynamic_sampling: drop groups whose rewards are all equal and generate more.
+        max_generation_rounds: cap on generation rounds per step (the first included).
+        on_cap: what to do when the cap is hit with fewer groups than ``batch_tasks``:
+            ``train`` on what there is (with a warning), ``skip`` the update, or
+            ``error``.
+        overlong_penalty: add DAPO's soft overlong punishment to the reward.
+        overlong_cache: its ramp width ``L_cache`` (``L_max`` = ``rollout.max_tokens``).
+        overlong_mask: exclude episodes with a truncated completion from the loss.
+        length_reward_coef: weight of Kimi k1.5's group-relative length reward (0: off).
+        micro_batch_size: sequences per forward/backward pass.
+        updates_per_batch: optimizer steps per batch (mini-batches). 1 is strictly
+            on-policy (the ratio is exactly 1 and only clipping-free gradients flow).
+    """
+
+    advantage: str = "grpo"
+    normalize_std: bool = True
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    kl_coef: float = 0.0
+    dynamic_sampling: bool = True
+    max_generation_rounds: int = 3
+    on_cap: str = "train"
+    overlong_penalty: bool = False
+    overlong_cache: int = 32
+    overlong_mask: bool = False
+    length_reward_coef: float = 0.0
+    micro_batch_size: int = 32
+    updates_per_batch: int = 1
+
+    def __post_init__(self) -> None:
+        from agentgym.trainers.algorithm import ADVANTAGE_ESTIMATORS
+
+        if self.advantage not in ADVANTAGE_ESTIMATORS:
+            raise UnknownNameError("algorithm.advantage", self.advantage, ADVANTAGE_ESTIMATORS)
+        if self.on_cap not in ("train", "skip", "error"):
+            raise UnknownNameError("algorithm.on_cap", self.on_cap, ("train", "skip", "error"))
+        _check(0 <= self.eps_low < 1, f"algorithm.eps_low must be in [0, 1), got {self.eps_low}.")
+        _check(self.eps_high >= 0, f"algorithm.eps_high must be >= 0, got {self.eps_high}.")
+        _check(self.kl_coef >= 0, f"algorithm.kl_coef must be >= 0, got {self.kl_coef}.")
+        _check(self.max_generation_rounds >= 1, "algorithm.max_generation_rounds must be >= 1.")
+        _check(self.overlong_cache >= 1, "algorithm.overlong_cache must be >= 1.")
+        _check(self.length_reward_coef >= 0, "algorithm.length_reward_coef must be >= 0.")
+        _check(self.micro_batch_size >= 1, "algorithm.micro_batch_size must be >= 1.")
+        _check(self.updates_per_batch >= 1, "algorithm.updates_per_batch must be >= 1.")
+
+
+@dataclass
+class OptimConfig:
+    """AdamW on the trainable parameters.
+
+    Attributes:
+        lr: peak learning rate.
+        warmup_steps: linear warm-up steps (then constant).
+        weight_decay / betas / eps: AdamW's.
+        max_grad_norm: gradient clipping (0: off).
+    """
+
+    lr: float = 1e-4
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    max_grad_norm: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check(self.lr > 0, f"optim.lr must be > 0, got {self.lr}.")
+        _check(self.warmup_steps >= 0, "optim.warmup_steps must be >= 0.")
+        _check(
+            len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
+            "optim.betas must be two numbers in [0, 1).",
+        )
+        _check(self.max_grad_norm >= 0, "optim.max_grad_norm must be >= 0.")
+
+
+@dataclass
+class EvalConfig:
+    """Held-out evaluation (greedy by default) every ``every`` steps.
+
+    Attributes:
+        every: evaluate every this many steps (0: only before and after training when
+            ``at_ends`` is on).
+        at_ends: also evaluate before the first and after the last step.
+        num_tasks: held-out tasks per env.
+        seed_start: held-out tasks use seeds ``seed_start + i``; training seeds count up
+            from ``train_seed_start``, far below.
+        temperature: 0 is greedy.
+        max_tokens: generation cap (``null``: ``rollout.max_tokens``).
+    """
+
+    every: int = 0
+    at_ends: bool = False
+    num_tasks: int = 32
+    seed_start: int = 1_000_000
+    temperature: float = 0.0
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        _check(self.every >= 0, "eval.every must be >= 0.")
+        _check(self.num_tasks >= 1, "eval.num_tasks must be >= 1.")
+        _check(self.temperature >= 0, "eval.temperature must be >= 0.")
+
+
+@dataclass
+class TrainConfig:
+    """``agentgym train``: all-sync DAPO with LoRA."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    envs: list[EnvSpec] = field(default_factory=lambda: [EnvSpec()])
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    train_seed_start: int = 0
+
+    def __post_init__(self) -> None:
+        _check(len(self.envs) >= 1, "envs must list at least one environment.")
+        _check(
+            self.train_seed_start + 1_000_000 <= self.eval.seed_start
+            or self.eval.seed_start + 1_000_000 <= self.train_seed_start,
+            "train_seed_start and eval.seed_start must be at least 1,000,000 apart so "
+            "training never sees held-out tasks.",
+        )
+
+
+@dataclass
+class SFTData:
+    """Where SFT examples come from.
+
+    Attributes:
+        source: ``worked_solution`` (reset each env on a seed and ask
+            ``env.unwrapped.worked_solution(**solution_kwargs)`` for the reply to the
+            first observation) or ``oracle`` (play the env's oracle policy and train on
+            every turn, memory summaries included).
+        solution_kwargs: keyword arguments of ``worked_solution`` (e.g. ``style``).
+        num_tasks: training tasks (seeds ``seed_start ...``).
+        seed_start: first training seed.
+    """
+
+    source: str = "worked_solution"
+    solution_kwargs: dict[str, Any] = field(default_factory=dict)
+    num_tasks: int = 2000
+    seed_start: int = 0
+
+    def __post_init__(self) -> None:
+        if self.source not in ("worked_solution", "oracle"):
+            raise UnknownNameError("data.source", self.source, ("worked_solution", "oracle"))
+        _check(self.num_tasks >= 1, "data.num_tasks must be >= 1.")
+
+
+@dataclass
+class SFTTrain:
+    """Supervised optimisation.
+
+    Attributes:
+        epochs: passes over the examples (``max_steps`` wins when set).
+        max_steps: optimizer steps (``null``: from ``epochs``).
+        batch_size: examples per optimizer step.
+        lr / warmup_steps / weight_decay / max_grad_norm: AdamW with linear warm-up
+            and cosine decay to 10%.
+    """
+
+    epochs: float = 3.0
+    max_steps: int | None = None
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup_steps: int = 20
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check(self.epochs > 0, "train.epochs must be > 0.")
+        _check(
+            self.max_steps is None or self.max_steps >= 1, "train.max_steps must be >= 1 or null."
+        )
+        _check(self.batch_size >= 1, "train.batch_size must be >= 1.")
+        _check(self.lr > 0, "train.lr must be > 0.")
+
+
+@dataclass
+class SFTConfig:
+    """``agentgym sft``: supervised warm start on worked solutions or oracle turns."""
+
+    run: RunConfig = field(default_factory=lambda: RunConfig(output_dir="runs/sft", save_every=0))
+    model: ModelConfig = field(default_factory=ModelConfig)
+    lora: LoraSettings = field(default_factory=lambda: LoraSettings(enabled=False))
+    envs: list[EnvSpec] = field(default_factory=lambda: [EnvSpec()])
+    data: SFTData = field(default_factory=SFTData)
+    train: SFTTrain = field(default_factory=SFTTrain)
+    eval: EvalConfig = field(default_factory=lambda: EvalConfig(at_ends=True, num_tasks=64))
+    max_tokens: int = 256
+
+    def __post_init__(self) -> None:
+        _check(len(self.envs) >= 1, "envs must list at least one environment.")
+        _check(self.max_tokens >= 1, "max_tokens must be >= 1.")
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _strip_optional(tp: Any) -> tuple[Any, bool]:
+    args = typing.get_args(tp)
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return (rest[0] if len(rest) == 1 else tp), True
+    return tp, False
+
+
+def _convert(tp: Any, value: Any, where: str) -> Any:
+    tp, optional = _strip_optional(tp)
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{where} must not be null.")
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a mapping of {tp.__name__} fields, got {value!r}.")
+        return from_dict(tp, value, where)
+    origin = typing.get_origin(tp)
+    if origin is list:
+        (item,) = typing.get_args(tp) or (Any,)
+        if isinstance(value, tuple):
+            value = list(value)
+        if not isinstance(value, list):
+            raise ConfigError(f"{where} must be a list, got {value!r}.")
+        return [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a mapping, got {value!r}.")
+        return dict(value)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {value!r}.")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} must be an integer, got {value!r}.")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where} must be a number, got {value!r}.")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string, got {value!r}.")
+        return value
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
+    """Build dataclass ``cls`` from a nested dict; unknown keys raise with suggestions."""
+    hints = _hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    kwargs = {}
+    for key, value in data.items():
+        full = f"{where}.{key}" if where else str(key)
+        if key not in names:
+            known = [f"{where}.{n}" if where else n for n in names]
+            raise UnknownNameError("config key", full, known)
+        kwargs[key] = _convert(hints[key], value, full)
+    try:
+        return cls(**kwargs)
+    except TypeError as e:
+        raise ConfigError(f"{where or cls.__name__}: {e}") from e
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A config as plain nested dicts/lists (YAML-ready)."""
+    return dataclasses.asdict(cfg)
+
+
+def _schema_check(cls: type, path: list[str], full: str) -> None:
+    """Raise UnknownNameError if ``path`` does not name a field of ``cls``."""
+    tp: Any = cls
+    for i, part in enumerate(path):
+        tp, _ = _strip_optional(tp)
+        if typing.get_origin(tp) is list:
+            if not part.isdigit():
+                raise ConfigError(
+                    f"{'.'.join(path[:i])} is a list: index it with a number ({full})."
+                )
+            tp = typing.get_args(tp)[0]
+            continue
+        if typing.get_origin(tp) is dict:
+            return  # free-form mapping (kwargs): anything goes below
+        if not dataclasses.is_dataclass(tp):
+            raise ConfigError(f"{'.'.join(path[:i])} is a value, not a section ({full}).")
+        hints = _hints(tp)
+        if part not in hints:
+            prefix = ".".join(path[:i])
+            known = [f"{prefix}.{n}" if prefix else n for n in hints]
+            raise UnknownNameError(
+                "config key",
+                ".".join(path[: i + 1]),
+                known,
+                hint="See the config reference in docs/trainer.md.",
+            )
+        tp = hints[part]
+
+
+def apply_overrides(cls: type, data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``a.b.c=value`` overrides (values parsed as YAML) to a nested config dict.
+
+    ``data`` should hold every section (defaults merged in), as :func:`load_config`
+    prepares it; it is modified in place and returned.
+    """
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like section.key=value.")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise ConfigError(f"override {item!r} has an empty key.")
+        path = key.split(".")
+        _schema_check(cls, path, key)
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as e:
+            raise ConfigError(f"override {item!r}: value is not valid YAML ({e}).") from e
+        node: Any = data
+        for i, part in enumerate(path[:-1]):
+            if isinstance(node, list):
+                idx = int(part)
+                if idx >= len(node):
+                    raise ConfigError(
+                        f"override {key}: index {idx} is out of range ({len(node)} items)."
+                    )
+                node = node[idx]
+            else:
+                if node.get(part) is None:
+                    node[part] = _default_section(cls, path[: i + 1])
+                node = node[part]
+        last = path[-1]
+        if isinstance(node, list):
+            idx = int(last)
+            if idx >= len(node):
+                raise ConfigError(
+                    f"override {key}: index {idx} is out of range ({len(node)} items)."
+                )
+            node[idx] = value
+        else:
+            node[last] = value
+    return data
+
+
+def _default_section(cls: type, path: list[str]) -> Any:
+    obj: Any = cls()
+    for part in path:
+        obj = obj[int(part)] if isinstance(obj, list) else getattr(obj, part)
+    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
+
+
+def load_config(
+    cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None
+) -> T:
+    """Read a YAML config (or the defaults when ``path`` is None) and apply overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {str(p)!r} does not exist.")
+        try:
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p}: not valid YAML ({e}).") from e
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{p}: a config file must be a mapping of sections.")
+        data = loaded
+    if overrides:
+        base = dataclasses.asdict(cls())  # type: ignore[call-arg]
+        data = _deep_merge(base, data)
+        data = apply_overrides(cls, data, overrides)
+    return from_dict(cls, data)
+
+
+def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in top.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def save_config(cfg: Any, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")

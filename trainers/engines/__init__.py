@@ -1,0 +1,8 @@
+"""Rollout engines: batched generation behind one interface (see :mod:`.base`)."""
+
+from __future__ import annotations
+
+from agentgym.trainers.engines.base import BatchingPolicy, GenerationRequest, RolloutEngine
+from agentgym.trainers.engines.hf import HFEngine
+
+__all__ = ["BatchingPolicy", "GenerationRequest", "HFEngine", "RolloutEngine"]

@@ -1,0 +1,176 @@
+"""The rollout-engine interface and the asyncio batching front-end every engine shares.
+
+An engine does two things:
+
+* ``generate(requests) -> completions``: a *batch* of chat requests in, one
+  :class:`~agentgym.types.Completion` per request out, with the sampled token ids and
+  their log-probabilities under the sampling distribution.
+* ``load_adapter(weights)``: make the next generations use these LoRA weights (peft
+  state-dict naming). An engine that shares the trainer's model object (the embedded HF
+  engine) has nothing to copy; a separate server (vLLM, next issue) hot-swaps the
+  adapter here.
+
+Environments do not call ``generate``: the rollout awaits a
+:class:`~agentgym.policies.Policy` per request. :class:`BatchingPolicy` turns those
+concurrent single calls into batched ``generate`` calls: a request waits until either
+``max_batch`` requests are pending or no new request has arrived for
+``gather_window_s`` (the other episodes are busy in their environments), then the
+pending requests go to the engine together. While the engine runs, new requests queue
+up for the next batch.
+
+Engines record the wall-clock intervals in which they were generating
+(:attr:`RolloutEngine.busy`); the loop turns them into its timeline and measures the
+"bubbles" (time in a rollout when the model sat idle waiting for environments).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from agentgym.errors import ConfigError
+from agentgym.types import Completion, Message, SamplingParams
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One chat request: the prompt messages and how to sample the reply."""
+
+    messages: tuple[Message, ...]
+    sampling: SamplingParams
+
+
+class RolloutEngine:
+    """Base class of generation engines (subclasses implement :meth:`_generate`).
+
+    Attributes:
+        busy: ``(start, end)`` ``time.monotonic()`` intervals spent generating.
+        calls / requests: how many batched calls and requests were served.
+    """
+
+    def __init__(self) -> None:
+        self.busy: list[tuple[float, float]] = []
+        self.calls = 0
+        self.requests = 0
+        self._lock = threading.Lock()
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        """Generate one completion per request, as one batch (blocking)."""
+        if not requests:
+            return []
+        with self._lock:
+            t0 = time.monotonic()
+            try:
+                out = self._generate(list(requests))
+            finally:
+                self.busy.append((t0, time.monotonic()))
+                self.calls += 1
+                self.requests += len(requests)
+        if len(out) != len(requests):
+            raise RuntimeError(
+                f"engine returned {len(out)} completions for {len(requests)} requests"
+            )
+        return out
+
+    def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
+        raise NotImplementedError
+
+    def load_adapter(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Use these adapter weights (peft state-dict names) for the next generations."""
+        raise NotImplementedError
+
+    def as_policy(self, *, max_batch: int = 256, gather_window_s: float = 0.002) -> BatchingPolicy:
+        """A :class:`~agentgym.policies.Policy` whose concurrent calls are batched."""
+        return BatchingPolicy(self, max_batch=max_batch, gather_window_s=gather_window_s)
+
+    def reset_stats(self) -> None:
+        self.busy.clear()
+        self.calls = self.requests = 0
+
+
+class BatchingPolicy:
+    """Gathers concurrent ``await policy(messages, sampling)`` calls into engine batches.
+
+    Args:
+        engine: anything with ``generate(list[GenerationRequest]) -> list[Completion]``.
+        max_batch: most requests per ``generate`` call.
+        gather_window_s: after a request arrives, wait this long for more before
+            launching a batch (reset by each arrival, so a burst is gathered whole).
+    """
+
+    def __init__(
+        self, engine: Any, *, max_batch: int = 256, gather_window_s: float = 0.002
+    ) -> None:
+        if max_batch < 1:
+            raise ConfigError(f"max_batch must be >= 1, got {max_batch}.")
+        if gather_window_s < 0:
+            raise ConfigError(f"gather_window_s must be >= 0, got {gather_window_s}.")
+        self.engine = engine
+        self.max_batch = max_batch
+        self.gather_window_s = gather_window_s
+        self._pending: list[tuple[GenerationRequest, asyncio.Future[Completion]]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._last_arrival = 0.0
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentgym-engine")
+        self.batch_sizes: list[int] = []
+
+    async def __call__(self, messages: Sequence[Message], sampling: SamplingParams) -> Completion:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop or self._worker is None or self._worker.done():
+            self._loop = loop
+            self._pending = []
+            self._wake = asyncio.Event()
+            self._worker = loop.create_task(self._run())
+        fut: asyncio.Future[Completion] = loop.create_future()
+        self._pending.append((GenerationRequest(tuple(messages), sampling), fut))
+        self._last_arrival = time.monotonic()
+        self._wake.set()
+        return await fut
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        wake = self._wake
+        if wake is None:  # pragma: no cover - set by __call__ before the task starts
+            return
+        while True:
+            if not self._pending:
+                await wake.wait()
+            wake.clear()
+            # gather: wait while requests keep arriving, up to a full batch
+            while len(self._pending) < self.max_batch:
+                quiet = time.monotonic() - self._last_arrival
+                if quiet >= self.gather_window_s:
+                    break
+                await asyncio.sleep(self.gather_window_s - quiet)
+            batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+            live = [(r, f) for r, f in batch if not f.cancelled()]
+            if not live:
+                continue
+            self.batch_sizes.append(len(live))
+            try:
+                outs = await loop.run_in_executor(
+                    self._executor, self.engine.generate, [r for r, _ in live]
+                )
+            except Exception as e:  # hand the error to every waiting caller
+                for _, f in live:
+                    if not f.done():
+                        f.set_exception(e)
+                continue
+            for (_, f), c in zip(live, outs, strict=True):
+                if not f.done():
+                    f.set_result(c)
+            # let the callers we just answered step their envs and ask again, so their
+            # next requests join one batch instead of trickling in one by one
+            self._last_arrival = time.monotonic()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False)

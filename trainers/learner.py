@@ -1,0 +1,191 @@
+"""The learner: the trainable model, its optimizer, and one DAPO update per batch.
+
+This is the piece a distributed backend replaces (DeepSpeed / FSDP in the next issue):
+the loop hands it a list of :class:`~agentgym.trainers.batch.Sample` and asks for
+``update(samples)`` and ``adapter_state()``; nothing else of the loop touches the model
+while training.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from agentgym.trainers.algorithm import dapo_policy_loss, selected_logprobs, token_entropy
+from agentgym.trainers.batch import MicroBatch, Sample, make_microbatches
+from agentgym.trainers.config import AlgorithmConfig, OptimConfig
+
+
+def make_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(
+        params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
+    )
+
+
+class Learner:
+    """Holds the policy (a peft model, or a plain one for full fine-tuning).
+
+    Args:
+        model: the policy. With LoRA, the reference policy is the same model with the
+            adapter disabled (``model.disable_adapter()``): no second copy.
+        algo: loss settings.
+        optim: optimizer settings.
+        temperature: the sampling temperature; log-probs are computed at the same
+            temperature so that ratios compare like with like.
+        pad_id: padding token id.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        algo: AlgorithmConfig,
+        optim: OptimConfig,
+        *,
+        temperature: float,
+        pad_id: int,
+        lora: bool = True,
+    ) -> None:
+        self.model = model
+        self.algo = algo
+        self.optim_cfg = optim
+        self.temperature = temperature
+        self.pad_id = pad_id
+        self.lora = lora
+        self.optimizer = make_optimizer(model, optim)
+        self.updates = 0
+
+    # ------------------------------------------------------------------ forward
+    def _logits(self, mb: MicroBatch) -> torch.Tensor:
+        out = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False)
+        return out.logits[:, :-1].float()
+
+    @torch.no_grad()
+    def logprobs(self, mbs: Sequence[MicroBatch], *, reference: bool = False) -> list[torch.Tensor]:
+        """Per-token log-probs (no grad) of each micro-batch's targets."""
+        self.model.eval()
+        outs = []
+        ctx = self.model.disable_adapter() if reference and self.lora else _nullcontext()
+        with ctx:
+            for mb in mbs:
+                outs.append(selected_logprobs(self._logits(mb), mb.targets, self.temperature))
+        return outs
+
+    def _lr(self) -> float:
+        w = self.optim_cfg.warmup_steps
+        return self.optim_cfg.lr * min(1.0, (self.updates + 1) / w) if w > 0 else self.optim_cfg.lr
+
+    # ------------------------------------------------------------------ update
+    def update(self, samples: Sequence[Sample]) -> dict[str, float]:
+        """DAPO update(s) on one batch; returns ``losses/`` and ``charts/`` metrics.
+
+        The batch is split into ``updates_per_batch`` mini-batches (one optimizer step
+        each) and each mini-batch into micro-batches (gradient accumulation). Each
+        token's loss is divided by the token count of its whole mini-batch.
+        """
+        algo = self.algo
+        n_mini = min(algo.updates_per_batch, len(samples))
+        minis = [list(range(k, len(samples), n_mini)) for k in range(n_mini)]
+        all_mbs = [
+            make_microbatches([samples[i] for i in idx], algo.micro_batch_size, self.pad_id)
+            for idx in minis
+        ]
+        # old log-probs: with one update per batch the policy has not moved since
+        # sampling, so old = current (detached) and needs no extra pass
+        old = [self.logprobs(mbs) for mbs in all_mbs] if n_mini > 1 else None
+        ref = [self.logprobs(mbs, reference=True) for mbs in all_mbs] if algo.kl_coef > 0 else None
+
+        sums: dict[str, float] = {
+            "loss": 0.0,
+            "policy_loss": 0.0,
+            "kl_loss": 0.0,
+            "clip_low": 0.0,
+            "clip_high": 0.0,
+            "ratio": 0.0,
+            "kl": 0.0,
+            "tokens": 0.0,
+            "entropy": 0.0,
+            "mismatch": 0.0,
+            "mismatch_tokens": 0.0,
+        }
+        grad_norms = []
+        self.model.train()
+        for m, mbs in enumerate(all_mbs):
+            total_tokens = sum(mb.num_tokens for mb in mbs)
+            if total_tokens == 0:
+                continue
+            for g in self.optimizer.param_groups:
+                g["lr"] = self._lr()
+            self.optimizer.zero_grad(set_to_none=True)
+            for j, mb in enumerate(mbs):
+                logits = self._logits(mb)
+                logp = selected_logprobs(logits, mb.targets, self.temperature)
+                old_logp = old[m][j] if old is not None else logp.detach()
+                terms = dapo_policy_loss(
+                    logp,
+                    old_logp,
+                    mb.advantages,
+                    mb.loss_mask,
+                    total_tokens=total_tokens,
+                    eps_low=algo.eps_low,
+                    eps_high=algo.eps_high,
+                    ref_logp=ref[m][j] if ref is not None else None,
+                    kl_coef=algo.kl_coef,
+                )
+                terms.loss.backward()
+                with torch.no_grad():
+                    ent = token_entropy(logits.detach(), self.temperature)
+                    sums["entropy"] += float((ent * mb.loss_mask).sum())
+                    has = mb.has_sampler_logprobs & (mb.loss_mask > 0)
+                    sums["mismatch"] += float(
+                        (logp.detach() - mb.sampler_logprobs).abs()[has].sum()
+                    )
+                    sums["mismatch_tokens"] += float(has.sum())
+                sums["loss"] += float(terms.loss.detach()) * total_tokens
+                sums["policy_loss"] += float(terms.policy_loss) * total_tokens
+                sums["kl_loss"] += float(terms.kl_loss) * total_tokens
+                sums["clip_low"] += float(terms.clipped_low_tokens)
+                sums["clip_high"] += float(terms.clipped_high_tokens)
+                sums["ratio"] += float(terms.ratio_sum)
+                sums["kl"] += float(terms.kl_sum)
+                sums["tokens"] += float(terms.tokens)
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            max_norm = (
+                self.optim_cfg.max_grad_norm if self.optim_cfg.max_grad_norm > 0 else math.inf
+            )
+            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.updates += 1
+        n = max(sums["tokens"], 1.0)
+        return {
+            "losses/total": sums["loss"] / n,
+            "losses/policy": sums["policy_loss"] / n,
+            "losses/kl": sums["kl_loss"] / n,
+            "losses/entropy": sums["entropy"] / n,
+            "losses/clip_fraction": (sums["clip_low"] + sums["clip_high"]) / n,
+            "losses/clip_fraction_low": sums["clip_low"] / n,
+            "losses/clip_fraction_high": sums["clip_high"] / n,
+            "losses/ratio_mean": sums["ratio"] / n,
+            "losses/approx_kl_ref": sums["kl"] / n,
+            "losses/grad_norm": float(sum(grad_norms) / len(grad_norms)) if grad_norms else 0.0,
+            "charts/logprob_mismatch": sums["mismatch"] / max(sums["mismatch_tokens"], 1.0),
+            "charts/train_tokens": sums["tokens"],
+            "charts/lr": self._lr(),
+            "charts/optimizer_steps": float(len(grad_norms)),
+        }
+
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        from agentgym.trainers.models import adapter_state_dict
+
+        return adapter_state_dict(self.model)
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None

@@ -1,0 +1,195 @@
+"""Metrics to JSONL, a progress line per step, and PNG plots at the end of a run."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if hasattr(v, "item"):
+        return _clean(v.item())
+    return v
+
+
+class JsonlWriter:
+    """Append one JSON object per line (flushed, so a killed run keeps what it wrote)."""
+
+    def __init__(self, path: str | Path, *, truncate_after_step: int | None = None) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if truncate_after_step is not None and self.path.exists():
+            # on resume: drop rows of steps after the checkpoint (they will be redone)
+            keep = [
+                r for r in read_jsonl(self.path) if int(r.get("step", 0)) <= truncate_after_step
+            ]
+            with self.path.open("w", encoding="utf-8") as f:
+                for r in keep:
+                    f.write(json.dumps(r) + "\n")
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({k: _clean(v) for k, v in row.items()}) + "\n")
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a JSONL file; a torn last line (killed writer) is skipped."""
+    rows = []
+    p = Path(path)
+    if not p.exists():
+        return rows
+    for line in p.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+class Progress:
+    """A tqdm bar on a terminal; one plain line per step otherwise (CI logs)."""
+
+    KEYS = (
+        ("charts/reward", "reward"),
+        ("charts/accuracy", "acc"),
+        ("charts/response_tokens_mean", "tok"),
+        ("charts/idle_share", "idle"),
+        ("time/step_s", "s/step"),
+    )
+
+    def __init__(
+        self, total: int, start: int = 0, enabled: bool = True, desc: str = "dapo"
+    ) -> None:
+        self.enabled = enabled
+        self._bar = None
+        self.desc = desc
+        self.total = total
+        if enabled and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, initial=start, desc=desc, unit="step")
+
+    def update(self, step: int, metrics: Mapping[str, Any]) -> None:
+        if not self.enabled:
+            return
+        parts = {short: metrics[k] for k, short in self.KEYS if metrics.get(k) is not None}
+        if self._bar is not None:
+            self._bar.set_postfix({k: f"{v:.3g}" for k, v in parts.items()})
+            self._bar.update(1)
+        else:
+            text = "  ".join(f"{k}={v:.4g}" for k, v in parts.items())
+            print(f"[{self.desc}] step {step}/{self.total}  {text}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def plot_run(run_dir: str | Path) -> list[Path]:
+    """Write reward.png, response_length.png and timeline.png into ``run_dir/plots``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    run_dir = Path(run_dir)
+    rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "charts/reward" in r]
+    out_dir = run_dir / "plots"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    if rows:
+        steps = [r["step"] for r in rows]
+
+        def series(key: str) -> list[float]:
+            return [r.get(key) if r.get(key) is not None else float("nan") for r in rows]
+
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot(steps, series("charts/reward"), label="train reward (shaped)")
+        if any(r.get("charts/accuracy") is not None for r in rows):
+            ax.plot(steps, series("charts/accuracy"), label="train accuracy")
+        evals = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "eval/reward" in r]
+        if evals:
+            ax.plot(
+                [r["step"] for r in evals],
+                [r["eval/reward"] for r in evals],
+                "o-",
+                label="held-out reward",
+            )
+        ax.set_xlabel("step")
+        ax.set_ylabel("reward")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        written.append(_save(fig, out_dir / "reward.png"))
+
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot(steps, series("charts/response_tokens_mean"), label="mean")
+        ax.plot(steps, series("charts/response_tokens_max"), label="max")
+        ax.set_xlabel("step")
+        ax.set_ylabel("response tokens")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        written.append(_save(fig, out_dir / "response_length.png"))
+
+    spans = read_jsonl(run_dir / "timeline.jsonl")
+    if spans:
+        written.append(plot_timeline(spans, out_dir / "timeline.png"))
+    plt.close("all")
+    return written
+
+
+def plot_timeline(spans: Sequence[Mapping[str, Any]], path: Path, max_steps: int = 5) -> Path:
+    """A Gantt chart of the last ``max_steps`` steps: phases on one row, generation below."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = sorted({int(s["step"]) for s in spans})[-max_steps:]
+    spans = [s for s in spans if int(s["step"]) in steps]
+    colors = {
+        "rollout": "#9ecae1",
+        "generate": "#08519c",
+        "reward": "#fdae6b",
+        "train": "#31a354",
+        "sync": "#756bb1",
+        "eval": "#bdbdbd",
+        "checkpoint": "#636363",
+    }
+    rows = {"phase": 1, "generate": 0}
+    fig, ax = plt.subplots(figsize=(9, 2.6))
+    t0 = min(float(s["start"]) for s in spans)
+    seen = set()
+    for s in spans:
+        name = str(s["phase"])
+        y = rows["generate"] if name == "generate" else rows["phase"]
+        label = name if name not in seen else None
+        seen.add(name)
+        ax.broken_barh(
+            [(float(s["start"]) - t0, float(s["end"]) - float(s["start"]))],
+            (y - 0.4, 0.8),
+            facecolors=colors.get(name, "#cccccc"),
+            label=label,
+        )
+    ax.set_yticks([0, 1], ["engine busy", "loop phase"])
+    ax.set_xlabel("seconds")
+    ax.set_title(
+        f"timeline of steps {steps[0]}-{steps[-1]} (gaps in 'engine busy' during rollout = bubbles)"
+    )
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=7, fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.savefig(path, dpi=110)
+    return path

@@ -1,0 +1,472 @@
+"""The all-sync DAPO loop: rollout, dynamic-sampling refill, update, adapter sync.
+
+One step::
+
+    rollout   every env at once through the batching engine; rewards are computed by
+              the envs as their episodes end, while other episodes still generate
+    refill    drop groups whose rewards are all equal; draw more tasks until the batch
+              holds ``batch_tasks`` informative groups (at most max_generation_rounds)
+    reward    shaping (overlong, length reward) and group advantages
+    train     DAPO loss over every policy token, micro-batched; optimizer step(s)
+    sync      the new adapter goes to the engine (a no-op for the embedded engine,
+              which shares the model object)
+
+Strictly on-policy: the next rollout starts only after the sync.
+
+Departures from the textbook DAPO (arXiv 2503.14476), on purpose:
+
+1. One optimizer step per batch by default (``updates_per_batch: 1``). The policy has
+   not moved since sampling, so the ratio is exactly 1, clipping never binds and the
+   surrogate's gradient equals the policy gradient; with ``updates_per_batch > 1`` the
+   batch is split into mini-batches and clip-higher does its job as in the paper.
+2. Old log-probs are recomputed by the learner (when needed), not taken from the
+   engine; the engine's are only compared with them (``charts/logprob_mismatch``), so a
+   numerically different engine (vLLM) cannot bias the ratio.
+3. Episodes, not responses, are the unit of a group: one advantage per episode,
+   broadcast to every token the policy produced in every conversation of the episode
+   (memory summaries included). Environment text is never trained on.
+4. The group std is the unbiased (n-1) one; a group of one gets advantage 0.
+5. Dynamic sampling keeps the first ``batch_tasks`` informative groups in draw order and
+   drops the surplus; after ``max_generation_rounds`` it trains on what it has (or
+   skips/errors, ``on_cap``) rather than looping forever.
+6. Overlong shaping judges an episode by its longest completion against
+   ``rollout.max_tokens``; overlong masking drops any episode with a truncated
+   completion.
+7. LoRA instead of full fine-tuning; the KL reference is the base model (adapter off).
+8. No entropy bonus; entropy is only logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from agentgym.trainers.algorithm import (
+    group_advantages,
+    informative_groups,
+    length_reward,
+    overlong_penalty,
+)
+from agentgym.trainers.batch import episodes_to_samples
+from agentgym.trainers.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agentgym.trainers.common import (
+    build_model_and_tokenizer,
+    env_corpus,
+    env_kwargs,
+    episode_accuracy,
+    episode_summary,
+    evaluate_async,
+    resolve_envs,
+    setup_torch,
+)
+from agentgym.trainers.config import TrainConfig, save_config
+from agentgym.trainers.engines.base import RolloutEngine
+from agentgym.trainers.engines.hf import HFEngine
+from agentgym.trainers.learner import Learner
+from agentgym.trainers.logging import JsonlWriter, Progress, plot_run
+from agentgym.trainers.timeline import Timeline
+
+from agentgym.errors import ConfigError
+from agentgym.rollouts import derive_seed, rollout_async
+from agentgym.types import Episode, SamplingParams
+
+Group = list[Episode]
+
+
+def shaped_rewards(
+    episodes: Sequence[Episode], group_ids: torch.Tensor, cfg: TrainConfig
+) -> torch.Tensor:
+    """Env reward plus the configured shaping terms, one per episode."""
+    algo = cfg.algorithm
+    r = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
+    if algo.overlong_penalty:
+        longest = torch.tensor(
+            [max((t.completion.num_tokens or 0 for t in e.turns), default=0) for e in episodes],
+            dtype=torch.float32,
+        )
+        cache = min(algo.overlong_cache, cfg.rollout.max_tokens)
+        # a truncated completion has exactly max_tokens tokens: count it as over the limit
+        over = torch.tensor(
+            [any(t.completion.truncated for t in e.turns) for e in episodes], dtype=torch.bool
+        )
+        longest = torch.where(over, longest + 1, longest)
+        r = r + overlong_penalty(longest, cfg.rollout.max_tokens, cache)
+    if algo.length_reward_coef > 0:
+        lengths = torch.tensor([e.num_policy_tokens for e in episodes], dtype=torch.float32)
+        correct = torch.tensor(
+            [(episode_accuracy(e) or 0.0) >= 1.0 for e in episodes], dtype=torch.bool
+        )
+        r = r + algo.length_reward_coef * length_reward(lengths, correct, group_ids)
+    return r
+
+
+class DAPOTrainer:
+    """All-sync DAPO with LoRA on one process (see the module docstring).
+
+    Args:
+        config: the run's :class:`~agentgym.trainers.config.TrainConfig`.
+        resume: continue from the run directory's latest checkpoint.
+        engine: a rollout engine; default an :class:`HFEngine` sharing the model.
+    """
+
+    def __init__(
+        self, config: TrainConfig, *, resume: bool = False, engine: RolloutEngine | None = None
+    ) -> None:
+        self.cfg = cfg = config
+        setup_torch(cfg.run.threads, cfg.run.seed)
+        self.env_ids = resolve_envs(cfg.envs)
+        self.out = Path(cfg.run.output_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.ckpt_dir = self.out / "checkpoints"
+
+        model, self.tokenizer = build_model_and_tokenizer(
+            cfg.model, corpus=lambda: env_corpus(cfg.envs, seed_start=cfg.train_seed_start)
+        )
+        if cfg.lora.enabled:
+            from agentgym.trainers.models import apply_lora
+
+            model = apply_lora(
+                model,
+                r=cfg.lora.r,
+                alpha=cfg.lora.alpha,
+                dropout=cfg.lora.dropout,
+                target_modules=cfg.lora.target_modules,
+                target_experts=cfg.lora.target_experts,
+                seed=derive_seed("lora", cfg.run.seed),
+            )
+        self.model = model
+        pad = (
+            self.tokenizer.pad_token_id
+            if self.tokenizer.pad_token_id is not None
+            else self.tokenizer.eos_token_id
+        )
+        self.learner = Learner(
+            model,
+            cfg.algorithm,
+            cfg.optim,
+            temperature=cfg.rollout.temperature,
+            pad_id=int(pad),
+            lora=cfg.lora.enabled,
+        )
+        self.engine = engine or HFEngine(
+            model, self.tokenizer, shares_weights=True, seed=cfg.run.seed
+        )
+        self.policy = self.engine.as_policy(
+            max_batch=cfg.rollout.max_batch, gather_window_s=cfg.rollout.gather_window_s
+        )
+        self.env_kwargs = [env_kwargs(spec, self.tokenizer) for spec in cfg.envs]
+        weights = np.array([e.weight for e in cfg.envs], dtype=np.float64)
+        self.env_weights = (weights / weights.sum()).tolist()
+
+        # state that a checkpoint carries
+        self.step = 0
+        self.next_seed = cfg.train_seed_start
+        self.task_rng = random.Random(derive_seed("tasks", cfg.run.seed))
+        self.origin = time.monotonic()
+
+        resumed_from = None
+        if resume:
+            ckpt = latest_checkpoint(self.ckpt_dir)
+            if ckpt is None:
+                print(
+                    f"[agentgym train] --resume: no checkpoint in {self.ckpt_dir}; starting fresh.",
+                    file=sys.stderr,
+                )
+            else:
+                state = load_checkpoint(
+                    ckpt, model=self.model, optimizer=self.learner.optimizer, lora=cfg.lora.enabled
+                )
+                self.step = int(state["step"])
+                self.next_seed = int(state["next_seed"])
+                self.task_rng.setstate(_tuple_state(state["task_rng"]))
+                self.learner.updates = int(state.get("updates", 0))
+                resumed_from = ckpt
+        self.resumed_from = resumed_from
+        self.metrics_log = JsonlWriter(
+            self.out / "metrics.jsonl", truncate_after_step=self.step if resume else -1
+        )
+        self.timeline_log = JsonlWriter(
+            self.out / "timeline.jsonl", truncate_after_step=self.step if resume else -1
+        )
+        save_config(cfg, self.out / "config.yaml")
+
+    # ------------------------------------------------------------------ tasks
+    def _draw_tasks(self, n: int) -> dict[int, list[int]]:
+        """``n`` fresh training tasks: env index -> reset seeds (env chosen by weight)."""
+        by_env: dict[int, list[int]] = defaultdict(list)
+        for _ in range(n):
+            k = self.task_rng.choices(range(len(self.env_ids)), weights=self.env_weights)[0]
+            by_env[k].append(self.next_seed)
+            self.next_seed += 1
+        if self.next_seed > self.cfg.eval.seed_start > self.cfg.train_seed_start:
+            raise ConfigError("training seeds ran into eval.seed_start; move eval.seed_start up.")
+        return dict(by_env)
+
+    def _sampling(self, round_index: int) -> SamplingParams:
+        r = self.cfg.rollout
+        return SamplingParams(
+            max_tokens=r.max_tokens,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            seed=derive_seed("sample", self.cfg.run.seed, self.step, round_index),
+            logprobs=True,
+        )
+
+    async def _rollout_round(self, tasks: dict[int, list[int]], round_index: int) -> list[Episode]:
+        r = self.cfg.rollout
+        total = sum(len(v) for v in tasks.values()) * r.group_size
+        coros = []
+        for k, seeds in sorted(tasks.items()):
+            share = max(1, round(r.concurrency * len(seeds) * r.group_size / max(total, 1)))
+            coros.append(
+                rollout_async(
+                    self.env_ids[k],
+                    self.policy,
+                    seeds=seeds,
+                    group_size=r.group_size,
+                    sampling=self._sampling(round_index),
+                    concurrency=share,
+                    env_kwargs=self.env_kwargs[k],
+                )
+            )
+        results = await asyncio.gather(*coros)
+        return [ep for eps in results for ep in eps]
+
+    # ------------------------------------------------------------------ one step
+    def train_step(self) -> dict[str, Any]:
+        cfg, algo, r = self.cfg, self.cfg.algorithm, self.cfg.rollout
+        tl = Timeline()
+        busy_before = len(self.engine.busy)
+        kept: list[Group] = []
+        all_episodes: list[Episode] = []
+        rounds = groups_seen = groups_dropped = 0
+        per_round = r.tasks_per_round or r.batch_tasks
+        with tl.phase("rollout"):
+            while len(kept) < r.batch_tasks and rounds < algo.max_generation_rounds:
+                need = r.batch_tasks - len(kept)
+                n = per_round if rounds == 0 else max(need, min(per_round, need * 2))
+                episodes = asyncio.run(self._rollout_round(self._draw_tasks(n), rounds))
+                rounds += 1
+                all_episodes.extend(episodes)
+                groups = _groups(episodes)
+                groups_seen += len(groups)
+                for g in groups:
+                    gid = torch.zeros(len(g), dtype=torch.long)
+                    rewards = shaped_rewards(g, gid, cfg)
+                    if not algo.dynamic_sampling or bool(informative_groups(rewards, gid).all()):
+                        kept.append(g)
+                    else:
+                        groups_dropped += 1
+                if not algo.dynamic_sampling:
+                    break
+        tl.generate = list(self.engine.busy[busy_before:])
+
+        capped = len(kept) < r.batch_tasks
+        if capped and algo.dynamic_sampling:
+            msg = (
+                f"dynamic sampling: after {rounds} generation round(s) only {len(kept)}/"
+                f"{r.batch_tasks} groups had differing rewards (the rest were all-equal: all "
+                "solved or all failed). Raise algorithm.max_generation_rounds or "
+                "rollout.tasks_per_round, or make the tasks' difficulty match the model."
+            )
+            if algo.on_cap == "error":
+                raise ConfigError(msg)
+            print(
+                f"[agentgym train] step {self.step + 1}: {msg} "
+                f"({'training on what there is' if algo.on_cap == 'train' and kept else 'skipping the update'})",
+                file=sys.stderr,
+            )
+        kept = kept[: r.batch_tasks]
+        batch = [ep for g in kept for ep in g]
+
+        with tl.phase("reward"):
+            group_ids = torch.tensor([i for i, g in enumerate(kept) for _ in g], dtype=torch.long)
+            rewards = shaped_rewards(batch, group_ids, cfg) if batch else torch.zeros(0)
+            adv = (
+                group_advantages(
+                    rewards, group_ids, algo.advantage, normalize_std=algo.normalize_std
+                )
+                if batch
+                else torch.zeros(0)
+            )
+            trainable = [
+                not (algo.overlong_mask and any(t.completion.truncated for t in ep.turns))
+                for ep in batch
+            ]
+            samples = episodes_to_samples(batch, adv.tolist(), self.tokenizer, trainable=trainable)
+
+        train_metrics: dict[str, float] = {}
+        skip = not samples or (capped and algo.on_cap == "skip")
+        with tl.phase("train"):
+            if not skip:
+                train_metrics = self.learner.update(samples)
+        with tl.phase("sync"):
+            if not skip and not getattr(self.engine, "shares_weights", False):
+                self.engine.load_adapter(self.learner.adapter_state())
+        self.step += 1
+
+        m: dict[str, Any] = {"step": self.step}
+        m.update(
+            {
+                k.replace("train/", "charts/"): v
+                for k, v in episode_summary(all_episodes, "train").items()
+            }
+        )
+        m["charts/reward"] = float(rewards.mean()) if len(rewards) else float("nan")
+        m["charts/env_reward"] = (
+            float(np.mean([e.reward for e in all_episodes])) if all_episodes else float("nan")
+        )
+        m["charts/advantage_abs_mean"] = float(adv.abs().mean()) if len(adv) else 0.0
+        m["charts/groups_kept"] = len(kept)
+        m["charts/groups_filtered"] = groups_dropped
+        m["charts/groups_generated"] = groups_seen
+        m["charts/generation_rounds"] = rounds
+        m["charts/hit_round_cap"] = int(capped)
+        m["charts/update_skipped"] = int(skip)
+        m["charts/masked_episodes"] = sum(1 for t in trainable if not t)
+        m.update(train_metrics)
+        m.update(tl.metrics())
+        for row in tl.to_records(self.step, self.origin):
+            self.timeline_log.write(row)
+        return m
+
+    # ------------------------------------------------------------------ the run
+    def evaluate(self) -> dict[str, float]:
+        e = self.cfg.eval
+        sampling = SamplingParams(
+            max_tokens=e.max_tokens or self.cfg.rollout.max_tokens,
+            temperature=e.temperature,
+            seed=derive_seed("eval", self.cfg.run.seed),
+        )
+        metrics, _ = asyncio.run(
+            evaluate_async(
+                self.policy,
+                self.cfg.envs,
+                self.tokenizer,
+                num_tasks=e.num_tasks,
+                seed_start=e.seed_start,
+                sampling=sampling,
+                concurrency=self.cfg.rollout.concurrency,
+            )
+        )
+        return metrics
+
+    def save(self) -> Path:
+        return save_checkpoint(
+            self.ckpt_dir,
+            self.step,
+            model=self.model,
+            optimizer=self.learner.optimizer,
+            trainer_state={
+                "next_seed": self.next_seed,
+                "task_rng": _jsonable_state(self.task_rng.getstate()),
+                "updates": self.learner.updates,
+            },
+            lora=self.cfg.lora.enabled,
+            keep=self.cfg.run.keep_checkpoints,
+        )
+
+    def train(self) -> list[dict[str, Any]]:
+        """Run to ``run.max_steps``; returns the per-step metrics of this invocation."""
+        cfg = self.cfg
+        history = []
+        progress = Progress(cfg.run.max_steps, start=self.step, enabled=cfg.run.progress)
+        eval_rows = []
+        try:
+            if cfg.eval.at_ends and self.step == 0:
+                tl = Timeline()
+                with tl.phase("eval"):
+                    ev = self.evaluate()
+                row = {"step": 0, **ev, "time/eval_s": tl.seconds("eval")}
+                self.metrics_log.write(row)
+                eval_rows.append(row)
+            while self.step < cfg.run.max_steps:
+                m = self.train_step()
+                if cfg.eval.every and self.step % cfg.eval.every == 0:
+                    tl = Timeline()
+                    with tl.phase("eval"):
+                        m.update(self.evaluate())
+                    m["time/eval_s"] = tl.seconds("eval")
+                    eval_rows.append(m)
+                last = self.step == cfg.run.max_steps
+                if (cfg.run.save_every and self.step % cfg.run.save_every == 0) or last:
+                    t0 = time.monotonic()
+                    self.save()
+                    m["time/checkpoint_s"] = time.monotonic() - t0
+                self.metrics_log.write(m)
+                history.append(m)
+                progress.update(self.step, m)
+            if (
+                cfg.eval.at_ends
+                and not (cfg.eval.every and self.step % cfg.eval.every == 0)
+                and history
+            ):
+                ev = self.evaluate()
+                row = {"step": self.step, **ev}
+                self.metrics_log.write(row)
+                eval_rows.append(row)
+        finally:
+            progress.close()
+            self.policy.close()
+        if cfg.run.plots:
+            plot_run(self.out)
+        self._write_summary()
+        return history
+
+    def _write_summary(self) -> None:
+        from agentgym.trainers.logging import read_jsonl
+
+        evals = [r for r in read_jsonl(self.out / "metrics.jsonl") if "eval/reward" in r]
+        if len(evals) < 1:
+            return
+        first, last = evals[0], evals[-1]
+        text = eval_table(first, last)
+        (self.out / "eval_table.md").write_text(text + "\n", encoding="utf-8")
+        print(text)
+
+
+def eval_table(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """A Markdown before/after table of held-out metrics."""
+    rows = [
+        ("accuracy", "eval/accuracy", "{:.1%}"),
+        ("mean reward", "eval/reward", "{:.3f}"),
+        ("mean response tokens", "eval/response_tokens_mean", "{:.1f}"),
+        ("truncated share", "eval/truncated_share", "{:.1%}"),
+    ]
+    lines = [
+        f"| held-out ({int(before.get('eval/episodes', 0))} tasks) | step {before['step']} | step {after['step']} | ratio |",
+        "|---|---|---|---|",
+    ]
+    for label, key, fmt in rows:
+        a, b = before.get(key), after.get(key)
+        if a is None or b is None:
+            continue
+        ratio = f"{b / a:.2f}" if a else "-"
+        lines.append(f"| {label} | {fmt.format(a)} | {fmt.format(b)} | {ratio} |")
+    return "\n".join(lines)
+
+
+def _groups(episodes: Sequence[Episode]) -> list[Group]:
+    groups: dict[Any, Group] = {}
+    for ep in episodes:
+        groups.setdefault(ep.group_key, []).append(ep)
+    return [sorted(g, key=lambda e: e.sample) for g in groups.values()]
+
+
+def _jsonable_state(state: Any) -> Any:
+    return json.loads(json.dumps(state))
+
+
+def _tuple_state(state: Any) -> Any:
+    if isinstance(state, list):
+        return tuple(_tuple_state(s) for s in state)
+    return state

@@ -1,0 +1,319 @@
+"""Models: tiny built-in presets, loading from a local path, and LoRA through peft.
+
+* :func:`build_preset` builds a randomly initialised model from a config, in process
+  (no download): ``tiny-qwen2`` (dense, Qwen2-style: grouped-query attention, SwiGLU)
+  and ``tiny-deepseek-v3`` (DeepSeek-V3-style MoE: multi-head latent attention, a dense
+  first layer, then routed experts plus a shared expert). The init is seeded inside a fork
+  of the RNG, so the same preset and seed give the same weights
+  whatever happened before.
+* :func:`load_model` loads any causal LM saved in Hugging Face format from a local
+  directory (``save_pretrained`` output), tokenizer included.
+* :func:`apply_lora` wraps a model with a LoRA adapter on the attention projections
+  and, for MoE models, on the routed experts. In transformers 5 the experts are fused
+  3-D parameters (``experts.gate_up_proj``: ``[E, 2I, H]``) rather than modules, so
+  they are targeted with peft's ``target_parameters``. The resolved targets are checked
+  after injection: a target that was asked for but not adapted, or adapted but not
+  asked for (peft rewrites some MLP names into expert parameters on its own), or
+  adapted at an unexpected rank, is a :class:`~agentgym.errors.ConfigError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from agentgym.errors import ConfigError, UnknownNameError
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny-qwen2": {
+        "hidden_size": 128,
+        "intermediate_size": 352,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 2048,
+        "tie_word_embeddings": True,
+        "rope_theta": 10000.0,
+    },
+    "tiny-deepseek-v3": {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "moe_intermediate_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "n_shared_experts": 1,
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "n_group": 1,
+        "topk_group": 1,
+        "first_k_dense_replace": 1,
+        "q_lora_rank": 32,
+        "kv_lora_rank": 16,
+        "qk_rope_head_dim": 8,
+        "qk_nope_head_dim": 8,
+        "v_head_dim": 8,
+        "max_position_embeddings": 2048,
+        "tie_word_embeddings": False,
+    },
+}
+
+
+def build_preset(
+    name: str,
+    tokenizer: Any,
+    *,
+    seed: int = 0,
+    overrides: Mapping[str, Any] | None = None,
+) -> nn.Module:
+    """A randomly initialised tiny model sized for ``tokenizer``'s vocabulary.
+
+    Args:
+        name: one of :data:`PRESETS`.
+        tokenizer: gives the vocabulary size and the special token ids.
+        seed: weight initialisation seed (the global RNG is left untouched).
+        overrides: config fields replacing the preset's (for example ``hidden_size``).
+    """
+    if name not in PRESETS:
+        raise UnknownNameError("model preset", name, PRESETS)
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    kwargs = {**PRESETS[name], **dict(overrides or {})}
+    kwargs.update(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    config_cls, model_cls = (
+        (Qwen2Config, Qwen2ForCausalLM)
+        if name == "tiny-qwen2"
+        else (DeepseekV3Config, DeepseekV3ForCausalLM)
+    )
+    try:
+        config = config_cls(**kwargs)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(
+            f"model preset {name!r} with overrides {dict(overrides or {})}: {e}"
+        ) from e
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = model_cls(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model.float()
+
+
+def load_model(path: str | Path, *, dtype: torch.dtype = torch.float32) -> tuple[nn.Module, Any]:
+    """Load a causal LM and its tokenizer from a local Hugging Face directory."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ConfigError(
+            f"model path {str(path)!r} has no config.json; point model.path at a directory "
+            "written by save_pretrained (for example the output of `agentgym sft`)."
+        )
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return model, tokenizer
+
+
+def save_model(model: nn.Module, tokenizer: Any, path: str | Path) -> Path:
+    """Save a full model and its tokenizer (safetensors) so :func:`load_model` reads it."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(path), safe_serialization=True)
+    tokenizer.save_pretrained(str(path))
+    return path
+
+
+def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+# ---------------------------------------------------------------------------- LoRA
+
+ATTENTION_HINTS = ("attn", "attention")
+
+
+@dataclass(frozen=True)
+class LoraTargets:
+    """What the LoRA adapter is placed on, by full name.
+
+    Attributes:
+        modules: Linear modules adapted with ordinary LoRA.
+        parameters: fused expert parameters (``[E, out, in]``) adapted through peft's
+            ``target_parameters`` (one rank-``r`` adapter per expert).
+        num_experts: experts per fused parameter (for the rank check).
+    """
+
+    modules: tuple[str, ...]
+    parameters: tuple[str, ...]
+    num_experts: dict[str, int]
+
+
+def fused_expert_parameters(model: nn.Module) -> dict[str, int]:
+    """Full names of 3-D expert parameters (transformers 5 MoE layout) -> expert count."""
+    out = {}
+    for mname, module in model.named_modules():
+        if not mname.split(".")[-1].startswith("experts"):
+            continue
+        for pname, p in module.named_parameters(recurse=False):
+            if p.dim() == 3:
+                out[f"{mname}.{pname}"] = int(p.shape[0])
+    return out
+
+
+def resolve_lora_targets(
+    model: nn.Module, target_modules: Iterable[str] | None, target_experts: bool
+) -> LoraTargets:
+    """The full names LoRA should adapt.
+
+    Args:
+        model: the base model.
+        target_modules: leaf names of Linear modules (``q_proj``, ``o_proj``); ``None``
+            means every Linear inside an attention block.
+        target_experts: also adapt fused expert parameters (MoE models; ignored for
+            dense ones).
+    """
+    linears = {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear)}
+    if target_modules is None:
+        chosen = [
+            n
+            for n in linears
+            if any(h in part.lower() for part in n.split(".")[:-1] for h in ATTENTION_HINTS)
+        ]
+    else:
+        wanted = list(target_modules)
+        leaves = {n.split(".")[-1] for n in linears}
+        for w in wanted:
+            if w not in leaves:
+                raise UnknownNameError(
+                    "LoRA target module", w, leaves, hint="Names are Linear module leaf names."
+                )
+        chosen = [n for n in linears if n.split(".")[-1] in wanted]
+    experts = fused_expert_parameters(model) if target_experts else {}
+    if not chosen and not experts:
+        raise ConfigError(
+            "LoRA resolved to no targets; name some Linear modules in lora.target_modules."
+        )
+    return LoraTargets(tuple(sorted(chosen)), tuple(sorted(experts)), experts)
+
+
+def apply_lora(
+    model: nn.Module,
+    *,
+    r: int = 8,
+    alpha: float = 16.0,
+    dropout: float = 0.0,
+    target_modules: Iterable[str] | None = None,
+    target_experts: bool = True,
+    seed: int = 0,
+) -> Any:
+    """Wrap ``model`` in a peft LoRA adapter and check what was adapted.
+
+    Base weights are frozen; only the adapter trains. ``seed`` seeds the adapter's
+    initialisation (``lora_A``) without touching the global RNG.
+
+    Returns:
+        The ``PeftModel``; ``model.agentgym_lora_targets`` holds the :class:`LoraTargets`.
+    """
+    from peft import LoraConfig, get_peft_model
+
+    targets = resolve_lora_targets(model, target_modules, target_experts)
+    config = LoraConfig(
+        r=r,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        target_modules=list(targets.modules) or None,
+        target_parameters=list(targets.parameters) or None,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        peft_model = get_peft_model(model, config)
+    check_lora_targets(peft_model, targets, r)
+    peft_model.agentgym_lora_targets = targets
+    return peft_model
+
+
+def check_lora_targets(peft_model: Any, targets: LoraTargets, r: int) -> None:
+    """Raise ConfigError unless exactly the resolved targets carry an adapter of rank r."""
+    got_modules = set(getattr(peft_model, "targeted_module_names", []) or [])
+    got_params = set(getattr(peft_model, "targeted_parameter_names", []) or [])
+    problems = []
+    for label, want, got in (
+        ("modules", set(targets.modules), got_modules),
+        ("expert parameters", set(targets.parameters), got_params),
+    ):
+        if want - got:
+            problems.append(f"asked for but not adapted ({label}): {sorted(want - got)}")
+        if got - want:
+            problems.append(f"adapted but not asked for ({label}): {sorted(got - want)}")
+    ranks = lora_ranks(peft_model)
+    for name in targets.modules:
+        if name in ranks and ranks[name] != r:
+            problems.append(f"{name}: rank {ranks[name]}, expected {r}")
+    for name, n_exp in targets.num_experts.items():
+        got_r = ranks.get(name)
+        if got_r is not None and got_r != r * n_exp:
+            problems.append(f"{name}: adapter rank {got_r}, expected {r} per expert x {n_exp}")
+    if problems:
+        raise ConfigError(
+            "LoRA targets differ from what was resolved: "
+            + "; ".join(problems)
+            + ". Name attention Linear leaves in lora.target_modules and use "
+            "lora.target_experts for MoE experts (do not name gate/up/down on MoE models)."
+        )
+
+
+def lora_ranks(peft_model: Any) -> dict[str, int]:
+    """Adapted name -> rows of its ``lora_A`` (r for Linear, r * experts for fused params).
+
+    Fused expert parameters are reported by their full parameter name (peft nests one
+    ``ParamWrapper`` per parameter of the same experts module).
+    """
+    from peft.tuners.lora import LoraLayer
+
+    out: dict[str, int] = {}
+    prefix = "base_model.model."
+    for name, module in peft_model.named_modules():
+        if not isinstance(module, LoraLayer) or not module.lora_A:
+            continue
+        owner = name[len(prefix) :] if name.startswith(prefix) else name
+        owner = owner.replace(".base_layer", "")
+        pname = getattr(module, "parameter_name", None)
+        if pname:
+            owner = f"{owner}.{pname}"
+        first = next(iter(module.lora_A.values()))
+        out[owner] = int(first.weight.shape[0])
+    return out
+
+
+def adapter_state_dict(model: Any) -> dict[str, torch.Tensor]:
+    """The adapter weights (peft naming), detached copies."""
+    from peft import get_peft_model_state_dict
+
+    return {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
+
+
+def load_adapter_state_dict(model: Any, state: Mapping[str, torch.Tensor]) -> None:
+    """Load adapter weights produced by :func:`adapter_state_dict` (strict)."""
+    from peft import set_peft_model_state_dict
+
+    result = set_peft_model_state_dict(model, dict(state))
+    unexpected = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
+    if unexpected:
+        raise ConfigError(
+            f"adapter weights do not fit this model: unexpected keys {unexpected[:5]}"
+        )
