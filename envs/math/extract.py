@@ -1,0 +1,204 @@
+"""Finding the final answer in a model's reply.
+
+Three ways of stating a final answer are recognised, in this order of priority:
+
+1. ``\\boxed{...}`` (also ``\\fbox{...}`` and ``\\boxed 5``): the box format.
+2. A line ``Answer: ...`` (DAPO's format; ``**Final Answer:** ...`` works too).
+3. A phrase ``the (final) answer is ...``, used only when neither of the above occurs.
+
+Anti-hacking rules: the reply's *final-answer statements* are every distinct boxed
+answer and the last ``Answer:`` line. When they differ (after normalisation), each one
+must be right, so hedging ("\\boxed{3} ... no, \\boxed{4}") is never credited for
+containing the right value somewhere. Restating the same answer twice is fine.
+
+Everything here is linear in the length of the reply (one pass for braces, regular
+expressions without nested quantifiers), so extraction is never the slow part of
+grading, whatever the input.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["Extraction", "extract_answer", "find_boxed", "strip_boxed"]
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+# "Answer:" anywhere on a line, with markdown emphasis around it; possessive quantifiers
+# keep it linear on hostile runs of spaces/asterisks.
+_ANSWER_LINE_RE = re.compile(r"(?i)(?<![A-Za-z])answer[ \t*_]*+[:：][ \t*_]*+([^\n]*)")
+_PHRASE_RE = re.compile(r"(?i)(?:final answer|the answer) (?:is|=)[ \t:*_]*+([^\n]*)")
+_SENTENCE_END_RE = re.compile(r"\.(?=\s|$)")
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """What :func:`extract_answer` found.
+
+    Attributes:
+        answer: the final answer (the last box, else the last answer line, else the
+            phrase), stripped of surrounding ``$``/markdown; ``None`` when none was found
+            or the statement was empty.
+        format: ``"boxed"``, ``"answer_line"``, ``"phrase"`` or ``None``.
+        candidates: every distinct final-answer statement; all must be correct.
+        reason: ``None`` when an answer was found, else ``"no_answer"`` or
+            ``"empty_answer"``.
+    """
+
+    answer: str | None
+    format: str | None
+    candidates: tuple[str, ...] = ()
+    reason: str | None = None
+
+
+def _matching_braces(text: str) -> dict[int, int]:
+    """Map each ``{`` position to its matching ``}`` in one pass (``\\{``/``\\}`` skipped)."""
+    match: dict[int, int] = {}
+    stack: list[int] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "{":
+            stack.append(i)
+        elif c == "}" and stack:
+            match[stack.pop()] = i
+        i += 1
+    return match
+
+
+def find_boxed(text: str) -> list[str]:
+    """Contents of every outermost ``\\boxed{...}``/``\\fbox{...}`` in order.
+
+    A box nested inside another box is part of the outer one's content. An unclosed box
+    (a truncated reply) is ignored. ``\\boxed 5`` takes the next token.
+    """
+    if "\\boxed" not in text and "\\fbox" not in text:
+        return []
+    braces: dict[int, int] | None = None
+    out: list[str] = []
+    covered = -1  # end of the last box taken; boxes starting before it are nested
+    for m in _BOX_RE.finditer(text):
+        if m.start() < covered:
+            continue
+        j = m.end()
+        while j < len(text) and text[j] in " \t":
+            j += 1
+        if j < len(text) and text[j] == "{":
+            if braces is None:
+                braces = _matching_braces(text)
+            end = braces.get(j)
+            if end is None:
+                continue
+            out.append(text[j + 1 : end])
+            covered = end
+        elif j > m.end():  # "\boxed 5": one token up to whitespace or "$"
+            tok = re.match(r"[^\s$]+", text[j:])
+            if tok:
+                out.append(tok.group(0))
+                covered = j + tok.end()
+    return out
+
+
+def strip_boxed(text: str) -> str:
+    """If ``text`` is exactly one box (possibly inside ``$``), return its content."""
+    t = text.strip().strip("$").strip()
+    for _ in range(4):
+        m = _BOX_RE.match(t)
+        if not m:
+            break
+        rest = t[m.end() :].lstrip()
+        if not rest.startswith("{"):
+            break
+        end = _matching_braces(rest).get(0)
+        if end is None or rest[end + 1 :].strip():
+            break
+        t = rest[1:end].strip()
+    return t
+
+
+def _clean_statement(s: str) -> str:
+    """Strip markdown emphasis, math delimiters and a final full stop from a statement."""
+    s = s.strip()
+    for _ in range(3):
+        before = s
+        s = s.strip("*_ \t")
+        if s.endswith("."):
+            s = s[:-1].rstrip()
+        if len(s) >= 2 and s[0] == "$" and s[-1] == "$":
+            s = s.strip("$").strip()
+        if s.startswith("\\(") and s.endswith("\\)"):
+            s = s[2:-2].strip()
+        if s.startswith("\\[") and s.endswith("\\]"):
+            s = s[2:-2].strip()
+        if s == before:
+            break
+    return s
+
+
+def _last_answer_line(text: str) -> str | None:
+    last = None
+    for m in _ANSWER_LINE_RE.finditer(text):
+        last = m
+    if last is None:
+        return None
+    content = last.group(1)
+    boxes = find_boxed(content)
+    if boxes:
+        return boxes[-1].strip()
+    return _clean_statement(content)
+
+
+def _phrase(text: str) -> str | None:
+    last = None
+    for m in _PHRASE_RE.finditer(text):
+        last = m
+    if last is None:
+        return None
+    content = last.group(1)
+    boxes = find_boxed(content)
+    if boxes:
+        return boxes[-1].strip()
+    content = content.strip()
+    # Cut at the end of the sentence (a full stop followed by space or end), but keep
+    # decimal points and a stop inside $...$.
+    if content.startswith("$"):
+        end = content.find("$", 1)
+        if end > 0:
+            return _clean_statement(content[: end + 1])
+    m = _SENTENCE_END_RE.search(content)
+    if m:
+        content = content[: m.start()]
+    return _clean_statement(content)
+
+
+def _key(s: str) -> str:
+    return "".join(s.split())
+
+
+def extract_answer(text: str) -> Extraction:
+    """Find the final answer of ``text`` (see the module docstring for the rules)."""
+    boxes = [b.strip() for b in find_boxed(text)]
+    line = _last_answer_line(text)
+    statements: list[tuple[str, str]] = [("boxed", b) for b in boxes]
+    if line is not None:
+        statements.append(("answer_line", line))
+    if not statements:
+        phrase = _phrase(text)
+        if phrase is not None:
+            statements.append(("phrase", phrase))
+    if not statements:
+        return Extraction(None, None, (), "no_answer")
+    fmt, answer = statements[0] if not boxes else ("boxed", boxes[-1])
+    if not boxes and line is not None:
+        fmt, answer = "answer_line", line
+    if any(not s for _, s in statements):
+        return Extraction(None, fmt, (), "empty_answer")
+    seen: dict[str, str] = {}
+    for _, s in statements:
+        seen.setdefault(_key(s), s)
+    # the chosen answer first, then the other distinct statements
+    ordered = [answer] + [s for k, s in seen.items() if k != _key(answer)]
+    return Extraction(answer, fmt, tuple(ordered), None)

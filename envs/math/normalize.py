@@ -1,0 +1,279 @@
+"""Normalising a final answer before it is compared.
+
+:func:`normalize` rewrites a LaTeX/plain-text answer into a canonical string that is
+still LaTeX (math-verify parses it afterwards). What it does, in order:
+
+* unwraps ``\\boxed{}``, ``$...$``, ``\\(...\\)``, ``\\[...\\]``, ``\\displaystyle``,
+  ``\\left``/``\\right``;
+* ``\\dfrac``/``\\tfrac`` -> ``\\frac``, ``\\frac12`` -> ``\\frac{1}{2}``; unicode
+  ``−``, ``×``, ``÷``, ``π``, ``∞``, ``√``, ``≤``, ``≥`` -> LaTeX;
+* thousands separators (``1,000``, ``1{,}000``, ``1\\,000``, ``1 000``) are removed;
+* degrees (``^\\circ``, ``°``), currency (``\\$``, ``$``) and trailing units
+  (``5\\text{ cm}``, ``12 apples``, ``3 km/h``) are dropped; ``%``, ``percent`` ->
+  ``\\%`` (kept: whether 50% may equal 0.5 is decided when comparing);
+* ``\\text{}``, ``\\textbf{}``, ``\\mathrm{}``, ``\\mbox{}``... are unwrapped;
+* "or"/"and"/``\\lor`` between alternatives become commas, so "3 or 4" is the list
+  ``3,4`` (never the single value 3);
+* ``x = 3`` -> ``3`` (a single name on the left: ``x``, ``a_1``, ``f(x)``, ``\\theta``);
+  ``x = 2 or x = 3`` -> ``2,3``; ``x = 6/2 = 3`` -> ``3``; ``x \\in (1, 2)`` -> ``(1,2)``.
+  Lists of assignments to *different* names (``x=2, y=3``) are kept;
+* whitespace is removed except where it separates a command from a letter
+  (``\\pi r``); a final full stop and a leading ``+`` are dropped.
+
+All rewrites are regular expressions without nested quantifiers (linear time).
+"""
+
+from __future__ import annotations
+
+import re
+
+from agentgym.envs.math.extract import strip_boxed
+
+__all__ = ["UNITS", "normalize", "split_top_level", "top_level_equals"]
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(re.findall(r"\S+", text))
+
+
+#: Unit words dropped after a value (lower case). Words of four or more letters that
+#: are not maths words are dropped too ("12 apples").
+UNITS = _words(
+    """
+    m cm mm km dm um nm in inch inches ft foot feet yd yard yards mi mile miles
+    g kg mg lb lbs oz ton tons t l ml cl dl liter liters litre litres gal gallon gallons
+    s sec secs second seconds min mins minute minutes h hr hrs hour hours day days
+    week weeks month months year years yr yrs
+    cent cents dollar dollars euro euros pound pounds usd eur
+    unit units sq square cubic cu deg degree degrees rad radian radians
+    mph kph kmh km/h m/s cm/s ft/s mi/h per each times ways people students
+    point points meter meters metre metres centimeter centimeters centimetres
+    millimeter millimeters kilometer kilometers kilogram kilograms gram grams
+    """
+)
+# Words that must survive at the end of an answer even though they are long.
+_KEEP_WORDS = _words("true false none undefined infinity even odd real all no yes")
+_MULTI_LETTER_UNITS = frozenset(u for u in UNITS if len(u) >= 2 and u.isalpha())
+
+_UNICODE = {
+    "−": "-",
+    "–": "-",
+    "×": "\\times ",
+    "·": "\\cdot ",
+    "÷": "\\div ",
+    "π": "\\pi ",
+    "∞": "\\infty ",
+    "√": "\\sqrt",
+    "≤": "\\le ",
+    "≥": "\\ge ",
+    "≠": "\\ne ",
+    "°": "^\\circ",
+    "\u00a0": " ",
+    "\u2009": " ",
+    "\u202f": " ",
+}
+_UNICODE_RE = re.compile("|".join(re.escape(k) for k in _UNICODE))
+
+_TEXT_CMD_RE = re.compile(
+    r"\\(?:text|textbf|textit|textrm|textsf|texttt|textnormal|mathrm|mathbf|mathit|"
+    r"mathsf|mathtt|mbox|hbox|operatorname)\s*\{([^{}]*)\}"
+)
+_SIZE_CMD_RE = re.compile(
+    r"\\(?:left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|big|Big|bigg|Bigg)(?![A-Za-z])"
+)
+_SPACING_RE = re.compile(
+    r"\\(?:quad|qquad|enspace|thinspace|medspace|thickspace)(?![A-Za-z])|\\[,;:! ]|~"
+)
+_DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\degree(?![A-Za-z])|\\circ(?![A-Za-z])")
+_ALT_RE = re.compile(
+    r"\s*(?:\\lor(?![A-Za-z])|\\vee(?![A-Za-z])|(?<![A-Za-z\\])(?:or|and)(?![A-Za-z]))\s*"
+)
+_THOUSANDS_RE = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_THOUSANDS_SPACE_RE = re.compile(r"[+-]?\d{1,3}(?: \d{3})+(?:\.\d+)?")
+_NAME = r"(?:[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?|[A-Za-z]+\([A-Za-z]\)|\\[A-Za-z]+(?:_\{?[A-Za-z0-9]+\}?)?)"
+_NAME_RE = re.compile(_NAME)
+_IN_PREFIX_RE = re.compile(r"^" + _NAME + r"\s*\\in\s*")
+_UNIT_TOKEN_RE = re.compile(r"[A-Za-z]+(?:/[A-Za-z]+)?\.?(?:\^\{?\d\}?)?")
+_FRAC_SHORT_RE = re.compile(r"\\frac\s*(\d)\s*(\d)")
+_FRAC_HALF_SHORT_RE = re.compile(r"\\frac\s*\{([^{}]*)\}\s*(\d)")
+_PROTECT_RE = re.compile(r"(\\[A-Za-z]+) +(?=[A-Za-z])")
+_RELATION_EQ_RE = re.compile(r"(?<![<>!=\\])=(?!=)")
+
+
+def split_top_level(s: str, sep: str = ",") -> list[str]:
+    """Split ``s`` at ``sep`` characters outside brackets (any of ``([{`` vs ``)]}``)."""
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    i = 0
+    n = len(s)
+    while i < n:
+        c = s[i]
+        if c == "\\" and i + 1 < n:
+            nxt = s[i + 1]
+            if nxt in "{}":
+                depth += 1 if nxt == "{" else -1
+            i += 2
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == sep and depth == 0:
+            parts.append(s[start:i])
+            start = i + 1
+        i += 1
+    parts.append(s[start:])
+    return parts
+
+
+def top_level_equals(s: str) -> list[str]:
+    """Split ``s`` at ``=`` signs outside brackets (``<=``, ``>=``, ``!=`` and ``==`` kept)."""
+    out: list[str] = []
+    depth = 0
+    start = 0
+    for i, c in enumerate(s):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif (
+            c == "="
+            and depth == 0
+            and (i == 0 or s[i - 1] not in "<>!=\\")
+            and (i + 1 >= len(s) or s[i + 1] != "=")
+        ):
+            out.append(s[start:i])
+            start = i + 1
+    out.append(s[start:])
+    return out
+
+
+def _strip_delimiters(s: str) -> str:
+    for _ in range(4):
+        before = s
+        s = strip_boxed(s).strip()
+        if s.startswith("\\(") and s.endswith("\\)"):
+            s = s[2:-2].strip()
+        if s.startswith("\\[") and s.endswith("\\]"):
+            s = s[2:-2].strip()
+        s = s.strip("$").strip()
+        if s.endswith("."):
+            s = s[:-1].rstrip()
+        if s == before:
+            break
+    return s
+
+
+def _is_unit_word(tok: str) -> bool:
+    word = tok.rstrip(".").split("^")[0].lower()
+    if word in UNITS:
+        return True
+    return "/" not in word and len(word) >= 4 and word.isalpha() and word not in _KEEP_WORDS
+
+
+def _drop_trailing_units(s: str) -> str:
+    # "5 cm", "12 apples", "3 km/h", "20 square meters": drop unit words after a value
+    # (the token before them must end a number or a group, so "n + m" is kept)
+    tokens = [t for t in s.split(" ") if t]
+    k = len(tokens)
+    while k > 1 and _UNIT_TOKEN_RE.fullmatch(tokens[k - 1]) and _is_unit_word(tokens[k - 1]):
+        k -= 1
+    if k < len(tokens):
+        last = tokens[k - 1][-1:]
+        one_letter = any(len(t.rstrip(".").split("^")[0]) == 1 for t in tokens[k:])
+        if last.isdigit() or (last in ("}", ")") and not one_letter):
+            tokens = tokens[:k]
+    s = " ".join(tokens)
+    # "5cm" (no space) for multi-letter units only: "5m" may be a product
+    m = re.fullmatch(r"([+-]?\d+(?:\.\d+)?)([A-Za-z]+)(\^\{?\d\}?)?", s)
+    if m and m.group(2).lower() in _MULTI_LETTER_UNITS:
+        s = m.group(1)
+    return s
+
+
+def _strip_name(part: str) -> tuple[str | None, str]:
+    """``"x = 3"`` -> ("x", "3"); a chain ``x = 6/2 = 3`` -> ("x", "3")."""
+    pieces = top_level_equals(part)
+    if len(pieces) >= 2:
+        lhs = pieces[0].strip()
+        if _NAME_RE.fullmatch(lhs):
+            return lhs, pieces[-1].strip()
+    return None, part
+
+
+def _strip_assignments(s: str) -> str:
+    parts = split_top_level(s)
+    named = [_strip_name(p) for p in parts]
+    names = {n for n, _ in named if n is not None}
+    if len(names) == 1 and all(n is not None for n, _ in named):
+        return ",".join(v for _, v in named)
+    if len(parts) == 1:
+        return named[0][1]
+    return s
+
+
+def _strip_outer_parens(s: str) -> str:
+    """``((3))`` -> ``3``; a tuple or interval ``(1,2)`` keeps its brackets."""
+    for _ in range(len(s) // 2):
+        if not (s.startswith("(") and s.endswith(")")):
+            break
+        depth = 0
+        close = -1
+        for i, c in enumerate(s):
+            depth += 1 if c == "(" else -1 if c == ")" else 0
+            if depth == 0:
+                close = i
+                break
+        if close != len(s) - 1:
+            break  # "(a)(b)": the first group closes early
+        inner = s[1:-1]
+        if len(split_top_level(inner)) > 1:
+            break
+        s = inner
+    return s
+
+
+def _remove_spaces(s: str) -> str:
+    s = _PROTECT_RE.sub(lambda m: m.group(1) + "\x00", s)
+    s = s.replace(" ", "").replace("\t", "").replace("\n", "")
+    return s.replace("\x00", " ")
+
+
+def normalize(answer: str) -> str:
+    """Canonical form of a final answer (see the module docstring). ``""`` stays ``""``."""
+    s = _UNICODE_RE.sub(lambda m: _UNICODE[m.group(0)], answer)
+    s = _strip_delimiters(s.strip())
+    s = s.replace("\\displaystyle", "")
+    s = _SIZE_CMD_RE.sub("", s)
+    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    s = s.replace("\\dbinom", "\\binom").replace("\\tbinom", "\\binom")
+    s = s.replace("{,}", ",")
+    s = re.sub(r"(?<=\d)\\[,!; ](?=\d{3}(?!\d))", "", s)  # 1\,000 -> 1000
+    s = _SPACING_RE.sub(" ", s)
+    s = _DEGREE_RE.sub("", s)
+    s = s.replace("\\$", "").replace("$", "")
+    # \text{...} and friends: unwrap (innermost first)
+    for _ in range(8):
+        new = _TEXT_CMD_RE.sub(lambda m: f" {m.group(1)} ", s)
+        if new == s:
+            break
+        s = new
+    s = re.sub(r"\s+", " ", s).strip()
+    s = re.sub(r"(?<!\\)%", r"\\%", s)
+    s = re.sub(r"\s*(?<![A-Za-z\\])percent(?:age)?(?![A-Za-z])", r"\\%", s)
+    s = _ALT_RE.sub(",", s).strip(",").strip()
+    s = _drop_trailing_units(s)
+    s = _FRAC_SHORT_RE.sub(r"\\frac{\1}{\2}", s)
+    s = _FRAC_HALF_SHORT_RE.sub(r"\\frac{\1}{\2}", s)
+    s = _IN_PREFIX_RE.sub("", s)
+    if _THOUSANDS_RE.fullmatch(s) or _THOUSANDS_SPACE_RE.fullmatch(s):
+        s = s.replace(",", "").replace(" ", "")
+    s = _remove_spaces(s)
+    s = _strip_assignments(s)
+    s = _strip_outer_parens(s)
+    if s.endswith("."):
+        s = s[:-1]
+    if s.startswith("+") and len(s) > 1:
+        s = s[1:]
+    return s
