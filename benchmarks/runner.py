@@ -163,9 +163,7 @@ def load_done(path: Path, suite: Suite) -> dict[TaskKey, Episode]:
     if not path.exists():
         return done
     valid = {
-        (i, seed, s)
-        for i, _entry, seed in iter_tasks(suite)
-        for s in range(suite.samples_per_task)
+        (i, seed, s) for i, _entry, seed in iter_tasks(suite) for s in range(suite.samples_per_task)
     }
     for ep in iter_episodes(path):
         key = task_key(ep)
@@ -309,9 +307,7 @@ async def run_suite_async(
         jobs = jobs[: max(0, max_episodes)]
 
     t0 = time.monotonic()
-    bar = _Progress(
-        len(jobs) + resumed, resumed, progress, f"{suite.name} / {policy_slug(spec)}"
-    )
+    bar = _Progress(len(jobs) + resumed, resumed, progress, f"{suite.name} / {policy_slug(spec)}")
     pools: dict[int, list[gym.Env]] = {i: [] for i in range(len(suite.entries))}
     queue: asyncio.Queue[TaskKey] = asyncio.Queue()
     for job in jobs:

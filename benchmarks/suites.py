@@ -204,15 +204,12 @@ class Suite:
         out: dict[str, dict[str, Any]] = {}
         for env_id in self.env_ids:
             if env_id not in gym.registry:
-                raise UnknownNameError(
-                    "environment id",
-                    env_id,
-                    gym.registry.keys(),
-                    hint=(
-                        f"Suite {self.name!r} needs it, but it is not registered here. Install "
-                        "or update the package that provides it (run `agentgym list` to see "
-                        "what is registered), or pick another suite."
-                    ),
+                known = sorted(i for i in gym.registry if i.startswith("agentgym/"))
+                raise ConfigError(
+                    f"Suite {self.name!r} needs the environment {env_id!r}, which is not "
+                    f"registered here (registered agentgym envs: {', '.join(known) or 'none'}). "
+                    "Install or update the package that provides it (`agentgym list` shows "
+                    "what is registered), or run another suite."
                 )
             spec = gym.spec(env_id)
             ep = spec.entry_point
