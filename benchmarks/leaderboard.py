@@ -26,6 +26,7 @@ from typing import Any
 
 from agentgym.benchmarks.metrics import LOWER_IS_BETTER
 from agentgym.benchmarks.runner import RESULT_FILE, RESULT_SCHEMA
+
 from agentgym.errors import ConfigError, DataError
 
 
@@ -61,10 +62,7 @@ def rank_key(result: dict) -> tuple:
     """Sort key: primary metric (best first), then fewer mean tokens, then the label."""
     primary = result["suite"]["primary_metric"]
     v = _value(result, primary)
-    if v is None:
-        v_key = math.inf
-    else:
-        v_key = v if primary in LOWER_IS_BETTER else -v
+    v_key = math.inf if v is None else (v if primary in LOWER_IS_BETTER else -v)
     tokens = _value(result, "mean_tokens")
     return (v_key, math.inf if tokens is None else tokens, result["policy"].get("label", ""))
 
