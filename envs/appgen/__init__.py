@@ -1,0 +1,1 @@
+"""AppGen: multi-file application generation with hidden tests (``agentgym/AppGen-v0``)."""
