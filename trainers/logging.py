@@ -58,6 +58,7 @@ class Progress:
     """A tqdm bar on a terminal; one plain line per step otherwise (CI logs)."""
 
     KEYS = (
+        ("losses/sft", "loss"),
         ("charts/reward", "reward"),
         ("charts/accuracy", "acc"),
         ("charts/response_tokens_mean", "tok"),

@@ -13,21 +13,32 @@ import gymnasium as gym
 from agentgym.env import ActResult, ConversationEnv, Task
 
 
-class VowelEnv(ConversationEnv):
-    """One turn; reward = share of the reply's characters that are 'a' or 'e'.
+class EvenCharsEnv(ConversationEnv):
+    """One turn; reward = share of the reply's characters with an even code point.
+
+    An untrained model's random replies score all over [0, 1], so groups differ.
 
     With ``constant_reward`` set, every reply gets that reward (no signal at all), which
-    exercises dynamic sampling's round cap.
+    exercises dynamic sampling's round cap; with ``constant_for_even_seeds`` only tasks
+    with an even seed do, so exactly the odd-seed groups are informative.
     """
 
-    def __init__(self, constant_reward: float | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        constant_reward: float | None = None,
+        constant_for_even_seeds: bool = False,
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("max_turns", 1)
         super().__init__(**kwargs)
         self.constant_reward = constant_reward
+        self.constant_for_even_seeds = constant_for_even_seeds
         self._reply = ""
+        self._seed = 0
 
     def _begin(self, seed, options):
-        return Task(task_id=f"vowel-{seed}", prompt=f"Task {seed}: write many vowels.")
+        self._seed = seed
+        return Task(task_id=f"even-{seed}", prompt=f"Task {seed}: write even characters.")
 
     def _act(self, action: str) -> ActResult:
         self._reply = action
@@ -36,15 +47,17 @@ class VowelEnv(ConversationEnv):
     def _score(self, end_reason):
         if self.constant_reward is not None:
             return self.constant_reward, {"correct": False}
+        if self.constant_for_even_seeds and self._seed % 2 == 0:
+            return 0.0, {"correct": False}
         text = self._reply
-        share = sum(c in "ae" for c in text) / max(len(text), 1)
+        share = sum(ord(c) % 2 == 0 for c in text) / max(len(text), 1)
         return share, {"correct": share > 0.5, "response_tokens": len(text)}
 
     def oracle_action(self, observation):
-        return "aeaeae"
+        return "bdfhjlnprtvxz"
 
     def worked_solution(self, style: str = "verbose") -> str:
-        return "aeaeaeaeae ae ae" if style == "verbose" else "ae"
+        return "bdfhjlnp rtvxz bdfh" if style == "verbose" else "bd"
 
 
 class TwoPartEnv(ConversationEnv):
@@ -82,7 +95,7 @@ class TwoPartEnv(ConversationEnv):
 
 
 def register() -> None:
-    for name, cls in (("Vowel-v0", VowelEnv), ("TwoPart-v0", TwoPartEnv)):
+    for name, cls in (("EvenChars-v0", EvenCharsEnv), ("TwoPart-v0", TwoPartEnv)):
         env_id = f"agentgym-test/{name}"
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=cls, disable_env_checker=True)
