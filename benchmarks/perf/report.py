@@ -41,9 +41,9 @@ NO_RUN = 3
 TAIL_LINES = 60
 
 
-def discover() -> list[str]:
-    """Names of the benchmark modules in the package, sorted."""
-    pkg = importlib.import_module(PACKAGE)
+def discover(package: str = PACKAGE) -> list[str]:
+    """Names of the benchmark modules in ``package``, sorted."""
+    pkg = importlib.import_module(package)
     names = [
         m.name
         for m in pkgutil.iter_modules(pkg.__path__)
@@ -95,11 +95,11 @@ def _tail(text: str, n: int = TAIL_LINES) -> str:
     return "\n".join(lines[-n:])
 
 
-def run_module(name: str, *, quick: bool, timeout: float) -> Outcome:
-    """Run one benchmark module in a subprocess (see the module docstring)."""
+def run_module(name: str, *, quick: bool, timeout: float, package: str = PACKAGE) -> Outcome:
+    """Run one benchmark module of ``package`` in a subprocess (see the module docstring)."""
     env = {**os.environ, "AGENTGYM_PERF_QUICK": "1" if quick else "0"}
     t0 = time.monotonic()
-    cmd = [sys.executable, "-m", f"{PACKAGE}.report", "--child", name]
+    cmd = [sys.executable, "-m", f"{PACKAGE}.report", "--child", name, "--package", package]
     if quick:
         cmd.append("--quick")
     try:
@@ -111,7 +111,7 @@ def run_module(name: str, *, quick: bool, timeout: float) -> Outcome:
     if p.returncode == NO_RUN:
         try:
             p = subprocess.run(
-                [sys.executable, "-m", f"{PACKAGE}.{name}"],
+                [sys.executable, "-m", f"{package}.{name}"],
                 capture_output=True,
                 text=True,
                 timeout=max(1.0, timeout - (time.monotonic() - t0)),
@@ -162,9 +162,9 @@ def _text(b: bytes | str | None) -> str:
     return b if isinstance(b, str) else b.decode("utf-8", "replace")
 
 
-def child(name: str, quick: bool) -> int:
+def child(name: str, quick: bool, package: str = PACKAGE) -> int:
     """In the subprocess: import the module, call ``run``, print the result after MARKER."""
-    module = importlib.import_module(f"{PACKAGE}.{name}")
+    module = importlib.import_module(f"{package}.{name}")
     run = getattr(module, "run", None)
     if not callable(run):
         return NO_RUN
@@ -175,7 +175,7 @@ def child(name: str, quick: bool) -> int:
     result = run(quick=quick) if "quick" in params else run()
     if not isinstance(result, Mapping):
         print(
-            f"{PACKAGE}.{name}.run() returned {type(result).__name__}; it must return a dict "
+            f"{package}.{name}.run() returned {type(result).__name__}; it must return a dict "
             "(see agentgym.benchmarks.perf's docstring).",
             file=sys.stderr,
         )
@@ -261,7 +261,13 @@ def _fmt(v: Any) -> str:
     return str(v).replace("|", "\\|").replace("\n", " ")
 
 
-def render_report(outcomes: Sequence[Outcome], machine: Mapping[str, str], *, quick: bool) -> str:
+def render_report(
+    outcomes: Sequence[Outcome],
+    machine: Mapping[str, str],
+    *,
+    quick: bool,
+    package: str = PACKAGE,
+) -> str:
     """The Markdown report."""
     now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     lines = [
@@ -297,7 +303,7 @@ def render_report(outcomes: Sequence[Outcome], machine: Mapping[str, str], *, qu
         lines += [f"## {o.name}" + (f": {title}" if title else ""), ""]
         lines.append(
             f"Status: **{o.status}** ({o.mode}, {o.seconds:.1f} s). "
-            f"Run alone: `python -m {PACKAGE}.{o.name}`."
+            f"Run alone: `python -m {package}.{o.name}`."
         )
         lines.append("")
         notes = (o.result or {}).get("notes")
@@ -324,12 +330,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", action="append", default=[], metavar="NAME")
     parser.add_argument("--out", default="perf_report.md", help="report path")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per module")
+    parser.add_argument(
+        "--package", default=PACKAGE, help="package whose modules are the benchmarks"
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        return child(args.child, args.quick)
+        return child(args.child, args.quick, args.package)
 
-    names = discover()
+    names = discover(args.package)
     if args.only:
         unknown = sorted(set(args.only) - set(names))
         if unknown:
@@ -342,10 +351,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     outcomes = []
     for name in names:
         print(f"[perf] {name} ...", file=sys.stderr, flush=True)
-        o = run_module(name, quick=args.quick, timeout=args.timeout)
+        o = run_module(name, quick=args.quick, timeout=args.timeout, package=args.package)
         print(f"[perf] {name}: {o.status} ({o.seconds:.1f}s)", file=sys.stderr, flush=True)
         outcomes.append(o)
-    report = render_report(outcomes, machine_info(), quick=args.quick)
+    report = render_report(outcomes, machine_info(), quick=args.quick, package=args.package)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(report, encoding="utf-8")
