@@ -16,4 +16,12 @@ ENV_SPECS: tuple[dict[str, Any], ...] = (
         "id": "agentgym/MemoryRecall-v0",
         "entry_point": "agentgym.envs.memory_recall:MemoryRecallEnv",
     },
+    {
+        "id": "agentgym/BalancedMath-v0",
+        "entry_point": "agentgym.envs.math.env:BalancedMathEnv",
+    },
+    {
+        "id": "agentgym/AppGen-v0",
+        "entry_point": "agentgym.envs.appgen.env:AppGenEnv",
+    },
 )

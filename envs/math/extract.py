@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Extraction", "extract_answer", "find_boxed", "strip_boxed"]
+__all__ = ["Extraction", "extract_answer", "find_boxed", "remove_boxes", "strip_boxed"]
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 # "Answer:" anywhere on a line, with markdown emphasis around it; possessive quantifiers
@@ -202,3 +202,35 @@ def extract_answer(text: str) -> Extraction:
     # the chosen answer first, then the other distinct statements
     ordered = [answer] + [s for k, s in seen.items() if k != _key(answer)]
     return Extraction(answer, fmt, tuple(ordered), None)
+
+
+def remove_boxes(text: str) -> str:
+    """``text`` with every ``\\boxed{X}``/``\\fbox{X}`` replaced by ``X``."""
+    for _ in range(8):  # nested boxes: one level per pass
+        new = _remove_outer_boxes(text)
+        if new == text:
+            break
+        text = new
+    return text
+
+
+def _remove_outer_boxes(text: str) -> str:
+    if "\\boxed" not in text and "\\fbox" not in text:
+        return text
+    braces = _matching_braces(text)
+    out: list[str] = []
+    pos = 0
+    for m in _BOX_RE.finditer(text):
+        if m.start() < pos:
+            continue
+        j = m.end()
+        while j < len(text) and text[j] in " \t":
+            j += 1
+        end = braces.get(j) if j < len(text) and text[j] == "{" else None
+        if end is None:
+            continue
+        out.append(text[pos : m.start()])
+        out.append(text[j + 1 : end])
+        pos = end + 1
+    out.append(text[pos:])
+    return "".join(out)

@@ -82,7 +82,7 @@ _SIZE_CMD_RE = re.compile(
     r"\\(?:left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|big|Big|bigg|Bigg)(?![A-Za-z])"
 )
 _SPACING_RE = re.compile(
-    r"\\(?:quad|qquad|enspace|thinspace|medspace|thickspace)(?![A-Za-z])|\\[,;:! ]|~"
+    r"\\(?:quad|qquad|enspace|thinspace|medspace|thickspace)(?![A-Za-z])|(?<!\\)\\[,;:! ]|~"
 )
 _DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\degree(?![A-Za-z])|\\circ(?![A-Za-z])")
 _ALT_RE = re.compile(
@@ -97,6 +97,11 @@ _UNIT_TOKEN_RE = re.compile(r"[A-Za-z]+(?:/[A-Za-z]+)?\.?(?:\^\{?\d\}?)?")
 _FRAC_SHORT_RE = re.compile(r"\\frac\s*(\d)\s*(\d)")
 _FRAC_HALF_SHORT_RE = re.compile(r"\\frac\s*\{([^{}]*)\}\s*(\d)")
 _PROTECT_RE = re.compile(r"(\\[A-Za-z]+) +(?=[A-Za-z])")
+_MATRIX_ENV_RE = re.compile(r"\\(begin|end)\{(?:bmatrix|Bmatrix|smallmatrix)\}")
+# "[\begin{matrix}...\end{matrix}]" (sympy's latex, after \left/\right are dropped)
+_BRACKETED_MATRIX_RE = re.compile(
+    r"[\[(]\s*\\begin\{matrix\}((?:(?!\\end\{matrix\}).)*)\\end\{matrix\}\s*[\])]", re.S
+)
 _RELATION_EQ_RE = re.compile(r"(?<![<>!=\\])=(?!=)")
 
 
@@ -248,6 +253,8 @@ def normalize(answer: str) -> str:
     s = _SIZE_CMD_RE.sub("", s)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = s.replace("\\dbinom", "\\binom").replace("\\tbinom", "\\binom")
+    s = _MATRIX_ENV_RE.sub(r"\\\1{pmatrix}", s)
+    s = _BRACKETED_MATRIX_RE.sub(r"\\begin{pmatrix}\1\\end{pmatrix}", s)
     s = s.replace("{,}", ",")
     s = re.sub(r"(?<=\d)\\[,!; ](?=\d{3}(?!\d))", "", s)  # 1\,000 -> 1000
     s = _SPACING_RE.sub(" ", s)
