@@ -64,9 +64,14 @@ ASSUMPTIONS: tuple[str, ...] = (
     "over the data-parallel replicas of each weight (experts: TP*DP/EP replicas).",
     "Activations: full activation checkpointing; each stage keeps one layer-input tensor per "
     "layer per micro-batch in flight (1F1B: stage s has PP-s in flight), split over TP by "
-    "sequence parallelism, plus the saved tensors of one recomputed layer with the gradients "
-    "flowing through it (x2), plus the loss head's fp32 logits (3 copies: logits, "
-    "log-softmax, gradient) on the last stage.",
+    "sequence parallelism; on top of that the larger of one recomputed layer (what autograd "
+    "saves in it plus the gradients of its MLP or attention block; frozen Linears save "
+    "nothing, adapted ones their input and rank-r intermediate) and, on the last stage, the "
+    "loss head's fp32 logits (3 copies: logits, log-softmax, gradient). The head and the "
+    "recomputed layer are not live at the same time.",
+    "Routed experts with LoRA run unmerged (x W + x A B per expert, a LoRA-aware grouped "
+    "GEMM); peft's fused-expert path materialises W + BA per layer, which at 671B scale "
+    "would add about one layer of expert weights in bf16 per GPU (not counted).",
     "MoE routing is balanced: each EP rank processes top-k x its own tokens.",
     "Attention uses a fused kernel (FlashAttention/FlashMLA): no seq x seq score matrix, "
     "unless train.flash_attention is false.",
@@ -654,38 +659,73 @@ def stage_weight_bytes(
     return total
 
 
-def layer_saved_elems(arch: Architecture, index: int, lora: LoraSpec | None) -> float:
-    """Values saved for backward per token by one layer (its recompute working set).
+def layer_activation_elems(
+    arch: Architecture,
+    index: int,
+    lora: LoraSpec | None,
+    *,
+    seq_len: int,
+    flash_attention: bool = True,
+) -> float:
+    """Peak values per token while one recomputed layer runs its backward.
 
-    Counted from the tensors a PyTorch layer keeps: each norm's output, each projection's
-    output, the rotary outputs, the attention output, the SwiGLU gate/up/act/product, the
-    expert dispatch copies; a LoRA adapter adds its rank-r intermediate.
+    Counted from what autograd saves in a PyTorch layer. A frozen Linear saves nothing
+    (its weight needs no gradient, its output is not needed); an adapted one saves its
+    input and the rank-r intermediate; with ``lora=None`` (full fine-tuning) every Linear
+    saves its input. Norms save their input and 1/rms, attention saves q, k, v, the output
+    and the log-sum-exp (plus the probabilities without a fused kernel), SwiGLU saves gate,
+    up and act, a MoE layer saves router scores and, per routed copy of a token, the
+    dispatched input, gate/up/act/product and the expert output (for the routing weight).
+    Backward runs MLP first, then attention; the peak is the larger of (attention saved +
+    MLP saved + MLP gradients) and (attention saved + attention gradients). The layer's
+    input tensor is a pipeline boundary and is counted there, not here.
     """
     h, nh = arch.hidden_size, arch.num_attention_heads
-    n = float(h)  # attention norm output
+    adapted = {lin.name for lin in lora_linears(arch, index, lora)} if lora else None
+    n_lora = len(adapted) if adapted is not None else 0
+
+    def saves_input(*names: str) -> bool:
+        return adapted is None or any(n in adapted for n in names)
+
+    # attention block
+    att = 1.0  # 1/rms of the norm
     if arch.attention == "gqa":
         q, kv = nh * arch.head_dim, arch.num_key_value_heads * arch.head_dim
-        n += 3 * q + 3 * kv  # q, q rotated, attention output; k, k rotated, v
+        att += h * saves_input("q_proj", "k_proj", "v_proj")
+        att += 2 * q + 2 * kv + nh  # rotated q, k; v; output; log-sum-exp
+        att_grad = 2 * q + 2 * kv
     else:
         qk, v = nh * arch.qk_head_dim, nh * arch.v_head_dim
+        att += h * saves_input("q_a_proj", "q_proj", "kv_a_proj_with_mqa")
         if arch.q_lora_rank:
-            n += 2 * arch.q_lora_rank  # q_a output, its norm
-        n += 3 * qk  # q_b output, q with rope, k expanded to all heads
-        n += arch.kv_lora_rank + arch.qk_rope_head_dim + arch.kv_lora_rank  # kv_a out, norm
-        n += nh * (arch.qk_nope_head_dim + arch.v_head_dim) + 2 * v  # kv_b out, v, attn out
-    n += h  # o_proj output
-    n += h  # MLP norm output
+            att += arch.q_lora_rank + 1 + arch.q_lora_rank * saves_input("q_b_proj")
+        att += arch.kv_lora_rank + 1 + arch.kv_lora_rank * saves_input("kv_b_proj")
+        att += 2 * qk + 2 * v + nh  # q, k (rope included), v, output, log-sum-exp
+        att_grad = 2 * qk + 2 * v
+    if not flash_attention:
+        att += nh * seq_len  # softmax probabilities
+        att_grad += 2 * nh * seq_len  # their gradient and the softmax backward temporary
+    # MLP block
+    mlp = h + 1.0  # norm input (attention residual sum) and 1/rms
+    mlp += h * saves_input("gate_proj", "up_proj")
     if arch.is_moe_layer(index):
-        k, i = arch.num_experts_per_tok, arch.moe_intermediate_size
-        n += arch.n_routed_experts  # router logits
-        n += k * (h + 4 * i + 2 * h)  # dispatched input, gate_up, act, product, down, weighted
+        k, i, e = arch.num_experts_per_tok, arch.moe_intermediate_size, arch.n_routed_experts
+        mlp += 2 * e + 4 * k  # router scores, top-k weights and indices
+        mlp += k * (h + 4 * i + h + 1)
+        mlp_grad = k * (4 * i + h)
         if arch.n_shared_experts:
-            n += 4 * arch.n_shared_experts * i + h
+            s = arch.n_shared_experts * i
+            mlp += 3 * s + s * saves_input("down_proj")
+            mlp_grad = max(mlp_grad, 4 * s + h)
     else:
-        n += 4 * arch.intermediate_size + h
+        i = arch.intermediate_size
+        mlp += 3 * i + i * saves_input("down_proj")
+        mlp_grad = 4 * i + h
     if lora is not None:
-        n += sum(lora.r * lin.per_token for lin in lora_linears(arch, index, lora))
-    return n
+        per_token = sum(lin.per_token for lin in lora_linears(arch, index, lora))
+        mlp += lora.r * (per_token - n_lora)  # assign all rank-r values to the blocks
+        att += lora.r * n_lora
+    return max(att + mlp + mlp_grad, att + att_grad)
 
 
 def _full_ft_states(total_params: int, gpus: int) -> list[LineItem]:
@@ -768,20 +808,21 @@ def plan_lora(
 
         in_flight = min(pp - s, pp)
         boundary = in_flight * len(layers) * tokens * arch.hidden_size * act_b / sp
-        work = max(layer_saved_elems(arch, i, lora) for i in layers) * tokens * act_b / sp
-        work *= 2  # gradients of the recomputed layer's tensors live alongside them
-        if not train.flash_attention:
-            heads = arch.num_attention_heads / tp
-            work += 3 * train.micro_batch_size * heads * train.seq_len**2 * act_b
-        if base_dtype == "int4":
-            work += (
-                max(
-                    sum(_weight_elems(lin, tp, ep) for lin in layer_linears(arch, i))
-                    for i in layers
-                )
-                * 2.0
-            )  # one layer dequantized to bf16
+        per_token = max(
+            layer_activation_elems(
+                arch, i, lora, seq_len=train.seq_len, flash_attention=train.flash_attention
+            )
+            for i in layers
+        )
+        work = per_token * tokens * act_b / sp
+        if base_dtype == "int4":  # one layer dequantized to bf16
+            work += 2.0 * max(
+                sum(_weight_elems(lin, tp, ep) for lin in layer_linears(arch, i)) for i in layers
+            )
         loss = 3 * tokens * arch.vocab_size / tp * 4.0 if last else 0.0
+        working = max(work, loss)
+        which = "loss head (fp32 logits x3)" if loss > work else "one recomputed layer"
+        other = f"; the other: {min(work, loss) / GIB:.2f} GiB" if last else ""
 
         items = [
             LineItem("base weights", base / GIB, "both", f"{base_dtype} Linear weights, bf16 rest"),
@@ -804,10 +845,7 @@ def plan_lora(
                 "train",
                 f"{len(layers)} layers x {in_flight} micro-batches in flight",
             ),
-            LineItem(
-                "activations: recompute", work / GIB, "train", "one layer's saved tensors + grads"
-            ),
-            LineItem("activations: loss head", loss / GIB, "train", "fp32 logits x3"),
+            LineItem("activations: working set", working / GIB, "train", which + other),
         ]
         items += _rollout_items(arch, lora, rollout, base_dtype)
         tensor = max(_phase(items, "train"), _phase(items, "rollout"))
@@ -859,17 +897,19 @@ def plan_full_finetune(
         sum(lin.params for lin in layer_linears(arch, i)) for i in range(arch.num_layers)
     )
     boundary = arch.num_layers * tokens * arch.hidden_size * act_b
-    work = (
-        2 * max(layer_saved_elems(arch, i, None) for i in range(arch.num_layers)) * tokens * act_b
+    per_token = max(
+        layer_activation_elems(
+            arch, i, None, seq_len=train.seq_len, flash_attention=train.flash_attention
+        )
+        for i in range(arch.num_layers)
     )
+    work = per_token * tokens * act_b
     loss = 3 * tokens * arch.vocab_size * 4.0
+    which = "loss head (fp32 logits x3)" if loss > work else "one recomputed layer"
     items += [
         LineItem("ZeRO-3 gathered layer", biggest_layer * 2 / GIB, "train", "largest layer, bf16"),
         LineItem("activations: layer inputs", boundary / GIB, "train", f"{arch.num_layers} layers"),
-        LineItem(
-            "activations: recompute", work / GIB, "train", "one layer's saved tensors + grads"
-        ),
-        LineItem("activations: loss head", loss / GIB, "train", "fp32 logits x3"),
+        LineItem("activations: working set", max(work, loss) / GIB, "train", which),
     ]
     if rollout is not None:
         rollout = replace(rollout, weight_dtype="bf16")

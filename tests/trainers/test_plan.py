@@ -1,0 +1,299 @@
+"""The memory planner: parameter counts, the 671B layout, and estimates against measurement.
+
+Measured peak memory (``measure_peak_bytes``): a LoRA training step on CPU (forward with
+activation checkpointing, backward, AdamW step) runs under ``torch.profiler`` with
+``profile_memory=True``; the profiler records every CPU allocation and free of torch's
+allocator as ``[memory]`` events with signed byte counts. Their running sum, in time
+order, peaks at the step's largest extra allocation; the weights, buffers and optimizer
+state already allocated before the step (a warm-up step creates the Adam moments) are
+added as the baseline. The planner is asked for the same quantity: its train-phase total
+with fp32 everywhere, no parallelism, no rollout engine and no per-GPU constants.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from agentgym.trainers.plan import (
+    GIB,
+    Architecture,
+    Hardware,
+    LoraSpec,
+    ParallelSpec,
+    TrainSpec,
+    count_lora_parameters,
+    count_parameters,
+    plan_both,
+    plan_config_from_dict,
+    plan_lora,
+)
+
+from agentgym.errors import ConfigError, UnknownNameError
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG_671B = ROOT / "configs" / "deepseek_v3_671b_48xh100.yaml"
+
+
+def raw_671b() -> dict:
+    return yaml.safe_load(CONFIG_671B.read_text())
+
+
+# --------------------------------------------------------------------------- counting
+
+
+def test_dense_count_by_hand() -> None:
+    arch = Architecture.from_config(
+        {
+            "model_type": "qwen2",
+            "hidden_size": 8,
+            "num_hidden_layers": 2,
+            "vocab_size": 10,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "intermediate_size": 16,
+            "tie_word_embeddings": True,
+        }
+    )
+    # per layer: q 8*8+8, k 8*4+4, v 8*4+4, o 8*8 (no bias), mlp 3*8*16, norms 2*8
+    layer = 72 + 36 + 36 + 64 + 384 + 16
+    assert count_parameters(arch).total == 10 * 8 + 2 * layer + 8  # tied head, final norm
+    lora = LoraSpec(r=2, target_modules=("q_proj", "down_proj"))
+    assert count_lora_parameters(arch, lora) == 2 * (2 * (8 + 8) + 2 * (16 + 8))
+
+
+def test_moe_count_by_hand() -> None:
+    arch = Architecture.from_config(
+        {
+            "hidden_size": 4,
+            "num_hidden_layers": 2,
+            "vocab_size": 10,
+            "num_attention_heads": 2,
+            "intermediate_size": 6,
+            "moe_intermediate_size": 2,
+            "n_routed_experts": 3,
+            "n_shared_experts": 1,
+            "num_experts_per_tok": 2,
+            "first_k_dense_replace": 1,
+            "q_lora_rank": 3,
+            "kv_lora_rank": 2,
+            "qk_nope_head_dim": 1,
+            "qk_rope_head_dim": 1,
+            "v_head_dim": 1,
+        }
+    )
+    # MLA: q_a 4*3, q_b 3*(2*2), kv_a 4*(2+1), kv_b 2*(2*(1+1)), o 2*4; norms 4+4+3+2
+    attention = 12 + 12 + 12 + 8 + 8
+    norms = 13
+    dense_mlp = 3 * 4 * 6
+    expert = 3 * 4 * 2  # gate, up, down of one expert
+    moe = 3 * expert + expert + 3 * 4  # routed, shared, router
+    counts = count_parameters(arch)
+    assert counts.total == 2 * 10 * 4 + 4 + 2 * (attention + norms) + dense_mlp + moe
+    # per token only 2 of the 3 routed experts are active
+    assert counts.total - counts.activated == expert
+    lora = LoraSpec(r=1, target_modules=None, target_experts=True)
+    attn_lora = (4 + 3) + (3 + 4) + (4 + 3) + (2 + 4) + (2 + 4)
+    assert count_lora_parameters(arch, lora) == 2 * attn_lora + 3 * ((4 + 4) + (2 + 4))
+
+
+@pytest.fixture(scope="module")
+def tiny_models():
+    pytest.importorskip("transformers")
+    from agentgym.trainers.models import build_preset
+    from agentgym.trainers.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    return {name: build_preset(name, tokenizer) for name in ("tiny-qwen2", "tiny-deepseek-v3")}
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen2", "tiny-deepseek-v3"])
+def test_counts_match_real_models(tiny_models, name: str) -> None:
+    from agentgym.trainers.models import apply_lora
+
+    model = tiny_models[name]
+    arch = Architecture.from_config(model.config)
+    assert count_parameters(arch).total == sum(p.numel() for p in model.parameters())
+    import copy
+
+    peft_model = apply_lora(copy.deepcopy(model), r=4)
+    trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+    assert count_lora_parameters(arch, LoraSpec(r=4)) == trainable
+
+
+def test_deepseek_v3_is_671b_with_37b_activated() -> None:
+    arch = plan_config_from_dict(raw_671b()).arch
+    counts = count_parameters(arch)
+    assert counts.total == pytest.approx(671e9, rel=0.01)
+    assert counts.activated == pytest.approx(37e9, rel=0.03)
+    assert counts.by_group["experts"] > 0.95 * counts.total
+
+
+# --------------------------------------------------------------------------- the 671B plan
+
+
+def test_671b_lora_fits_and_full_finetune_does_not() -> None:
+    config = plan_config_from_dict(raw_671b())
+    assert config.hardware.gpus == 48 and config.hardware.gpu_mem_gib == 80
+    lora, full = plan_both(config)
+    assert lora.fits and lora.total_gib <= 80 and lora.headroom_gib > 0
+    assert not full.fits and full.total_gib > 80
+    # full fine-tune states alone: 16 bytes per parameter over 48 GPUs
+    states = full.item("base weights") + full.item("optimizer states") + full.item("gradients")
+    assert states == pytest.approx(16 * count_parameters(config.arch).total / 48 / GIB)
+    # fp8 base: about one byte per parameter of the stage, well under the bf16 size
+    assert 10 < lora.item("base weights") < 20
+
+
+def test_rollout_kv_cache_is_mla_latent() -> None:
+    config = plan_config_from_dict(raw_671b())
+    lora, _ = plan_both(config)
+    r = config.rollout
+    layers = 10  # the heaviest rollout stage of 61 layers over pp=6 (11 of them hold 3 dense)
+    per_token_layer = (512 + 64) * 2  # compressed latent + rope key, bf16, on every TP rank
+    expected = r.max_num_seqs * r.max_model_len * layers * per_token_layer / GIB
+    assert lora.item("rollout KV cache") == pytest.approx(expected)
+
+
+def test_small_gpus_do_not_fit_but_are_reported() -> None:
+    config = plan_config_from_dict(raw_671b()).with_hardware(gpu_mem_gib=40)
+    lora, full = plan_both(config)
+    assert not lora.fits and not full.fits
+
+
+def test_sleep_mode_off_keeps_engine_memory_in_training() -> None:
+    raw = raw_671b()
+    raw["rollout"]["sleep_level"] = 0
+    lora, _ = plan_both(plan_config_from_dict(raw))
+    asleep, _ = plan_both(plan_config_from_dict(raw_671b()))
+    assert lora.train_gib > asleep.train_gib + 30
+
+
+def test_bad_layouts_are_config_errors() -> None:
+    raw = raw_671b()
+    raw["parallel"]["dp"] = 4
+    with pytest.raises(ConfigError, match=r"change parallel\.dp"):
+        plan_both(plan_config_from_dict(raw))
+    raw = raw_671b()
+    raw["parallel"]["ep"] = 3
+    with pytest.raises(ConfigError, match="must divide"):
+        plan_config_from_dict(raw)
+    raw = raw_671b()
+    raw["lora"]["target_module"] = ["o_proj"]
+    with pytest.raises(UnknownNameError, match="Did you mean"):
+        plan_config_from_dict(raw)
+    raw = raw_671b()
+    del raw["model"]["architecture"]["hidden_size"]
+    with pytest.raises(ConfigError, match="hidden_size"):
+        plan_config_from_dict(raw)
+
+
+# --------------------------------------------------------------------------- vs measurement
+
+
+def measure_peak_bytes(model, *, batch: int, seq_len: int, r: int) -> int:
+    """Peak bytes of one LoRA training step on CPU (see the module docstring)."""
+    import torch
+    from agentgym.trainers.models import apply_lora
+    from torch.profiler import ProfilerActivity, profile
+
+    model.config.use_cache = False
+    peft_model = apply_lora(model, r=r)
+    peft_model.train()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    params = [p for p in peft_model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-3)
+    ids = torch.randint(
+        3, model.config.vocab_size, (batch, seq_len), generator=torch.Generator().manual_seed(0)
+    )
+
+    def step() -> None:
+        peft_model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()  # creates the Adam moments
+    tensors = [*peft_model.parameters(), *peft_model.buffers()]
+    tensors += [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
+    baseline = sum(t.numel() * t.element_size() for t in tensors)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    events.sort(key=lambda e: e.start_ns())
+    current = peak = 0
+    for e in events:
+        current += e.nbytes()
+        peak = max(peak, current)
+    assert peak > 0, "the profiler recorded no allocations"
+    return baseline + peak
+
+
+@pytest.mark.parametrize(
+    ("name", "batch", "seq_len"),
+    [("tiny-qwen2", 4, 256), ("tiny-deepseek-v3", 2, 384)],
+)
+def test_planner_matches_measured_peak(name: str, batch: int, seq_len: int) -> None:
+    pytest.importorskip("torch")
+    from agentgym.trainers.models import build_preset
+    from agentgym.trainers.tokenizer import build_tokenizer
+
+    model = build_preset(name, build_tokenizer())
+    arch = Architecture.from_config(model.config)
+    r = 8
+    measured = measure_peak_bytes(model, batch=batch, seq_len=seq_len, r=r)
+    plan = plan_lora(
+        arch,
+        lora=LoraSpec(r=r),  # apply_lora's defaults: every attention projection + experts
+        parallel=ParallelSpec(),
+        base_dtype="fp32",
+        train=TrainSpec(
+            micro_batch_size=batch,
+            seq_len=seq_len,
+            activation_dtype="fp32",
+            lora_dtype="fp32",
+            grad_dtype="fp32",
+            # CPU SDPA has no fused kernel when v_head_dim != qk_head_dim (MLA): the
+            # probabilities are materialised there, and the planner is told so
+            flash_attention=arch.attention == "gqa",
+        ),
+        rollout=None,
+        hardware=Hardware(gpus=1, gpu_mem_gib=1.0),
+        overheads=False,
+    )
+    estimate = plan.train_gib * GIB
+    assert estimate == pytest.approx(measured, rel=0.25), (estimate / 1e6, measured / 1e6)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_plan_prints_fit_and_non_fit(capsys) -> None:
+    from agentgym.cli import main
+
+    assert main(["plan", str(CONFIG_671B)]) == 0
+    out = capsys.readouterr().out
+    assert "LoRA: FITS" in out and "Full fine-tune: DOES NOT FIT" in out
+    assert "rollout KV cache" in out and "Assumptions:" in out
+
+
+def test_cli_plan_json_and_overrides(capsys) -> None:
+    from agentgym.cli import main
+
+    assert main(["plan", str(CONFIG_671B), "--json", "--gpus", "96", "--gpu-mem", "24"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["lora"]["layout"]["dp"] == 4 and data["lora"]["gpu_mem_gib"] == 24
+    assert data["lora"]["fits"] is False and data["full"]["fits"] is False
+
+
+def test_cli_plan_errors_say_what_to_fix(tmp_path, capsys) -> None:
+    from agentgym.cli import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: {path: /x}\n")
+    assert main(["plan", str(bad)]) == 2
+    assert "model.architecture" in capsys.readouterr().err
+    assert main(["plan", str(tmp_path / "missing.yaml")]) == 2
+    assert main(["plan", str(CONFIG_671B), "--gpus", "50"]) == 2
+    assert "multiple" in capsys.readouterr().err
