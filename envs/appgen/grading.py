@@ -21,7 +21,8 @@ turn a failing test into a pass. The defences, in order:
    (``-I``: no user site, no ``PYTHON*`` variables), and the project is *appended* to
    ``sys.path``, so a project module cannot shadow the standard library or pytest.
 3. **A report the agent cannot forge.** The runner records outcomes with an in-process
-   plugin, writes them with a per-run secret (given on stdin, never on disk or in argv)
+   plugin, writes them with a per-run secret (read from a file the runner deletes before any
+   project code runs; never in argv or the environment)
    and ends with ``os._exit`` so ``atexit`` hooks of the agent's code never run. The exit
    code is ignored; a missing, unreadable or unsigned report means every test failed.
 4. **Tamper checks.** Canary tests with random names run first and last: one must fail,
@@ -151,9 +152,13 @@ RUNNER = r'''
 import hashlib, json, os, signal, sys
 
 def main():
-    cfg = json.loads(sys.stdin.readline())
-    secret = cfg.pop("secret")
     here = os.path.dirname(os.path.abspath(__file__))
+    # the config (with the report secret) is read and deleted before any project code runs
+    config_path = os.path.join(here, "config.json")
+    with open(config_path) as f:
+        cfg = json.load(f)
+    os.remove(config_path)
+    secret = cfg.pop("secret")
     os.makedirs(cfg["project"], exist_ok=True)
     os.chdir(cfg["project"])
     project = os.getcwd()
@@ -304,10 +309,6 @@ def grade(task: AppTask, files: Mapping[str, bytes], sandbox: Any) -> GradeResul
 
     payload: dict[str, bytes | str] = {f"{PROJECT_DIR}/{p}": d for p, d in project.items()}
     payload.update({f"{grader}/{p}": d for p, d in hidden.items()})
-    payload[f"{grader}/runner.py"] = RUNNER
-    payload[f"{grader}/pytest.ini"] = INI
-    sandbox.write_files(payload)
-
     config = {
         "secret": secret,
         "project": PROJECT_DIR,
@@ -315,10 +316,12 @@ def grade(task: AppTask, files: Mapping[str, bytes], sandbox: Any) -> GradeResul
         "test_timeout": float(task.limits.test_timeout),
         "hashes": {p: hashlib.sha256(hidden[p]).hexdigest() for p in run_order},
     }
+    payload[f"{grader}/runner.py"] = RUNNER
+    payload[f"{grader}/pytest.ini"] = INI
+    payload[f"{grader}/config.json"] = json.dumps(config)
+    sandbox.write_files(payload)
     result = sandbox.run(
-        ["python3", "-I", f"{grader}/runner.py"],
-        timeout=float(task.limits.grade_timeout),
-        stdin=json.dumps(config) + "\n",
+        ["python3", "-I", f"{grader}/runner.py"], timeout=float(task.limits.grade_timeout)
     )
     report: dict[str, Any] | None = None
     problem = None
