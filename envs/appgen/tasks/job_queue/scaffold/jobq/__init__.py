@@ -1,0 +1,1 @@
+"""jobq: a persistent job queue with leases and retries (see spec.md)."""
