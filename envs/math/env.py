@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from agentgym.envs.math import generator as gen
 from agentgym.envs.math.extract import extract_answer, remove_boxes
@@ -136,7 +136,7 @@ class BalancedMathEnv(ConversationEnv):
     **Version history.** v0: first version.
     """
 
-    memory_defaults = {"summary_prompt": MATH_SUMMARY_PROMPT}
+    memory_defaults: ClassVar[dict[str, Any]] = {"summary_prompt": MATH_SUMMARY_PROMPT}
 
     def __init__(
         self,
