@@ -21,7 +21,7 @@ def test_builtin_suites_are_listed_and_well_formed():
     assert {"accuracy", "pass_at_k", "mean_tokens", "balanced"} <= set(math.metrics)
     assert [e.name for e in math.entries][-1] == "hard"
     assert math.entries[-1].env_kwargs == {"source": "hard"}
-    assert [e.env_kwargs.get("level") for e in math.entries[:-1]] == [1, 2, 3, 4, 5]
+    assert [e.env_kwargs.get("levels") for e in math.entries[:-1]] == [1, 2, 3]
     assert get_suite("appgen").entries[0].seeds == tuple(range(12))
     assert get_suite("appgen").primary_metric == "pass_rate"
     assert get_suite("memory-recall").primary_metric == "reward"
