@@ -13,8 +13,9 @@ Control protocol (a SOCK_SEQPACKET Unix socket, one message per packet):
 * ``b"K"`` + pid: kill that worker (only if it is a live child of this zygote).
 * end of file: the parent is gone; kill every worker and exit.
 
-Workers and the zygote ask the kernel to kill them when their parent dies
-(``PR_SET_PDEATHSIG``, Linux), so nothing outlives the process that graded.
+When the parent process dies its end of the control socket closes and the zygote kills
+its workers and exits; workers also ask the kernel to kill them if the zygote dies
+(``PR_SET_PDEATHSIG``, Linux). Nothing outlives the process that graded.
 """
 
 from __future__ import annotations
@@ -134,7 +135,9 @@ def _warm_caches() -> None:
 
 def main() -> None:
     ctrl = socket.socket(fileno=int(sys.argv[1]))
-    _die_with_parent()
+    # No PR_SET_PDEATHSIG here: it fires when the *thread* that started us exits, and any
+    # thread of the parent may start the pool. The parent's death closes the control
+    # socket instead, which ends the loop below.
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the parent
     try:
         import agentgym.envs.math._check  # noqa: F401  (preload for the workers)

@@ -13,8 +13,8 @@ grade at once (waiting for a free worker counts against the caller's deadline).
 
 Start-up (about a second, once per process) happens on first use or on
 :func:`warm_up`; it is not counted against the deadline. The pool shuts down at exit;
-the zygote and workers also die with this process (``PR_SET_PDEATHSIG``) and when it
-closes the control socket.
+the zygote also exits (killing its workers) when this process dies, because that
+closes the control socket, and workers die with the zygote (``PR_SET_PDEATHSIG``).
 
 Size: ``AGENTGYM_GRADING_WORKERS`` or ``max(2, min(8, cpu_count // 2))``.
 """
@@ -81,12 +81,14 @@ class GradingPool:
         self._zygote: subprocess.Popen | None = None
         self._ctrl: socket.socket | None = None
         self._closed = False
+        self._ready = False  # workers spawned (set last in start, under _lock)
         self.replaced = 0  # workers killed after a timeout or a crash (for tests/metrics)
 
     # ------------------------------------------------------------------ lifecycle
     @property
     def started(self) -> bool:
-        return self._zygote is not None and self._zygote.poll() is None
+        """The pool is up: the zygote runs and the workers were spawned."""
+        return self._ready and self._zygote is not None and self._zygote.poll() is None
 
     def start(self) -> None:
         """Start the zygote and the workers (blocking; idempotent)."""
@@ -126,6 +128,7 @@ class GradingPool:
             self._idle = queue.Queue()
             for _ in range(self.size):
                 self._idle.put(self._spawn())
+            self._ready = True
 
     def shutdown(self) -> None:
         """Stop every process. The pool cannot be used afterwards."""
@@ -134,6 +137,7 @@ class GradingPool:
             self._stop_locked()
 
     def _stop_locked(self) -> None:
+        self._ready = False
         while True:
             try:
                 w = self._idle.get_nowait()
