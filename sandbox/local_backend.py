@@ -490,7 +490,7 @@ class LocalSandbox(Sandbox):
         timed_out = self._pump(proc, stdin, out, err, start + seconds)
         returncode = proc.wait()
         return ExecResult(
-            exit_code=exit_code_from_status(returncode),
+            exit_code=137 if timed_out else exit_code_from_status(returncode),
             stdout=out.text(),
             stderr=err.text(),
             timed_out=timed_out,
@@ -499,16 +499,16 @@ class LocalSandbox(Sandbox):
             stderr_truncated=err.truncated,
         )
 
-    @staticmethod
     def _pump(
+        self,
         proc: subprocess.Popen[bytes],
         stdin: bytes | None,
         out: CappedBuffer,
         err: CappedBuffer,
         deadline: float,
     ) -> bool:
-        """Feed stdin, drain stdout/stderr, kill the group at the deadline or once the
-        command has exited (leftover background processes). Returns whether it timed out."""
+        """Feed stdin, drain stdout/stderr, kill at the deadline or once the command has
+        exited (leftover background processes). Returns whether it timed out."""
         sel = selectors.DefaultSelector()
         assert proc.stdout is not None and proc.stderr is not None
         sinks = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
@@ -516,32 +516,33 @@ class LocalSandbox(Sandbox):
             os.set_blocking(fd, False)
             sel.register(fd, selectors.EVENT_READ)
         pending = memoryview(stdin) if stdin else None
+        stdin_fd = -1
         if proc.stdin is not None:
             if pending:
-                os.set_blocking(proc.stdin.fileno(), False)
-                sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
+                stdin_fd = proc.stdin.fileno()
+                os.set_blocking(stdin_fd, False)
+                sel.register(stdin_fd, selectors.EVENT_WRITE)
             else:
                 proc.stdin.close()
-        timed_out = killed = False
-        give_up = None
+        timed_out = False
+        killer: _Killer | None = None
         try:
             while sel.get_map():
                 now = time.monotonic()
-                if not killed and now >= deadline:
-                    _kill_group(proc.pid)
-                    timed_out = killed = True
-                    give_up = now + 5.0
-                if not killed and _exited(proc.pid):
+                if killer is None and now >= deadline:
+                    timed_out = True
+                    killer = _Killer(proc.pid, self.isolation)
+                elif killer is None and _exited(proc.pid):
                     # the command is done: whatever it left running goes too
-                    _kill_group(proc.pid)
-                    killed = True
-                    give_up = now + 5.0
-                if give_up is not None and now >= give_up:
-                    break  # an escaped process holds the pipes; stop reading
-                wait = 0.05 if killed else min(0.05, deadline - now)
+                    killer = _Killer(proc.pid, self.isolation)
+                if killer is not None:
+                    killer.step()
+                    if killer.gave_up():
+                        break  # an escaped process holds the pipes; stop reading
+                wait = 0.05 if killer is not None else min(0.05, deadline - now)
                 for key, _ in sel.select(max(wait, 0.0)):
                     fd = key.fd
-                    if proc.stdin is not None and fd == proc.stdin.fileno():
+                    if fd == stdin_fd:
                         try:
                             n = os.write(fd, pending[: 64 * 1024])
                             pending = pending[n:]
@@ -551,7 +552,8 @@ class LocalSandbox(Sandbox):
                             pending = None
                         if not pending:
                             sel.unregister(fd)
-                            proc.stdin.close()
+                            proc.stdin.close()  # type: ignore[union-attr]
+                            stdin_fd = -1
                         continue
                     try:
                         data = os.read(fd, 256 * 1024)
@@ -567,9 +569,89 @@ class LocalSandbox(Sandbox):
                 if f is not None:
                     with contextlib.suppress(OSError):
                         f.close()
-            if proc.poll() is None:
-                _kill_group(proc.pid)
+            if killer is None:
+                killer = _Killer(proc.pid, self.isolation)
+            killer.finish()
         return timed_out
+
+
+class _Killer:
+    """Kills what a run started, in an order that leaves no zombie behind.
+
+    With bwrap and unshare the wrapper's child is the init of a new pid namespace: it is
+    killed first (the kernel then kills everything in the namespace) and the wrapper,
+    still alive, reaps it and exits; only then is the whole process group killed. Killing
+    the wrapper first would orphan its child to the host's init, which may not reap it.
+    At the rlimits level the process group is killed at once.
+    """
+
+    def __init__(self, pid: int, level: str) -> None:
+        self.pid = pid
+        self.started = time.monotonic()
+        self.group_killed = False
+        self.killed: list[int] = []
+        if level in ("bwrap", "unshare"):
+            for child in _children(pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(child, signal.SIGKILL)
+                    self.killed.append(child)
+        else:
+            self._kill_group()
+
+    def _kill_group(self) -> None:
+        self.group_killed = True
+        _kill_group(self.pid)
+
+    def step(self) -> None:
+        if not self.group_killed and (_exited(self.pid) or time.monotonic() - self.started > 1.0):
+            self._kill_group()
+
+    def gave_up(self) -> bool:
+        return time.monotonic() - self.started > 6.0
+
+    def finish(self) -> None:
+        """Make sure the wrapper is dead (the caller's ``wait`` reaps it) and that every
+        namespace init killed here has finished exiting, which is when the kernel has
+        killed the rest of its namespace."""
+        end = time.monotonic() + 2.0
+        while not self.group_killed and not _exited(self.pid) and time.monotonic() < end:
+            time.sleep(0.005)
+        if not self.group_killed:
+            self._kill_group()
+        for child in self.killed:
+            while not _dead(child) and time.monotonic() < end:
+                time.sleep(0.005)
+
+
+def _dead(pid: int) -> bool:
+    """Whether ``pid`` has finished exiting (gone, or a zombie waiting to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read().decode("ascii", "replace")
+    except OSError:
+        return True
+    return text[text.rfind(")") + 2 :][:1] in ("Z", "X", "")
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of ``pid``."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    kids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    stat_line = f.read().decode("ascii", "replace")
+            except OSError:
+                continue
+            fields = stat_line[stat_line.rfind(")") + 2 :].split()
+            if len(fields) > 1 and int(fields[1]) == pid:
+                kids.append(int(entry))
+    return kids
 
 
 def _exited(pid: int) -> bool:
