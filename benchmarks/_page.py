@@ -31,7 +31,7 @@ PAGE = r"""<!DOCTYPE html>
   table.leaderboard thead th { background: #eef2f8; cursor: pointer; user-select: none; }
   table.leaderboard thead th:hover { background: #e0e7f3; }
   table.leaderboard tbody tr:nth-child(even) { background: var(--zebra); }
-  table.leaderboard td .ci { color: var(--muted); font-size: .8rem; margin-left: 4px; }
+  table.leaderboard td .ci { display: block; color: var(--muted); font-size: .75rem; }
   .arrow { color: var(--accent); margin-left: 4px; }
   .tag { font-size: .72rem; border-radius: 3px; padding: 0 4px; margin-left: 6px; }
   .tag.partial { background: #fff3bf; color: #7a5b00; }
@@ -182,7 +182,7 @@ load. Results of different suite hashes are never ranked together.</footer>
   }
 
   function renderPlot(suite, holder) {
-    var W = 720, H = 400, L = 64, R = 24, T = 36, B = 54;
+    var W = 760, H = 420, L = 64, R = 24, T = 52, B = 54;
     var pts = suite.rows.map(function (r) {
       return { row: r, x: num(r.metrics.mean_tokens), y: num(r.metrics[suite.plot_metric]) };
     }).filter(function (p) { return p.x !== null && p.y !== null; });
@@ -190,7 +190,7 @@ load. Results of different suite hashes are never ranked together.</footer>
                           "data-suite": suite.name, role: "img" });
     var ylab = suite.labels[suite.plot_metric] || suite.plot_metric;
     svg.appendChild(sv("title", {}, suite.name + ": " + ylab + " versus mean tokens"));
-    svg.appendChild(sv("text", { x: L, y: 20, "class": "axis-title" }, ylab + " vs mean response tokens"));
+    svg.appendChild(sv("text", { x: L, y: 24, "class": "axis-title" }, ylab + " vs mean response tokens"));
     var xs = pts.map(function (p) { return p.x; }), ys = pts.map(function (p) { return p.y; });
     var xmin = Math.min.apply(null, xs.concat([Infinity])), xmax = Math.max.apply(null, xs.concat([0]));
     var logx = pts.length > 0 && xmin > 0 && xmax / xmin > 20;
@@ -244,9 +244,10 @@ load. Results of different suite hashes are never ranked together.</footer>
       var ly = cy - 10;
       placed.forEach(function (q) { if (Math.abs(q.x - cx) < 120 && Math.abs(q.y - ly) < 13) { ly = q.y + 14; } });
       placed.push({ x: cx, y: ly });
-      var anchor = cx > W - 160 ? "end" : "start";
+      var text = short(p.row.label, 34);
+      var anchor = cx + 12 + 6.5 * text.length > W - R ? "end" : "start";
       svg.appendChild(sv("text", { "class": "point-label", x: cx + (anchor === "end" ? -9 : 9), y: ly,
-                                   "text-anchor": anchor }, short(p.row.label, 34)));
+                                   "text-anchor": anchor }, text));
     });
     holder.appendChild(svg);
   }

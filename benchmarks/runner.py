@@ -98,9 +98,12 @@ def _strip_userinfo(url: str) -> str:
 def describe_policy(spec: str, policy: Any, label: str | None = None) -> dict[str, Any]:
     """What a result records about its policy (never an API key)."""
     scheme, _, rest = spec.partition(":")
+    default_label = spec
+    if scheme == "scripted" and rest:
+        default_label = f"{rest.rpartition(':')[2]} (scripted)"
     d: dict[str, Any] = {
         "spec": _strip_userinfo(spec) if scheme == "openai" else spec,
-        "label": label or spec,
+        "label": label or default_label,
         "name": str(getattr(policy, "name", type(policy).__name__)),
         "kind": scheme if rest else spec,
     }

@@ -38,15 +38,10 @@ def test_groups_by_suite_hash_and_ranks_by_the_primary_metric(results_dir, tiny_
     by_hash = {g["hash"]: g for g in groups}
     main = by_hash[tiny_suite.content_hash()]
     labels = [r["policy"]["label"] for r in main["results"]]
-    assert labels == [
-        "oracle",
-        "scripted:agentgym.benchmarks.baselines:hoarder",
-        "scripted:agentgym.benchmarks.baselines:forgetful",
-    ]
+    assert labels == ["oracle", "hoarder (scripted)", "forgetful (scripted)"]
+    assert main["results"][1]["policy"]["spec"] == "scripted:agentgym.benchmarks.baselines:hoarder"
     other = by_hash[replace(tiny_suite, samples_per_task=1).content_hash()]
-    assert [r["policy"]["label"] for r in other["results"]] == [
-        "scripted:agentgym.benchmarks.baselines:forgetful"
-    ]
+    assert [r["policy"]["label"] for r in other["results"]] == ["forgetful (scripted)"]
 
 
 def test_partial_results_only_when_asked(results_dir, tiny_suite):
@@ -89,10 +84,10 @@ def test_markdown_and_html_files(results_dir, tmp_path, tiny_suite):
     assert "<link" not in page and "@import" not in page
     data = json.loads(re.search(r'id="leaderboard-data">(.*?)</script>', page, re.S).group(1))
     (suite,) = [s for s in data["suites"] if s["hash"] == tiny_suite.content_hash()]
-    assert [(r["rank"], r["label"].rsplit(":", 1)[-1]) for r in suite["rows"]] == [
+    assert [(r["rank"], r["label"]) for r in suite["rows"]] == [
         (1, "oracle"),
-        (2, "hoarder"),
-        (3, "forgetful"),
+        (2, "hoarder (scripted)"),
+        (3, "forgetful (scripted)"),
     ]
     # oracle: best score; forgetful: fewest tokens; hoarder: beaten by the oracle on both
     assert [bool(r.get("pareto")) for r in suite["rows"]] == [True, False, True]
@@ -132,7 +127,7 @@ def test_leaderboard_cli(results_dir, tmp_path, cli):
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
     ranked = next(v for v in summary["suites"].values() if len(v) == 3)
-    assert ranked[0] == "oracle" and ranked[2].endswith("forgetful")
+    assert ranked == ["oracle", "hoarder (scripted)", "forgetful (scripted)"]
     assert (site / "index.html").is_file() and (site / "leaderboard.md").is_file()
 
 

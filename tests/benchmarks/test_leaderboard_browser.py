@@ -114,8 +114,9 @@ def site(tmp_path_factory):
     return site_dir / "index.html", results, suite.content_hash()
 
 
-def short(spec: str) -> str:
-    return spec.rsplit(":", 1)[-1]
+def short(name: str) -> str:
+    """'scripted:pkg.mod:fn' (a spec) or 'fn (scripted)' (its label) -> 'fn'."""
+    return name.rsplit(":", 1)[-1].removesuffix(" (scripted)")
 
 
 def test_page_renders_ranked_table_and_plot(site, tmp_path):
