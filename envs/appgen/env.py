@@ -5,11 +5,17 @@ from __future__ import annotations
 import time
 from typing import Any, ClassVar
 
-from agentgym.env import ActResult, ConversationEnv, Task
 from agentgym.envs.appgen import protocol
 from agentgym.envs.appgen.grading import MAX_FILE_BYTES, MAX_PROJECT_FILES, drop_reason, grade
-from agentgym.envs.appgen.sandboxes import DEFAULT_POOL_SIZE, check_backend, get_pool, resolve_backend
+from agentgym.envs.appgen.sandboxes import (
+    DEFAULT_POOL_SIZE,
+    check_backend,
+    get_pool,
+    resolve_backend,
+)
 from agentgym.envs.appgen.taskset import VISIBLE_TESTS_DIR, AppTask, load_tasks
+
+from agentgym.env import ActResult, ConversationEnv, Task
 from agentgym.errors import ConfigError, EnvStateError, SandboxError, UnknownNameError
 from agentgym.tokens import count_message_tokens
 from agentgym.types import Message
@@ -265,7 +271,9 @@ class AppGenEnv(ConversationEnv):
             if isinstance(act, protocol.Write):
                 data = act.content.encode("utf-8")
                 if len(data) > MAX_FILE_BYTES:
-                    return f"write {act.path}: error: the file is larger than {MAX_FILE_BYTES} bytes"
+                    return (
+                        f"write {act.path}: error: the file is larger than {MAX_FILE_BYTES} bytes"
+                    )
                 if act.path not in self._tree and len(self._tree) >= MAX_PROJECT_FILES:
                     return f"write {act.path}: error: the project already has {MAX_PROJECT_FILES} files"
                 if act.path in self._dirs():
@@ -281,7 +289,9 @@ class AppGenEnv(ConversationEnv):
                     return f"read {act.path}: error: no such file{self._did_you_mean(act.path)}"
                 text = sb.read_file(act.path)
                 shown = _cut(text, self.read_chars)
-                return f"read {act.path} ({len(text.encode())} bytes):\n{shown}\n[end of {act.path}]"
+                return (
+                    f"read {act.path} ({len(text.encode())} bytes):\n{shown}\n[end of {act.path}]"
+                )
             if isinstance(act, protocol.Delete):
                 if act.path not in self._tree:
                     return f"delete {act.path}: error: no such file{self._did_you_mean(act.path)}"
@@ -467,7 +477,7 @@ class AppGenEnv(ConversationEnv):
             path = todo[0]
             st["written"].append(path)
             content = app.solution[path].decode("utf-8")
-            return f"Next I write {path}.\n<write path=\"{path}\">\n{content}</write>"
+            return f'Next I write {path}.\n<write path="{path}">\n{content}</write>'
         if not st["tested"]:
             st["tested"] = True
             return f"All files are written; let me run the example tests.\n<run>{VISIBLE_TEST_COMMAND}</run>"
@@ -481,7 +491,9 @@ class AppGenEnv(ConversationEnv):
         worst = None
         for app in self.tasks:
             prompt = f"# Task: {app.title}\n\n{app.spec.strip()}"
-            tree = "\n".join(f"{p} ({len(d)} bytes)" for p, d in sorted(app.reference_files().items()))
+            tree = "\n".join(
+                f"{p} ({len(d)} bytes)" for p, d in sorted(app.reference_files().items())
+            )
             opening = [
                 Message("system", SYSTEM_PROMPT),
                 Message("user", prompt + "\n\n" + tree + "\n\n"),

@@ -148,7 +148,7 @@ class GradeResult:
 
 
 # The runner executes inside the grading sandbox with the sandbox's python3 (3.8+ syntax).
-RUNNER = r'''
+RUNNER = r"""
 import hashlib, json, os, signal, sys
 
 def main():
@@ -269,7 +269,7 @@ def main():
     os._exit(0)
 
 main()
-'''
+"""
 
 INI = "[pytest]\naddopts =\n"
 

@@ -156,7 +156,9 @@ def _strip_content(text: str) -> str:
 
 def _path_action(name: str, attrs: dict[str, str]) -> Action | None:
     if "path" not in attrs:
-        return ActionError(f"<{name}> needs a path attribute, e.g. {_EXAMPLES[name].splitlines()[0]}")
+        return ActionError(
+            f"<{name}> needs a path attribute, e.g. {_EXAMPLES[name].splitlines()[0]}"
+        )
     why = check_path(attrs["path"])
     if why:
         return ActionError(f"<{name} path={attrs['path']!r}>: {why}")

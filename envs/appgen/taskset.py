@@ -160,8 +160,10 @@ def _param_count(decorator: ast.expr, where: str) -> int | None:
     if not (isinstance(f, ast.Attribute) and f.attr == "parametrize"):
         return None
     args = list(decorator.args)
-    values = args[1] if len(args) > 1 else next(
-        (k.value for k in decorator.keywords if k.arg == "argvalues"), None
+    values = (
+        args[1]
+        if len(args) > 1
+        else next((k.value for k in decorator.keywords if k.arg == "argvalues"), None)
     )
     if isinstance(values, ast.List | ast.Tuple):
         return len(values.elts)
@@ -187,7 +189,9 @@ def _tests_in(source: bytes, file: str) -> list[ExpectedTest]:
 
     found = []
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith(
+            "test"
+        ):
             found.append(ExpectedTest(file, node.name, count(node)))
         elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
             for sub in node.body:
@@ -233,7 +237,9 @@ def _load_task_cached(root: Path, digest: str) -> AppTask:
         raise DataError(f"{toml_path}: invalid TOML ({e}).") from e
     difficulty = meta.get("difficulty", "medium")
     if difficulty not in DIFFICULTIES:
-        raise DataError(f"{toml_path}: difficulty must be one of {DIFFICULTIES}, got {difficulty!r}.")
+        raise DataError(
+            f"{toml_path}: difficulty must be one of {DIFFICULTIES}, got {difficulty!r}."
+        )
     raw_limits = dict(meta.get("limits", {}))
     unknown = set(raw_limits) - set(_DEFAULT_LIMITS)
     if unknown:
@@ -251,7 +257,9 @@ def _load_task_cached(root: Path, digest: str) -> AppTask:
         if is_test_file(rel):
             expected += _tests_in(data, rel)
     if not expected:
-        raise DataError(f"{root / 'tests_hidden'}: no hidden tests (test_*.py with test functions).")
+        raise DataError(
+            f"{root / 'tests_hidden'}: no hidden tests (test_*.py with test functions)."
+        )
     solution = _read_tree(root / "solution")
     if len(solution) < _MIN_SOLUTION_FILES:
         raise DataError(

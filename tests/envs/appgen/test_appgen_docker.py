@@ -7,14 +7,14 @@ import subprocess
 import sys
 
 import pytest
-
 from agentgym.envs.appgen.grading import grade
 from agentgym.envs.appgen.taskset import BUILTIN_TASKS_DIR, builtin_task_names, load_task
+
 from agentgym.policies import OraclePolicy
 from agentgym.rollouts import rollout
 
 from .conftest import need_docker
-from .test_appgen_grading import PATCH_PYTEST, FORCE_PASS_CONFTEST, partial
+from .test_appgen_grading import FORCE_PASS_CONFTEST, PATCH_PYTEST, partial
 
 pytestmark = pytest.mark.docker
 
@@ -59,9 +59,25 @@ def test_tampering_gains_nothing_with_docker():
 
 def test_eval_cli_oracle_json():
     out = subprocess.run(
-        [sys.executable, "-m", "agentgym", "eval", "agentgym/AppGen-v0", "--policy", "oracle",
-         "--episodes", "2", "--seed", "4", "--json", "--env-arg", "sandbox=docker"],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "agentgym",
+            "eval",
+            "agentgym/AppGen-v0",
+            "--policy",
+            "oracle",
+            "--episodes",
+            "2",
+            "--seed",
+            "4",
+            "--json",
+            "--env-arg",
+            "sandbox=docker",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout.strip().splitlines()[-1])

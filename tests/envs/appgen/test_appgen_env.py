@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
-
-import agentgym
 from agentgym.envs.appgen.env import AppGenEnv
 from agentgym.envs.appgen.taskset import builtin_task_names
+
+import agentgym
 from agentgym.errors import ConfigError, UnknownNameError
 from agentgym.policies import OraclePolicy, ScriptedPolicy
 from agentgym.rollouts import rollout
@@ -89,7 +89,7 @@ def test_feedback_reports_each_action_and_the_file_tree(env):
         "<run>echo hello; echo oops >&2; exit 3</run>\n"
         '<write path="../escape.py">x</write>\n'
         '<delete path="notes/plan.txt"/>\n'
-        "<bogus/> <frobnicate path=\"x\"/>"
+        '<bogus/> <frobnicate path="x"/>'
     )
     obs, reward, terminated, truncated, info = env.step(reply)
     text = obs[-1].content
@@ -159,8 +159,9 @@ def test_task_choice_by_seed_and_option(env):
 
 
 def test_bonus_and_token_cost(backend):
-    env = gym.make(ENV_ID, sandbox=backend, tasks=["log_analyzer"], completion_bonus=0.5,
-                   token_cost=0.01)
+    env = gym.make(
+        ENV_ID, sandbox=backend, tasks=["log_analyzer"], completion_bonus=0.5, token_cost=0.01
+    )
     try:
         policy_actor = lambda e, o, i: e.unwrapped.oracle_action(o)  # noqa: E731
         reward, info, _, _ = play(env, policy_actor)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 
 import pytest
-
 from agentgym.envs.appgen.grading import drop_reason, filter_project, grade
 from agentgym.envs.appgen.taskset import BUILTIN_TASKS_DIR, load_task, load_tasks
 
@@ -139,17 +138,43 @@ def _with_init(code: str) -> dict[str, bytes]:
 @pytest.mark.parametrize(
     "name, files, expect_tampered",
     [
-        ("conftest forcing passes", {**partial(TASK), "conftest.py": FORCE_PASS_CONFTEST.encode(),
-                                     "ratelimit/conftest.py": FORCE_PASS_CONFTEST.encode()}, False),
-        ("pytest.ini and pyproject", {**partial(TASK),
-                                      "pytest.ini": b"[pytest]\naddopts = -p ratelimit.clock\n",
-                                      "pyproject.toml": b"[tool.pytest.ini_options]\npython_files = none\n"}, False),
-        ("overwritten test files", {**partial(TASK),
-                                    "tests/test_ratelimit.py": HIDDEN_NAMED_TESTS.encode(),
-                                    "test_ratelimit.py": HIDDEN_NAMED_TESTS.encode()}, False),
-        ("start-up hooks", {**partial(TASK), "sitecustomize.py": PATCH_PYTEST.encode(),
-                            "usercustomize.py": PATCH_PYTEST.encode(),
-                            "zz.pth": b"import sitecustomize\n"}, False),
+        (
+            "conftest forcing passes",
+            {
+                **partial(TASK),
+                "conftest.py": FORCE_PASS_CONFTEST.encode(),
+                "ratelimit/conftest.py": FORCE_PASS_CONFTEST.encode(),
+            },
+            False,
+        ),
+        (
+            "pytest.ini and pyproject",
+            {
+                **partial(TASK),
+                "pytest.ini": b"[pytest]\naddopts = -p ratelimit.clock\n",
+                "pyproject.toml": b"[tool.pytest.ini_options]\npython_files = none\n",
+            },
+            False,
+        ),
+        (
+            "overwritten test files",
+            {
+                **partial(TASK),
+                "tests/test_ratelimit.py": HIDDEN_NAMED_TESTS.encode(),
+                "test_ratelimit.py": HIDDEN_NAMED_TESTS.encode(),
+            },
+            False,
+        ),
+        (
+            "start-up hooks",
+            {
+                **partial(TASK),
+                "sitecustomize.py": PATCH_PYTEST.encode(),
+                "usercustomize.py": PATCH_PYTEST.encode(),
+                "zz.pth": b"import sitecustomize\n",
+            },
+            False,
+        ),
         ("atexit rewriting the report", _with_init(ATEXIT_FAKE_REPORT), False),
         ("fake report written early", _with_init(FAKE_REPORT_NOW), False),
         ("pytest patched on import", _with_init(PATCH_PYTEST), True),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from agentgym.envs.appgen.protocol import (
     ActionError,
     Delete,
@@ -90,7 +89,7 @@ def test_check_path():
 
 def test_random_text_never_raises():
     rng = random.Random(0)
-    alphabet = '<>/="\' \nwriteadunbmis.pyx'
+    alphabet = "<>/=\"' \nwriteadunbmis.pyx"
     for _ in range(2000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 80)))
         for action in parse_actions(text):

@@ -6,7 +6,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from agentgym.envs.appgen import protocol
 from agentgym.envs.appgen.taskset import (
     BUILTIN_TASKS_DIR,
@@ -15,6 +14,7 @@ from agentgym.envs.appgen.taskset import (
     load_task,
     load_tasks,
 )
+
 from agentgym.errors import DataError, UnknownNameError
 
 TASKS = load_tasks()

@@ -24,8 +24,13 @@ def test_event_roundtrip():
     from ledger.events import Event
 
     e = Event(3, "A", 2, "Deposited", {"amount": 5, "memo": "x"})
-    assert e.to_dict() == {"seq": 3, "account": "A", "version": 2, "type": "Deposited",
-                           "data": {"amount": 5, "memo": "x"}}
+    assert e.to_dict() == {
+        "seq": 3,
+        "account": "A",
+        "version": 2,
+        "type": "Deposited",
+        "data": {"amount": 5, "memo": "x"},
+    }
     assert Event.from_dict(e.to_dict()) == e
 
 
@@ -33,8 +38,14 @@ def test_store_versions_and_persistence(path):
     from ledger.store import EventStore
 
     s = EventStore(path)
-    new = s.append([("A", "AccountOpened", {"owner": "a"}), ("B", "AccountOpened", {"owner": "b"}),
-                    ("A", "Deposited", {"amount": 5, "memo": ""})], {"A": 0, "B": 0})
+    new = s.append(
+        [
+            ("A", "AccountOpened", {"owner": "a"}),
+            ("B", "AccountOpened", {"owner": "b"}),
+            ("A", "Deposited", {"amount": 5, "memo": ""}),
+        ],
+        {"A": 0, "B": 0},
+    )
     assert [(e.seq, e.account, e.version) for e in new] == [(1, "A", 1), (2, "B", 1), (3, "A", 2)]
     s2 = EventStore(path)
     assert s2.version("A") == 2 and s2.version("B") == 1 and s2.version("C") == 0
@@ -52,8 +63,10 @@ def test_store_concurrency_all_or_nothing(path):
     s = EventStore(path)
     s.append([("A", "AccountOpened", {"owner": "a"})], {"A": 0})
     with pytest.raises(ConcurrencyError):
-        s.append([("B", "AccountOpened", {"owner": "b"}),
-                  ("A", "Deposited", {"amount": 1, "memo": ""})], {"A": 0, "B": 0})
+        s.append(
+            [("B", "AccountOpened", {"owner": "b"}), ("A", "Deposited", {"amount": 1, "memo": ""})],
+            {"A": 0, "B": 0},
+        )
     assert len(s.all()) == 1
     assert s.version("B") == 0
 
@@ -77,7 +90,13 @@ def test_account_aggregate(bank, path):
 
     acct = Account.from_events(EventStore(path).load("A"))
     assert (acct.id, acct.owner, acct.balance, acct.closed, acct.version, acct.exists) == (
-        "A", "Ada", 1000, False, 2, True)
+        "A",
+        "Ada",
+        1000,
+        False,
+        2,
+        True,
+    )
     empty = Account.from_events([])
     assert empty.version == 0 and not empty.exists
 

@@ -25,7 +25,10 @@ def write(tmp_path, text, name="data.csv"):
 def cli(*args):
     return subprocess.run(
         [sys.executable, "-m", "csvreport", *args],
-        capture_output=True, text=True, cwd=ROOT, timeout=30,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
     )
 
 
@@ -101,7 +104,10 @@ def test_render_formats():
 
     rows = [{"k": "a", "n": 2, "x": 1.5, "y": None}]
     assert render(rows, "csv") == "k,n,x,y\na,2,1.50,\n"
-    assert render(rows, "markdown") == "| k | n | x | y |\n| --- | --- | --- | --- |\n| a | 2 | 1.50 |  |\n"
+    assert (
+        render(rows, "markdown")
+        == "| k | n | x | y |\n| --- | --- | --- | --- |\n| a | 2 | 1.50 |  |\n"
+    )
     assert json.loads(render(rows, "json")) == rows
     assert render([], "json").strip() == "[]"
 
@@ -117,8 +123,17 @@ def test_render_unknown_format():
 def test_cli_json_to_file(tmp_path):
     src = write(tmp_path, DATA)
     dest = tmp_path / "out.json"
-    out = cli(src, "--group-by", "product", "--metric", "sum:qty", "--format", "json",
-              "--output", str(dest))
+    out = cli(
+        src,
+        "--group-by",
+        "product",
+        "--metric",
+        "sum:qty",
+        "--format",
+        "json",
+        "--output",
+        str(dest),
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout == ""
     assert json.loads(dest.read_text()) == [

@@ -17,9 +17,22 @@ def test_cli_example(tmp_path):
     path = tmp_path / "sales.csv"
     path.write_text(SALES)
     out = subprocess.run(
-        [sys.executable, "-m", "csvreport", str(path), "--group-by", "region",
-         "--metric", "count", "--metric", "sum:amount"],
-        capture_output=True, text=True, cwd=os.getcwd(), timeout=30,
+        [
+            sys.executable,
+            "-m",
+            "csvreport",
+            str(path),
+            "--group-by",
+            "region",
+            "--metric",
+            "count",
+            "--metric",
+            "sum:amount",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=os.getcwd(),
+        timeout=30,
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout == (

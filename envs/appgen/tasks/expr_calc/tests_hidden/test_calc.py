@@ -27,9 +27,18 @@ def test_tokenize():
 
     toks = tokenize("x1 = .5 + 3. * foo_(2)")
     assert [(t.kind, t.value, t.pos) for t in toks] == [
-        ("name", "x1", 0), ("op", "=", 3), ("num", 0.5, 5), ("op", "+", 8), ("num", 3.0, 10),
-        ("op", "*", 13), ("name", "foo_", 15), ("op", "(", 19), ("num", 2, 20),
-        ("op", ")", 21), ("end", None, 22)]
+        ("name", "x1", 0),
+        ("op", "=", 3),
+        ("num", 0.5, 5),
+        ("op", "+", 8),
+        ("num", 3.0, 10),
+        ("op", "*", 13),
+        ("name", "foo_", 15),
+        ("op", "(", 19),
+        ("num", 2, 20),
+        ("op", ")", 21),
+        ("end", None, 22),
+    ]
     assert isinstance(toks[8].value, int)
     assert err("1 + $").position == 4
 
@@ -96,18 +105,34 @@ def test_format_value():
 
 
 def test_cli_expression():
-    out = subprocess.run([sys.executable, "-m", "calc", "-e", "2^10"], capture_output=True,
-                         text=True, cwd=ROOT, timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-m", "calc", "-e", "2^10"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+    )
     assert out.stdout.strip() == "1024"
-    out = subprocess.run([sys.executable, "-m", "calc", "-e", "1/0"], capture_output=True,
-                         text=True, cwd=ROOT, timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-m", "calc", "-e", "1/0"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+    )
     assert out.returncode == 1 and out.stderr.startswith("error:")
 
 
 def test_cli_repl():
     script = "a = 3\n\nb = a * 2\nb / 4\nq\nans + 1\n"
-    out = subprocess.run([sys.executable, "-m", "calc"], input=script, capture_output=True,
-                         text=True, cwd=ROOT, timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-m", "calc"],
+        input=script,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+    )
     lines = out.stdout.splitlines()
     assert lines[:3] == ["3", "6", "1.5"]
     assert lines[3].startswith("error:") and "q" in lines[3]

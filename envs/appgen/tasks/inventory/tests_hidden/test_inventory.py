@@ -114,18 +114,27 @@ def test_persistence(tmp_path):
 
 
 def cli(db, *args):
-    return subprocess.run([sys.executable, "-m", "inventory", "--db", str(db), *args],
-                          capture_output=True, text=True, cwd=ROOT, timeout=30)
+    return subprocess.run(
+        [sys.executable, "-m", "inventory", "--db", str(db), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+    )
 
 
 def test_cli(tmp_path):
     db = tmp_path / "c.db"
     assert cli(db, "add-product", "w-1", "Widget", "--reorder", "3").stdout.strip() == "added W-1"
-    assert cli(db, "receive", "W-1", "10", "2.5", "--day", "2024-01-01").stdout.strip() == "W-1 stock 10"
+    assert (
+        cli(db, "receive", "W-1", "10", "2.5", "--day", "2024-01-01").stdout.strip()
+        == "W-1 stock 10"
+    )
     assert cli(db, "ship", "W-1", "8", "--day", "2024-01-02").stdout.strip() == "W-1 stock 2"
     assert cli(db, "report", "value").stdout.strip() == "5.00"
     assert json.loads(cli(db, "report", "low").stdout) == [
-        {"sku": "W-1", "stock": 2, "reorder_level": 3}]
+        {"sku": "W-1", "stock": 2, "reorder_level": 3}
+    ]
     assert json.loads(cli(db, "report", "stock").stdout)[0]["value"] == 5.0
     moves = json.loads(cli(db, "report", "movements", "--start", "2024-01-02").stdout)
     assert moves == [{"sku": "W-1", "kind": "out", "qty": 8, "day": "2024-01-02"}]

@@ -31,8 +31,15 @@ def test_job_shape_and_validation(env):
 
     q, clock = env
     job_id = q.enqueue("a", [1, {"x": None}], delay=5)
-    assert q.get(job_id) == {"id": 1, "queue": "a", "payload": [1, {"x": None}], "state": "ready",
-                             "attempts": 0, "available_at": 1005.0, "error": None}
+    assert q.get(job_id) == {
+        "id": 1,
+        "queue": "a",
+        "payload": [1, {"x": None}],
+        "state": "ready",
+        "attempts": 0,
+        "available_at": 1005.0,
+        "error": None,
+    }
     with pytest.raises(QueueError):
         q.enqueue("", 1)
     with pytest.raises(QueueError):
@@ -125,8 +132,9 @@ def test_custom_policy(tmp_path):
     from jobq.queue import JobQueue
 
     clock = Clock()
-    q = JobQueue(str(tmp_path / "c.db"), clock=clock, lease_seconds=1, max_attempts=1,
-                 backoff_base=3.0)
+    q = JobQueue(
+        str(tmp_path / "c.db"), clock=clock, lease_seconds=1, max_attempts=1, backoff_base=3.0
+    )
     job_id = q.enqueue("w", None)
     assert q.claim("w")["available_at"] == 1001.0
     q.fail(job_id, "once")
@@ -151,8 +159,13 @@ def test_persistence(tmp_path):
 
 
 def jobq(db, *args):
-    return subprocess.run([sys.executable, "-m", "jobq", "--db", str(db), *args],
-                          capture_output=True, text=True, cwd=ROOT, timeout=30)
+    return subprocess.run(
+        [sys.executable, "-m", "jobq", "--db", str(db), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+    )
 
 
 def test_cli(tmp_path):
@@ -160,11 +173,20 @@ def test_cli(tmp_path):
     assert jobq(db, "enqueue", "mail", '{"to": "bob"}').stdout.strip() == "1"
     assert jobq(db, "enqueue", "mail", '"later"', "--delay", "3600").stdout.strip() == "2"
     job = json.loads(jobq(db, "claim", "mail").stdout)
-    assert (job["id"], job["payload"], job["state"], job["attempts"]) == (1, {"to": "bob"}, "leased", 1)
+    assert (job["id"], job["payload"], job["state"], job["attempts"]) == (
+        1,
+        {"to": "bob"},
+        "leased",
+        1,
+    )
     assert jobq(db, "claim", "mail").stdout.strip() == "empty"
     assert jobq(db, "fail", "1", "smtp down").stdout.strip() == "ready"
     assert json.loads(jobq(db, "stats", "mail").stdout) == {
-        "ready": 2, "leased": 0, "done": 0, "dead": 0}
+        "ready": 2,
+        "leased": 0,
+        "done": 0,
+        "dead": 0,
+    }
     out = jobq(db, "complete", "1")
     assert out.returncode == 1 and out.stderr.startswith("error:")
     out = jobq(db, "enqueue", "mail", "{bad json")

@@ -115,8 +115,13 @@ def test_auto_checkpoint(tmp_path):
 
 
 def kv(d, *args):
-    return subprocess.run([sys.executable, "-m", "kvstore", str(d), *args],
-                          capture_output=True, text=True, cwd=ROOT, timeout=30)
+    return subprocess.run(
+        [sys.executable, "-m", "kvstore", str(d), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+    )
 
 
 def test_cli(tmp_path):

@@ -28,9 +28,11 @@ def write(tmp_path):
 def test_parse_line_fields():
     from logstats.parse import parse_line
 
-    e = parse_line('  10.0.0.2 - bob [10/Oct/2000:14:05:00 -0700] "POST /api?id=3 HTTP/1.1" 201 -  ')
+    e = parse_line(
+        '  10.0.0.2 - bob [10/Oct/2000:14:05:00 -0700] "POST /api?id=3 HTTP/1.1" 201 -  '
+    )
     assert (e.host, e.method, e.path, e.status, e.size) == ("10.0.0.2", "POST", "/api", 201, 0)
-    assert e.time == datetime(2000, 10, 10, 21, 5, tzinfo=timezone.utc)
+    assert e.time == datetime(2000, 10, 10, 21, 5, tzinfo=timezone.utc)  # noqa: UP017
 
 
 def test_parse_line_rejects():
@@ -75,7 +77,7 @@ def test_filters(tmp_path):
     from logstats.stats import filter_entries
 
     entries, _ = parse_file(write(tmp_path))
-    since = datetime(2000, 10, 10, 21, 5, tzinfo=timezone.utc)
+    since = datetime(2000, 10, 10, 21, 5, tzinfo=timezone.utc)  # noqa: UP017
     assert len(filter_entries(entries, since=since)) == 4
     assert len(filter_entries(entries, since=since, until=since)) == 1
     assert [e.path for e in filter_entries(entries, method="post")] == ["/api"]
@@ -92,8 +94,13 @@ def test_per_hour(tmp_path):
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "logstats", *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=30)
+    return subprocess.run(
+        [sys.executable, "-m", "logstats", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+    )
 
 
 def test_cli(tmp_path):
@@ -101,8 +108,14 @@ def test_cli(tmp_path):
     out = cli(path, "--since", "2000-10-10T22:00:00+00:00", "--top", "1")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {
-        "requests": 2, "hosts": 1, "bytes": 7, "status": {"3xx": 1, "5xx": 1},
-        "top_paths": [["/b.html", 2]], "error_rate": 0.5, "malformed": 3}
+        "requests": 2,
+        "hosts": 1,
+        "bytes": 7,
+        "status": {"3xx": 1, "5xx": 1},
+        "top_paths": [["/b.html", 2]],
+        "error_rate": 0.5,
+        "malformed": 3,
+    }
     hourly = json.loads(cli(path, "--hourly", "--until", "2000-10-10T21:00:00+00:00").stdout)
     assert hourly == {"2000-10-10T20": 1}
     out = cli(str(tmp_path / "missing.log"))

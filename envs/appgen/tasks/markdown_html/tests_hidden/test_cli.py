@@ -6,8 +6,14 @@ ROOT = os.getcwd()
 
 
 def run(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "mdconv", *args], input=stdin,
-                          capture_output=True, text=True, cwd=ROOT, timeout=30)
+    return subprocess.run(
+        [sys.executable, "-m", "mdconv", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+    )
 
 
 def test_stdin_to_stdout():
@@ -24,7 +30,8 @@ def test_file_to_file_with_title(tmp_path):
     assert out.returncode == 0, out.stderr
     assert dest.read_text() == (
         '<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8">\n<title>T &amp; U</title>\n'
-        "</head>\n<body>\n<h1>A</h1>\n<p>b</p>\n</body>\n</html>\n")
+        "</head>\n<body>\n<h1>A</h1>\n<p>b</p>\n</body>\n</html>\n"
+    )
 
 
 def test_missing_file(tmp_path):

@@ -15,7 +15,8 @@ def test_code_span_is_literal():
 
 def test_strong_and_emphasis():
     assert r("**bold** and *it* and _it2_") == (
-        "<strong>bold</strong> and <em>it</em> and <em>it2</em>")
+        "<strong>bold</strong> and <em>it</em> and <em>it2</em>"
+    )
     assert r("**a *b* c**") == "<strong>a <em>b</em> c</strong>"
 
 
@@ -27,4 +28,5 @@ def test_unmatched_markers_literal():
 
 def test_links():
     assert r("[the *site*](http://a.b/?q=1&r=2)") == (
-        '<a href="http://a.b/?q=1&amp;r=2">the <em>site</em></a>')
+        '<a href="http://a.b/?q=1&amp;r=2">the <em>site</em></a>'
+    )

@@ -127,8 +127,16 @@ def test_decorator():
 def test_package_exports():
     import ratelimit
 
-    for name in ("TokenBucket", "FixedWindow", "SlidingLog", "KeyedLimiter",
-                 "rate_limited", "RateLimitExceeded", "ManualClock", "SystemClock"):
+    for name in (
+        "TokenBucket",
+        "FixedWindow",
+        "SlidingLog",
+        "KeyedLimiter",
+        "rate_limited",
+        "RateLimitExceeded",
+        "ManualClock",
+        "SystemClock",
+    ):
         assert hasattr(ratelimit, name), name
 
 

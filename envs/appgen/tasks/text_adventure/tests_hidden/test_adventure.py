@@ -10,11 +10,17 @@ ROOT = os.getcwd()
 WORLD = {
     "start": "cell",
     "rooms": {
-        "cell": {"name": "Cell", "description": "Damp stone.",
-                 "exits": {"north": {"to": "yard", "locked_by": "pin"}},
-                 "items": ["pin", "straw"]},
-        "yard": {"name": "Yard", "description": "Open sky.",
-                 "exits": {"south": "cell", "west": "gate"}},
+        "cell": {
+            "name": "Cell",
+            "description": "Damp stone.",
+            "exits": {"north": {"to": "yard", "locked_by": "pin"}},
+            "items": ["pin", "straw"],
+        },
+        "yard": {
+            "name": "Yard",
+            "description": "Open sky.",
+            "exits": {"south": "cell", "west": "gate"},
+        },
         "gate": {"name": "Gate", "description": "Freedom.", "exits": {}},
     },
     "items": {"pin": {"description": "A bent pin."}, "straw": {"description": "Straw."}},
@@ -44,14 +50,27 @@ def test_parser():
     assert parse("quit") == ("quit", None)
 
 
-@pytest.mark.parametrize("patch, word", [
-    ({"start": "nowhere"}, "nowhere"),
-    ({"rooms": {"cell": {"name": "C", "description": "", "exits": {"up": "attic"}}}}, "attic"),
-    ({"rooms": {"cell": {"name": "C", "description": "", "items": ["sword"]}}}, "sword"),
-    ({"goal": {"carry": ["crown"]}}, "crown"),
-    ({"rooms": {"cell": {"name": "C", "description": "",
-                         "exits": {"up": {"to": "cell", "locked_by": "rune"}}}}}, "rune"),
-])
+@pytest.mark.parametrize(
+    "patch, word",
+    [
+        ({"start": "nowhere"}, "nowhere"),
+        ({"rooms": {"cell": {"name": "C", "description": "", "exits": {"up": "attic"}}}}, "attic"),
+        ({"rooms": {"cell": {"name": "C", "description": "", "items": ["sword"]}}}, "sword"),
+        ({"goal": {"carry": ["crown"]}}, "crown"),
+        (
+            {
+                "rooms": {
+                    "cell": {
+                        "name": "C",
+                        "description": "",
+                        "exits": {"up": {"to": "cell", "locked_by": "rune"}},
+                    }
+                }
+            },
+            "rune",
+        ),
+    ],
+)
 def test_world_validation(patch, word):
     from adventure.world import WorldError
 
@@ -131,8 +150,14 @@ def test_save_and_load(tmp_path):
 
 def test_cli_plays_castle():
     commands = "n\ntake key\nget book\ns\nunlock east\ne\ntake gold\nw\nlook\n"
-    out = subprocess.run([sys.executable, "-m", "adventure", "worlds/castle.json"],
-                         input=commands, capture_output=True, text=True, cwd=ROOT, timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-m", "adventure", "worlds/castle.json"],
+        input=commands,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("Great Hall\n")
     assert out.stdout.rstrip().endswith("*** You have won! ***")
@@ -143,7 +168,13 @@ def test_cli_plays_castle():
 def test_cli_bad_world(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps({"start": "x", "rooms": {}}))
-    out = subprocess.run([sys.executable, "-m", "adventure", str(path)], input="",
-                         capture_output=True, text=True, cwd=ROOT, timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-m", "adventure", str(path)],
+        input="",
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+    )
     assert out.returncode == 1
     assert out.stderr.startswith("error:")

@@ -23,13 +23,24 @@ def test_add_validates(svc):
         svc.add("x", due="2024-13-01")
     t = svc.add("  Write report ", due="2024-02-29", tags=["work", "b", "work"])
     assert (t.title, t.due, t.tags, t.done, t.priority) == (
-        "Write report", "2024-02-29", ["b", "work"], False, "medium")
+        "Write report",
+        "2024-02-29",
+        ["b", "work"],
+        False,
+        "medium",
+    )
 
 
 def test_to_dict_keys(svc):
     t = svc.add("a")
-    assert t.to_dict() == {"id": 1, "title": "a", "priority": "medium", "due": None,
-                           "done": False, "tags": []}
+    assert t.to_dict() == {
+        "id": 1,
+        "title": "a",
+        "priority": "medium",
+        "due": None,
+        "done": False,
+        "tags": [],
+    }
 
 
 def test_get_unknown(svc):

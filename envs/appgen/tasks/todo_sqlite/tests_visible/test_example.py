@@ -15,10 +15,33 @@ def test_add_and_list(tmp_path):
 
 def test_cli_add(tmp_path):
     db = str(tmp_path / "t.db")
-    out = subprocess.run([sys.executable, "-m", "todo", "--db", db, "add", "Pay rent",
-                          "--priority", "high", "--due", "2024-05-01", "--tag", "home"],
-                         capture_output=True, text=True, cwd=os.getcwd(), timeout=30)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "todo",
+            "--db",
+            db,
+            "add",
+            "Pay rent",
+            "--priority",
+            "high",
+            "--due",
+            "2024-05-01",
+            "--tag",
+            "home",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=os.getcwd(),
+        timeout=30,
+    )
     assert out.stdout.strip() == "added 1", out.stderr
-    out = subprocess.run([sys.executable, "-m", "todo", "--db", db, "list"],
-                         capture_output=True, text=True, cwd=os.getcwd(), timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-m", "todo", "--db", db, "list"],
+        capture_output=True,
+        text=True,
+        cwd=os.getcwd(),
+        timeout=30,
+    )
     assert out.stdout.strip() == "[ ] #1 Pay rent (high) due 2024-05-01 [home]"

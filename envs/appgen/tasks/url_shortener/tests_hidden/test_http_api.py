@@ -21,8 +21,9 @@ OPENER = urllib.request.build_opener(NoRedirect)
 
 def call(base, method, path, body=None, raw=None):
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    req = urllib.request.Request(base + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        base + path, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
     try:
         with OPENER.open(req, timeout=10) as resp:
             status, headers, payload = resp.status, resp.headers, resp.read()
@@ -89,7 +90,11 @@ def test_list_delete_and_method(base):
 def test_main_module_serves(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "shortener", "--db", str(tmp_path / "m.db"), "--port", "0"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline().strip()
         assert line.startswith("listening on http://127.0.0.1:"), line

@@ -20,7 +20,9 @@ def test_create_link(tmp_path):
         req = urllib.request.Request(
             f"http://127.0.0.1:{port}/api/links",
             data=json.dumps({"url": "https://example.com/a", "code": "ex"}).encode(),
-            headers={"Content-Type": "application/json"}, method="POST")
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
         with urllib.request.urlopen(req, timeout=10) as resp:
             assert resp.status == 201
             assert json.load(resp)["short_url"] == f"http://127.0.0.1:{port}/ex"

@@ -12,7 +12,9 @@ class Account:
 
     @classmethod
     def from_events(cls, events, account_id=None):
-        account = cls(account_id if account_id is not None else (events[0].account if events else None))
+        account = cls(
+            account_id if account_id is not None else (events[0].account if events else None)
+        )
         for event in events:
             account.apply(event)
         return account

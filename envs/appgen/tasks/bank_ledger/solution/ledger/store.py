@@ -40,8 +40,7 @@ class EventStore:
         for account, want in expected.items():
             if versions.get(account, 0) != want:
                 raise ConcurrencyError(
-                    f"account {account!r} is at version {versions.get(account, 0)}, "
-                    f"expected {want}"
+                    f"account {account!r} is at version {versions.get(account, 0)}, expected {want}"
                 )
         seq = len(existing)
         new = []

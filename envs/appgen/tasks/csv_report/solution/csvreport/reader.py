@@ -19,10 +19,8 @@ def read_rows(path):
             header = cells
             continue
         if len(cells) != len(header):
-            raise ReportError(
-                f"line {lineno}: expected {len(header)} cells, found {len(cells)}"
-            )
-        rows.append(dict(zip(header, cells)))
+            raise ReportError(f"line {lineno}: expected {len(header)} cells, found {len(cells)}")
+        rows.append(dict(zip(header, cells, strict=True)))
     if header is None:
         raise ReportError(f"{path}: the file is empty (no header line)")
     return rows

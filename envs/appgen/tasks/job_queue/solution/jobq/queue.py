@@ -105,7 +105,9 @@ class JobQueue:
     def stats(self, queue):
         now = self.clock()
         counts = dict.fromkeys(STATES, 0)
-        for row in self.conn.execute("SELECT state, available_at FROM jobs WHERE queue = ?", (queue,)):
+        for row in self.conn.execute(
+            "SELECT state, available_at FROM jobs WHERE queue = ?", (queue,)
+        ):
             state = row["state"]
             if state == "leased" and row["available_at"] <= now:
                 state = "ready"

@@ -35,5 +35,5 @@ def summarize(entries, top=5):
 
 
 def per_hour(entries):
-    counts = Counter(e.time.astimezone(timezone.utc).strftime("%Y-%m-%dT%H") for e in entries)
+    counts = Counter(e.time.astimezone(timezone.utc).strftime("%Y-%m-%dT%H") for e in entries)  # noqa: UP017
     return dict(sorted(counts.items()))

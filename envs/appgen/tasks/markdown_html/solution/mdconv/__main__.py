@@ -7,7 +7,7 @@ from mdconv.inline import escape
 from mdconv.render import to_html
 
 TEMPLATE = (
-    "<!DOCTYPE html>\n<html>\n<head>\n<meta charset=\"utf-8\">\n<title>{title}</title>\n"
+    '<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8">\n<title>{title}</title>\n'
     "</head>\n<body>\n{body}\n</body>\n</html>\n"
 )
 

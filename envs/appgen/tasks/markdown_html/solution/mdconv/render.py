@@ -18,7 +18,9 @@ def render_block(block):
         return f"<blockquote>\n{inner}\n</blockquote>"
     if block.kind == "list":
         tag = "ol" if block.ordered else "ul"
-        opening = f'<ol start="{block.start}">' if block.ordered and block.start != 1 else f"<{tag}>"
+        opening = (
+            f'<ol start="{block.start}">' if block.ordered and block.start != 1 else f"<{tag}>"
+        )
         items = [f"<li>{render_inline(item)}</li>" for item in block.items]
         return "\n".join([opening, *items, f"</{tag}>"])
     return f"<p>{render_inline(block.text)}</p>"

@@ -1,7 +1,12 @@
 """Turning a typed line into (verb, object)."""
 
 DIRECTIONS = {
-    "n": "north", "s": "south", "e": "east", "w": "west", "u": "up", "d": "down",
+    "n": "north",
+    "s": "south",
+    "e": "east",
+    "w": "west",
+    "u": "up",
+    "d": "down",
 }
 FULL = set(DIRECTIONS.values())
 SYNONYMS = {"get": "take", "l": "look", "i": "inventory", "inv": "inventory", "x": "examine"}

@@ -45,7 +45,11 @@ def load_world(source):
     for room_id, spec in data.get("rooms", {}).items():
         exits = {}
         for direction, target in spec.get("exits", {}).items():
-            exit_ = Exit(target) if isinstance(target, str) else Exit(target["to"], target.get("locked_by"))
+            exit_ = (
+                Exit(target)
+                if isinstance(target, str)
+                else Exit(target["to"], target.get("locked_by"))
+            )
             exits[direction] = exit_
         rooms[room_id] = Room(
             room_id,
@@ -60,9 +64,13 @@ def load_world(source):
     for room in rooms.values():
         for direction, exit_ in room.exits.items():
             if exit_.to not in rooms:
-                raise WorldError(f"exit {direction!r} of room {room.id!r} leads to unknown room {exit_.to!r}")
+                raise WorldError(
+                    f"exit {direction!r} of room {room.id!r} leads to unknown room {exit_.to!r}"
+                )
             if exit_.locked_by is not None and exit_.locked_by not in items:
-                raise WorldError(f"lock on {room.id!r} {direction!r} needs unknown item {exit_.locked_by!r}")
+                raise WorldError(
+                    f"lock on {room.id!r} {direction!r} needs unknown item {exit_.locked_by!r}"
+                )
         for item in room.items:
             if item not in items:
                 raise WorldError(f"room {room.id!r} holds unknown item {item!r}")
