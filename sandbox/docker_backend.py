@@ -293,6 +293,10 @@ atexit.register(remove_live_containers)
 def install_signal_handlers() -> bool:
     """Remove this process's containers on SIGTERM and SIGINT, then chain to the old handler.
 
+    With Python's default SIGINT handler the signal only raises ``KeyboardInterrupt`` as
+    before; the containers then go with the ``with`` blocks that unwind and, if the
+    program ends, with the atexit hook.
+
     Called automatically when the first container starts; signal handlers can only be
     installed from the main thread, so an application that opens its first sandbox from
     another thread should call this once from the main thread. Returns whether the
@@ -311,6 +315,12 @@ def install_signal_handlers() -> bool:
 
 
 def _on_signal(signum: int, frame: Any, *, previous: Any) -> None:
+    if previous is signal.default_int_handler:
+        # Ctrl-C raises KeyboardInterrupt: `with` blocks close their sandboxes as it
+        # unwinds and the atexit hook removes the rest if the program ends; a program
+        # that catches it (a REPL) keeps its sandboxes.
+        previous(signum, frame)
+        return
     remove_live_containers()
     if callable(previous):
         previous(signum, frame)

@@ -55,3 +55,10 @@ def dsb(shared_docker):
     """The module's Docker sandbox, emptied of files and processes before each test."""
     shared_docker.reset()
     return shared_docker
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _docker_must_run_in_ci(request):
+    """In CI a Docker test module fails at once, with the reason, when Docker is unusable."""
+    if request.node.get_closest_marker("docker") and DOCKER_PROBLEM is not None:
+        pytest.fail(f"CI is set, so the Docker tests must run, but: {DOCKER_PROBLEM}")
