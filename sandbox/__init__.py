@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from agentgym.errors import ConfigError, SandboxError
 from agentgym.sandbox.base import (
     DEFAULT_OUTPUT_LIMIT,
     ExecResult,
@@ -31,8 +32,6 @@ from agentgym.sandbox.base import (
     SandboxUnavailableError,
 )
 from agentgym.sandbox.pool import SandboxPool
-
-from agentgym.errors import ConfigError, SandboxError
 
 log = logging.getLogger("agentgym.sandbox")
 

@@ -54,6 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentgym.errors import SandboxError
 from agentgym.sandbox.base import (
     CappedBuffer,
     ExecResult,
@@ -68,8 +69,6 @@ from agentgym.sandbox.base import (
     process_start_ticks,
     to_bytes,
 )
-
-from agentgym.errors import SandboxError
 
 log = logging.getLogger("agentgym.sandbox")
 

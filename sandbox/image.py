@@ -34,9 +34,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agentgym.sandbox.base import SandboxUnavailableError
-
 from agentgym.errors import SandboxError
+from agentgym.sandbox.base import SandboxUnavailableError
 
 __all__ = [
     "IMAGE_ENV",

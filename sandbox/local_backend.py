@@ -63,6 +63,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 
+from agentgym.errors import ConfigError, SandboxError
 from agentgym.sandbox.base import (
     CappedBuffer,
     ExecResult,
@@ -76,8 +77,6 @@ from agentgym.sandbox.base import (
     exit_code_from_status,
     to_bytes,
 )
-
-from agentgym.errors import ConfigError, SandboxError
 
 log = logging.getLogger("agentgym.sandbox")
 

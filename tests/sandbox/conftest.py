@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from agentgym.sandbox import docker_available
 
 #: None when the Docker backend is usable here, else why not

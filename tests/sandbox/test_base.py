@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+
+from agentgym.errors import ConfigError, SandboxError
 from agentgym.sandbox import ExecResult, SandboxLimits, SandboxPathError, open_sandbox
 from agentgym.sandbox.base import (
     CappedBuffer,
@@ -10,8 +12,6 @@ from agentgym.sandbox.base import (
     command_argv,
     exit_code_from_status,
 )
-
-from agentgym.errors import ConfigError, SandboxError
 
 
 def test_limits_defaults_are_valid_and_overridable():

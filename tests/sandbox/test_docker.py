@@ -7,10 +7,10 @@ import subprocess
 import threading
 
 import pytest
-from agentgym.sandbox import SandboxPathError, SandboxUnavailableError, open_sandbox
-from agentgym.sandbox.docker_backend import LABEL, docker_client
 
 from agentgym.errors import SandboxError
+from agentgym.sandbox import SandboxPathError, SandboxUnavailableError, open_sandbox
+from agentgym.sandbox.docker_backend import LABEL, docker_client
 
 from .conftest import COUNT_USER_PROCS, skip_without_docker
 

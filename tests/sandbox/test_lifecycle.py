@@ -9,6 +9,7 @@ import sys
 import uuid
 
 import pytest
+
 from agentgym.sandbox.docker_backend import list_sandbox_containers
 from agentgym.sandbox.image import build_image, default_image
 

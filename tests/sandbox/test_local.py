@@ -14,10 +14,10 @@ import subprocess
 import uuid
 
 import pytest
-from agentgym.sandbox import SandboxPathError, SandboxPool, open_sandbox
-from agentgym.sandbox.local_backend import LEVELS, available_levels, best_level
 
 from agentgym.errors import ConfigError
+from agentgym.sandbox import SandboxPathError, SandboxPool, open_sandbox
+from agentgym.sandbox.local_backend import LEVELS, available_levels, best_level
 
 AVAILABLE = [level for level, why in available_levels().items() if why is None]
 NAMESPACED = [level for level in AVAILABLE if level in ("bwrap", "unshare")]
