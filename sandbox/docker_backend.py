@@ -547,6 +547,8 @@ class DockerSandbox(Sandbox):
                 workdir=workdir,
                 out_limit=self.limits.output_limit,
             )
+            if self._closed:
+                raise SandboxError("The sandbox was closed while the command ran.")
             timed_out = raw.host_killed or (raw.exit_code == 137 and raw.duration >= seconds)
             oom = False
             if timed_out:
@@ -779,7 +781,11 @@ class DockerSandbox(Sandbox):
 
     def _exit_code(self, exec_id: str) -> int:
         for _ in range(400):
-            info = self._api.exec_inspect(exec_id)
+            try:
+                info = self._api.exec_inspect(exec_id)
+            except Exception as e:  # the container went away under the command
+                self._broken = f"the container is gone: {str(e)[:200]}"
+                return -1
             if not info.get("Running") and info.get("ExitCode") is not None:
                 return int(info["ExitCode"])
             time.sleep(0.005)

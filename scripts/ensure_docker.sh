@@ -45,6 +45,7 @@ missing=()
 if ! engine_up && ! command -v dockerd >/dev/null 2>&1; then missing+=(docker.io); fi
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+[[ -f /usr/share/keyrings/debian-archive-keyring.gpg ]] || missing+=(debian-archive-keyring)
 if [[ ${#missing[@]} -gt 0 ]]; then
     command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and no apt-get here; install them by hand."
     say "installing ${missing[*]} with apt-get"

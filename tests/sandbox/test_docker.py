@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -163,6 +164,9 @@ def test_workspace_size_and_memory_are_bounded():
     with open_sandbox("docker", workspace_mb=8, memory_mb=128) as sb:
         full = sb.run("head -c 20000000 /dev/zero > big", timeout=30)
         assert full.exit_code != 0 and "No space left" in full.stderr
+        assert sb.run("rm big").ok
+        with pytest.raises(SandboxError, match="workspace is full"):
+            sb.write_files({"big.bin": b"x" * 20_000_000})
         bomb = sb.run(
             ["python3", "-c", "a = []\nwhile True: a.append(bytearray(10**7))"], timeout=60
         )
@@ -244,6 +248,29 @@ def test_container_labels_and_removal_on_close_and_exception():
     assert not api.containers(all=True, filters={"id": cid})
     with pytest.raises(SandboxError, match="closed"):
         sb.run("true")
+
+
+def test_close_during_a_run_ends_it_with_an_error():
+    sb = open_sandbox("docker")
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(sb.run("sleep 60", timeout=120))
+        except SandboxError as e:
+            outcome.append(e)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    api = docker_client().api
+    for _ in range(600):  # wait until the command runs in the container
+        if any("sleep 60" in " ".join(p) for p in api.top(sb.container_id)["Processes"]):
+            break
+        time.sleep(0.05)
+    sb.close()
+    worker.join(timeout=60)
+    assert len(outcome) == 1 and isinstance(outcome[0], SandboxError)
+    assert "closed while the command ran" in str(outcome[0])
 
 
 def test_one_sandbox_serialises_threads(dsb):
