@@ -69,9 +69,11 @@ class ExecResult:
         stdout_truncated: stdout produced more than the cap; the rest was discarded.
         stderr_truncated: the same for stderr.
         oom_killed: the kernel killed a process of this command for exceeding the memory
-            limit. Only the Docker backend can tell (it reads the container's memory
-            cgroup); the local backend reports allocation failures through the command's
-            own error output instead, and this stays ``False``.
+            limit (checked when a run fails without timing out, so a child killed under a
+            parent that then exits 0 is not reported). Only the Docker backend can tell
+            (it reads the container's memory cgroup); the local backend reports
+            allocation failures through the command's own error output instead, and this
+            stays ``False``.
     """
 
     exit_code: int

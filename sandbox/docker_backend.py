@@ -111,6 +111,12 @@ _GLOBS = " ".join(f"{d}/* {d}/.[!.]* {d}/..?*" for d in _WRITABLE)
 # full; the loop catches processes forked while the first sweep ran.
 _KILL_ALL = 'i=0; while kill -9 -1 2>/dev/null && [ "$i" -lt 200 ]; do i=$((i+1)); done; exit 0'
 
+# the OOM-kill counter of the container's memory cgroup (v1, then v2)
+_READ_OOM = (
+    "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || "
+    "cat /sys/fs/cgroup/memory.events 2>/dev/null; exit 0"
+)
+
 # The wrapper every exec runs: $1 = clean first (0/1), $2 = working directory,
 # $3 = timeout in seconds, then the command's argv.
 _WRAPPER = f"""
@@ -185,17 +191,6 @@ elif op == "list":
             if stat.S_ISREG(os.lstat(p).st_mode):
                 out.append(os.path.relpath(p, ROOT))
     sys.stdout.write(json.dumps(sorted(out)))
-elif op == "oom":
-    n = 0
-    for p in ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"):
-        try:
-            for line in open(p):
-                k, _, v = line.partition(" ")
-                if k == "oom_kill":
-                    n = max(n, int(v))
-        except OSError:
-            pass
-    sys.stdout.write(str(n))
 """
 
 
@@ -554,7 +549,7 @@ class DockerSandbox(Sandbox):
             if timed_out:
                 if not raw.host_killed:
                     self._kill_all()  # processes that left the process group
-            elif raw.exit_code == 137:
+            elif raw.exit_code != 0:
                 oom = self._oom_increased()
         return ExecResult(
             exit_code=raw.exit_code,
@@ -811,17 +806,22 @@ class DockerSandbox(Sandbox):
         return False
 
     def _oom_increased(self) -> bool:
+        """Whether the container's memory cgroup OOM-killed something since the last look."""
         try:
             raw = self._exec(
-                ["python3", "-I", "-S", "-c", _HELPER, "oom"],
+                ["sh", "-c", _READ_OOM],
                 stdin=None,
                 env={},
                 deadline=30.0,
                 out_limit=4096,
             )
-            count = int(raw.stdout.text().strip() or "0")
-        except (SandboxError, ValueError):
+        except SandboxError:
             return False
+        count = 0
+        for line in raw.stdout.text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                count = max(count, int(value))
         seen, self._oom_seen = self._oom_seen, max(self._oom_seen, count)
         return count > seen
 

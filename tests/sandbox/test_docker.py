@@ -171,8 +171,15 @@ def test_workspace_size_and_memory_are_bounded():
             ["python3", "-c", "a = []\nwhile True: a.append(bytearray(10**7))"], timeout=60
         )
         assert bomb.oom_killed and bomb.exit_code == 137 and not bomb.timed_out
+        # a bomb in a child: the shell around it reports the failure, and the OOM
+        child = sb.run(
+            "python3 -c 'a = []\nwhile True: a.append(bytearray(10**7))'; echo after; exit 3",
+            timeout=60,
+        )
+        assert child.oom_killed and child.exit_code == 3 and child.stdout == "after\n"
         # the sandbox survives and reports later deaths correctly
         assert sb.run("echo alive").stdout == "alive\n"
+        assert not sb.run("exit 1").oom_killed
         suicide = sb.run("kill -9 $$")
         assert suicide.exit_code == 137 and not suicide.oom_killed and not suicide.timed_out
 
@@ -193,6 +200,12 @@ def test_fork_bomb_is_contained():
         # every bomb process is gone and the sandbox still works
         assert leftover_processes(sb) == 0
         assert sb.run("echo ok").stdout == "ok\n"
+        # a bomb that left the process group (and holds the output open) dies too
+        code = bomb.replace("'", "")
+        r = sb.run(f"setsid python3 -c '{code}' & sleep 600", timeout=2)
+        assert r.timed_out
+        assert leftover_processes(sb) == 0
+        assert not sb.broken
 
 
 @pytest.mark.parametrize(
