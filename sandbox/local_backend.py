@@ -49,10 +49,12 @@ Every level, always:
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
 import resource
+import select
 import selectors
 import shutil
 import signal
@@ -75,6 +77,7 @@ from agentgym.sandbox.base import (
     command_argv,
     env_strings,
     exit_code_from_status,
+    process_start_ticks,
     to_bytes,
 )
 
@@ -174,11 +177,19 @@ def best_level() -> str:
     return "rlimits"
 
 
-def _prefix(level: str, workspace: str, tmp: str, inner: str, cwd: str | None = None) -> list[str]:
+def _prefix(
+    level: str,
+    workspace: str,
+    tmp: str,
+    inner: str,
+    cwd: str | None = None,
+    info_fd: int | None = None,
+) -> list[str]:
     """The argv that wraps a command at ``level``."""
     if level == "bwrap":
         argv = [
             "bwrap",
+            *(["--info-fd", str(info_fd)] if info_fd is not None else []),
             "--unshare-all",
             "--unshare-user",
             "--uid",
@@ -325,8 +336,7 @@ class LocalSandbox(Sandbox):
                 "PYTHONDONTWRITEBYTECODE": "1",
                 **extra,
             }
-            full = _prefix(self.isolation, self.workspace, self._tmp, inner, inner_cwd) + argv
-            return self._spawn(full, seconds, data, environment, host_cwd)
+            return self._spawn(argv, inner, inner_cwd, seconds, data, environment, host_cwd)
 
     def write_files(self, files: Mapping[str, str | bytes]) -> None:
         with self._lock:
@@ -448,6 +458,8 @@ class LocalSandbox(Sandbox):
     def _spawn(
         self,
         argv: list[str],
+        inner: str,
+        inner_cwd: str,
         seconds: float,
         stdin: bytes | None,
         env: dict[str, str],
@@ -463,10 +475,21 @@ class LocalSandbox(Sandbox):
 
         out = CappedBuffer(self.limits.output_limit)
         err = CappedBuffer(self.limits.output_limit)
+        # bwrap reports the pid of its namespace's init on this pipe
+        info_r, info_w = os.pipe() if self.isolation == "bwrap" else (-1, -1)
+        full = _prefix(
+            self.isolation,
+            self.workspace,
+            self._tmp,
+            inner,
+            inner_cwd,
+            info_fd=info_w if info_w >= 0 else None,
+        )
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
-                argv,
+                [*full, *argv],
+                pass_fds=(info_w,) if info_w >= 0 else (),
                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -486,7 +509,15 @@ class LocalSandbox(Sandbox):
                 stderr=f"agentgym-sandbox: command not found: {e.filename}\n",
                 duration=time.monotonic() - start,
             )
-        timed_out = self._pump(proc, stdin, out, err, start + seconds)
+        finally:
+            if info_w >= 0:
+                os.close(info_w)
+        ns_init = None
+        if info_r >= 0:
+            init_pid = _read_child_pid(info_r)
+            if init_pid is not None:
+                ns_init = (init_pid, process_start_ticks(init_pid))
+        timed_out = self._pump(proc, stdin, out, err, start + seconds, ns_init)
         returncode = proc.wait()
         return ExecResult(
             exit_code=137 if timed_out else exit_code_from_status(returncode),
@@ -505,6 +536,7 @@ class LocalSandbox(Sandbox):
         out: CappedBuffer,
         err: CappedBuffer,
         deadline: float,
+        ns_init: tuple[int, str | None] | None,
     ) -> bool:
         """Feed stdin, drain stdout/stderr, kill at the deadline or once the command has
         exited (leftover background processes). Returns whether it timed out."""
@@ -526,18 +558,22 @@ class LocalSandbox(Sandbox):
         timed_out = False
         killer: _Killer | None = None
         try:
-            while sel.get_map():
+            while True:
                 now = time.monotonic()
                 if killer is None and now >= deadline:
                     timed_out = True
-                    killer = _Killer(proc.pid, self.isolation)
+                    killer = _Killer(proc.pid, self.isolation, ns_init, kill=True)
                 elif killer is None and _exited(proc.pid):
                     # the command is done: whatever it left running goes too
-                    killer = _Killer(proc.pid, self.isolation)
+                    killer = _Killer(proc.pid, self.isolation, ns_init, kill=False)
                 if killer is not None:
                     killer.step()
-                    if killer.gave_up():
-                        break  # an escaped process holds the pipes; stop reading
+                    if not sel.get_map() or killer.gave_up():
+                        break  # done (or an escaped process holds the pipes: stop reading)
+                elif not sel.get_map():
+                    # output closed but the command still runs: wait for it or the deadline
+                    time.sleep(max(0.0, min(0.01, deadline - now)))
+                    continue
                 wait = 0.05 if killer is not None else min(0.05, deadline - now)
                 for key, _ in sel.select(max(wait, 0.0)):
                     fd = key.fd
@@ -569,7 +605,7 @@ class LocalSandbox(Sandbox):
                     with contextlib.suppress(OSError):
                         f.close()
             if killer is None:
-                killer = _Killer(proc.pid, self.isolation)
+                killer = _Killer(proc.pid, self.isolation, ns_init, kill=True)
             killer.finish()
         return timed_out
 
@@ -584,16 +620,26 @@ class _Killer:
     At the rlimits level the process group is killed at once.
     """
 
-    def __init__(self, pid: int, level: str) -> None:
+    def __init__(
+        self, pid: int, level: str, ns_init: tuple[int, str | None] | None, *, kill: bool
+    ) -> None:
         self.pid = pid
         self.started = time.monotonic()
         self.group_killed = False
-        self.killed: list[int] = []
+        self.waiting: list[int] = []
         if level in ("bwrap", "unshare"):
-            for child in _children(pid):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(child, signal.SIGKILL)
-                    self.killed.append(child)
+            # bwrap names its namespace init (which may outlive the wrapper for a moment);
+            # unshare's init is its only child
+            if ns_init is not None:
+                init_pid, started = ns_init
+                if started is None or process_start_ticks(init_pid) == started:
+                    self.waiting.append(init_pid)  # still ours, not a reused pid
+            else:
+                self.waiting.extend(_children(pid))
+            if kill:
+                for child in self.waiting:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(child, signal.SIGKILL)
         else:
             self._kill_group()
 
@@ -617,9 +663,32 @@ class _Killer:
             time.sleep(0.005)
         if not self.group_killed:
             self._kill_group()
-        for child in self.killed:
+        for child in self.waiting:
             while not _dead(child) and time.monotonic() < end:
                 time.sleep(0.005)
+
+
+def _read_child_pid(fd: int) -> int | None:
+    """The ``child-pid`` from bwrap's ``--info-fd`` JSON (closes ``fd``)."""
+    data = b""
+    try:
+        end = time.monotonic() + 10.0
+        while time.monotonic() < end:
+            ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
+            if not ready:
+                break
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            data += chunk
+            if b"}" in data:
+                break
+    finally:
+        os.close(fd)
+    try:
+        return int(json.loads(data)["child-pid"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _dead(pid: int) -> bool:

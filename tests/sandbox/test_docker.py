@@ -60,6 +60,12 @@ def test_exit_code_stderr_stdin_env_cwd(dsb):
     assert dsb.run(["sh", "-c", 'printf "%s|" "$@"', "x", "a b", "c"]).stdout == "a b|c|"
 
 
+def test_run_waits_for_a_command_that_closed_its_output(dsb):
+    r = dsb.run("exec >&- 2>&-; sleep 0.3; echo done > late.txt")
+    assert r.exit_code == 0 and not r.timed_out
+    assert dsb.read_file("late.txt") == "done\n"
+
+
 def test_large_stdin_is_streamed_while_output_is_read(dsb):
     data = b"0123456789abcdef" * 65536  # 1 MiB in, 1 MiB back out
     r = dsb.run("cat", stdin=data, timeout=60)

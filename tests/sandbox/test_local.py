@@ -75,6 +75,12 @@ def test_files_round_trip_and_run(lsb):
     assert lsb.read_file("made.txt") == "made\n"
 
 
+def test_run_waits_for_a_command_that_closed_its_output(lsb):
+    r = lsb.run("exec >&- 2>&-; sleep 0.3; echo done > late.txt")
+    assert r.exit_code == 0 and not r.timed_out
+    assert lsb.read_file("late.txt") == "done\n"
+
+
 def test_path_traversal_is_refused(lsb):
     for bad in ("/etc/passwd", "../x", "a/../../x"):
         with pytest.raises(SandboxPathError):
