@@ -289,7 +289,7 @@ def install_signal_handlers() -> bool:
 
     With Python's default SIGINT handler the signal only raises ``KeyboardInterrupt`` as
     before; the containers then go with the ``with`` blocks that unwind and, if the
-    program ends, with the atexit hook.
+    program ends, with the atexit hook. A signal the program ignores stays ignored.
 
     Called automatically when the first container starts; signal handlers can only be
     installed from the main thread, so an application that opens its first sandbox from
@@ -303,6 +303,8 @@ def install_signal_handlers() -> bool:
             current = signal.getsignal(sig)
             if isinstance(current, functools.partial) and current.func is _on_signal:
                 continue
+            if current == signal.SIG_IGN:
+                continue  # the program ignores it and goes on: its sandboxes stay
             _HANDLERS[sig] = current
             signal.signal(sig, functools.partial(_on_signal, previous=current))
     return True
@@ -318,8 +320,6 @@ def _on_signal(signum: int, frame: Any, *, previous: Any) -> None:
     remove_live_containers()
     if callable(previous):
         previous(signum, frame)
-    elif previous == signal.SIG_IGN:
-        return
     else:  # default action: restore it and deliver the signal again
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)

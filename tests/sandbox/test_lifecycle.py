@@ -19,7 +19,9 @@ skip_without_docker()
 pytestmark = pytest.mark.docker
 
 OWNER = """
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in any program run by hand
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
 from agentgym.sandbox import open_sandbox
 boxes = [open_sandbox("docker") for _ in range(int(sys.argv[1]))]
 print("ready", flush=True)
