@@ -273,9 +273,14 @@ def remove_live_containers() -> int:
         with contextlib.suppress(Exception):
             api.remove_container(cid, force=True)
 
-    threads = [threading.Thread(target=remove, args=(item,), daemon=True) for item in mine]
-    for t in threads:
-        t.start()
+    threads = []
+    for item in mine:
+        t = threading.Thread(target=remove, args=(item,), daemon=True)
+        try:
+            t.start()
+            threads.append(t)
+        except RuntimeError:  # no new threads at interpreter shutdown: do it here
+            remove(item)
     for t in threads:
         t.join(timeout=30)
     return len(mine)
@@ -967,5 +972,9 @@ def _parallel(fn: Callable[[Any], None], items: Sequence[Any], width: int = 8) -
 
     if not items:
         return
-    with ThreadPoolExecutor(max_workers=min(width, len(items))) as ex:
-        list(ex.map(fn, items))
+    try:
+        with ThreadPoolExecutor(max_workers=min(width, len(items))) as ex:
+            list(ex.map(fn, items))
+    except RuntimeError:  # at interpreter exit no new threads: one at a time
+        for item in items:
+            fn(item)

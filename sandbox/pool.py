@@ -252,8 +252,12 @@ class SandboxPool:
             self._idle = []
             self._cond.notify_all()
         if doomed:
-            with ThreadPoolExecutor(max_workers=min(len(doomed), 8)) as ex:
-                list(ex.map(_close_quietly, doomed))
+            try:
+                with ThreadPoolExecutor(max_workers=min(len(doomed), 8)) as ex:
+                    list(ex.map(_close_quietly, doomed))
+            except RuntimeError:  # at interpreter exit no new threads: one at a time
+                for sb in doomed:
+                    _close_quietly(sb)
 
     @property
     def closed(self) -> bool:
