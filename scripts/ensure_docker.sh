@@ -46,6 +46,11 @@ if ! engine_up && ! command -v dockerd >/dev/null 2>&1; then missing+=(docker.io
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 [[ -f /usr/share/keyrings/debian-archive-keyring.gpg ]] || missing+=(debian-archive-keyring)
+# the local backend runs the system python3 (it binds /usr read-only): AppGen's graders
+# need pytest there too
+if [[ -x /usr/bin/python3 ]] && ! /usr/bin/python3 -c 'import pytest' >/dev/null 2>&1; then
+    missing+=(python3-pytest)
+fi
 if [[ ${#missing[@]} -gt 0 ]]; then
     command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and no apt-get here; install them by hand."
     say "installing ${missing[*]} with apt-get"
