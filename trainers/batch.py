@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from agentgym.trainers.tokenizer import encode_prompt
 
 from agentgym.errors import DataError
+from agentgym.trainers.tokenizer import encode_prompt
 from agentgym.types import Episode
 
 

@@ -114,8 +114,9 @@ def load_checkpoint(
     if not (path / "trainer_state.json").is_file():
         raise ConfigError(f"{path} is not a complete checkpoint (no trainer_state.json).")
     if lora:
-        from agentgym.trainers.models import load_adapter_state_dict
         from safetensors.torch import load_file
+
+        from agentgym.trainers.models import load_adapter_state_dict
 
         load_adapter_state_dict(
             model, load_file(str(path / "adapter" / "adapter_model.safetensors"))

@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from agentgym.trainers.config import EnvSpec, ModelConfig
 
 from agentgym.errors import ConfigError
 from agentgym.registration import resolve_env_id
 from agentgym.tokens import counter_from_tokenizer
+from agentgym.trainers.config import EnvSpec, ModelConfig
 from agentgym.types import Episode, SamplingParams
 
 
@@ -138,7 +138,7 @@ async def evaluate_async(
     num_tasks: int,
     seed_start: int,
     sampling: SamplingParams,
-    concurrency: int = 64,
+    concurrency: int = 256,
 ) -> tuple[dict[str, float], list[Episode]]:
     """One episode per held-out seed and env; summary metrics under ``eval/``."""
     from agentgym.rollouts import rollout_async

@@ -339,17 +339,27 @@ class SFTData:
         solution_kwargs: keyword arguments of ``worked_solution`` (e.g. ``style``).
         num_tasks: training tasks (seeds ``seed_start ...``).
         seed_start: first training seed.
+        line_dropout: worked solutions only: drop each line but the last (the final
+            answer) with this probability, independently per example (seeded). A
+            warm start trained on one fixed template puts probability ~1 on every
+            structural token, leaving RL nothing shorter to sample; a little line
+            dropout keeps the structure uncertain. 0 turns it off.
     """
 
     source: str = "worked_solution"
     solution_kwargs: dict[str, Any] = field(default_factory=dict)
     num_tasks: int = 2000
     seed_start: int = 0
+    line_dropout: float = 0.0
 
     def __post_init__(self) -> None:
         if self.source not in ("worked_solution", "oracle"):
             raise UnknownNameError("data.source", self.source, ("worked_solution", "oracle"))
         _check(self.num_tasks >= 1, "data.num_tasks must be >= 1.")
+        _check(
+            0 <= self.line_dropout < 1,
+            f"data.line_dropout must be in [0, 1), got {self.line_dropout}.",
+        )
 
 
 @dataclass

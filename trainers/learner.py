@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+
 from agentgym.trainers.algorithm import dapo_policy_loss, selected_logprobs, token_entropy
 from agentgym.trainers.batch import MicroBatch, Sample, make_microbatches
 from agentgym.trainers.config import AlgorithmConfig, OptimConfig

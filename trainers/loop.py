@@ -50,6 +50,9 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from agentgym.errors import ConfigError
+from agentgym.rollouts import derive_seed, rollout_async
 from agentgym.trainers.algorithm import (
     group_advantages,
     informative_groups,
@@ -74,9 +77,6 @@ from agentgym.trainers.engines.hf import HFEngine
 from agentgym.trainers.learner import Learner
 from agentgym.trainers.logging import JsonlWriter, Progress, plot_run
 from agentgym.trainers.timeline import Timeline
-
-from agentgym.errors import ConfigError
-from agentgym.rollouts import derive_seed, rollout_async
 from agentgym.types import Episode, SamplingParams
 
 Group = list[Episode]

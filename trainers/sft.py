@@ -25,6 +25,9 @@ from typing import Any
 
 import gymnasium as gym
 import torch
+
+from agentgym.errors import ConfigError
+from agentgym.rollouts import derive_seed
 from agentgym.trainers.common import (
     build_model_and_tokenizer,
     evaluate_async,
@@ -34,9 +37,6 @@ from agentgym.trainers.common import (
 from agentgym.trainers.config import SFTConfig, save_config
 from agentgym.trainers.logging import JsonlWriter, Progress
 from agentgym.trainers.tokenizer import encode_completion, encode_prompt
-
-from agentgym.errors import ConfigError
-from agentgym.rollouts import derive_seed
 from agentgym.types import Message, SamplingParams
 
 Example = tuple[tuple[Message, ...], str]
@@ -53,14 +53,31 @@ def collect_examples(cfg: SFTConfig) -> list[Example]:
         seeds = list(range(seed, seed + n))
         seed += n
         if cfg.data.source == "worked_solution":
-            examples.extend(_worked_solutions(env_id, spec.kwargs, seeds, cfg.data.solution_kwargs))
+            examples.extend(
+                _worked_solutions(
+                    env_id, spec.kwargs, seeds, cfg.data.solution_kwargs, cfg.data.line_dropout
+                )
+            )
         else:
             examples.extend(_oracle_turns(env_id, spec.kwargs, seeds))
     return examples
 
 
+def drop_lines(text: str, p: float, rng: random.Random) -> str:
+    """``text`` with each line but the last removed with probability ``p``."""
+    lines = text.split("\n")
+    if p <= 0 or len(lines) < 2:
+        return text
+    kept = [line for line in lines[:-1] if rng.random() >= p]
+    return "\n".join([*kept, lines[-1]])
+
+
 def _worked_solutions(
-    env_id: str, kwargs: dict[str, Any], seeds: Sequence[int], sol_kwargs: dict[str, Any]
+    env_id: str,
+    kwargs: dict[str, Any],
+    seeds: Sequence[int],
+    sol_kwargs: dict[str, Any],
+    line_dropout: float = 0.0,
 ) -> list[Example]:
     env = gym.make(env_id, **kwargs)
     try:
@@ -77,7 +94,10 @@ def _worked_solutions(
                 text = fn(**sol_kwargs)
             except TypeError as e:
                 raise ConfigError(f"{env_id}.worked_solution(**{sol_kwargs}): {e}") from e
-            out.append((tuple(obs), str(text)))
+            text = drop_lines(
+                str(text), line_dropout, random.Random(derive_seed("line_dropout", s))
+            )
+            out.append((tuple(obs), text))
         return out
     finally:
         env.close()

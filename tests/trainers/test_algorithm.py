@@ -6,6 +6,8 @@ import math
 
 import pytest
 import torch
+
+from agentgym.errors import ConfigError, UnknownNameError
 from agentgym.trainers.algorithm import (
     dapo_policy_loss,
     group_advantages,
@@ -16,8 +18,6 @@ from agentgym.trainers.algorithm import (
     selected_logprobs,
     token_entropy,
 )
-
-from agentgym.errors import ConfigError, UnknownNameError
 
 
 def t(*xs):

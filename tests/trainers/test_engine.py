@@ -6,13 +6,13 @@ import asyncio
 
 import pytest
 import torch
+from conftest import TINY_QWEN
+
 from agentgym.trainers.algorithm import selected_logprobs
 from agentgym.trainers.batch import Sample, make_microbatches
 from agentgym.trainers.engines import GenerationRequest, HFEngine
 from agentgym.trainers.models import adapter_state_dict, apply_lora, build_preset
 from agentgym.trainers.tokenizer import encode_prompt
-from conftest import TINY_QWEN
-
 from agentgym.types import Message, SamplingParams
 
 

@@ -7,13 +7,13 @@ import json
 import pytest
 import torch
 import yaml
-from agentgym.trainers.config import TrainConfig, load_config
-from agentgym.trainers.logging import read_jsonl
-from agentgym.trainers.loop import DAPOTrainer
 from conftest import TINY_QWEN
 
 from agentgym.cli import main
 from agentgym.errors import ConfigError
+from agentgym.trainers.config import TrainConfig, load_config
+from agentgym.trainers.logging import read_jsonl
+from agentgym.trainers.loop import DAPOTrainer
 
 
 def _cfg(tmp_path, *extra: str, name: str = "run") -> TrainConfig:
@@ -222,3 +222,17 @@ def test_cli_sft_then_train_from_the_saved_model(tmp_path, toy_envs_registered):
         )
         == 0
     )
+
+
+def test_sft_line_dropout_keeps_the_final_line():
+    import random
+
+    from agentgym.trainers.sft import drop_lines
+
+    text = "step one\nstep two\nstep three\nAnswer: 7"
+    assert drop_lines(text, 0.0, random.Random(0)) == text
+    outs = {drop_lines(text, 0.5, random.Random(s)) for s in range(50)}
+    assert all(o.endswith("Answer: 7") for o in outs)
+    assert "Answer: 7" in outs and text in outs  # everything dropped / nothing dropped both occur
+    kept_lines = [len(o.split("\n")) - 1 for o in outs]
+    assert set(kept_lines) == {0, 1, 2, 3}

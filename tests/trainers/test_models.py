@@ -6,6 +6,9 @@ import copy
 
 import pytest
 import torch
+from conftest import TINY_QWEN
+
+from agentgym.errors import ConfigError, UnknownNameError
 from agentgym.trainers.models import (
     adapter_state_dict,
     apply_lora,
@@ -17,9 +20,6 @@ from agentgym.trainers.models import (
     save_model,
 )
 from agentgym.trainers.tokenizer import build_tokenizer, encode_completion, encode_prompt
-from conftest import TINY_QWEN
-
-from agentgym.errors import ConfigError, UnknownNameError
 from agentgym.types import Message
 
 PRESETS = [("tiny-qwen2", TINY_QWEN), ("tiny-deepseek-v3", {})]

@@ -27,10 +27,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from agentgym.trainers.engines.base import GenerationRequest, RolloutEngine
-from agentgym.trainers.tokenizer import encode_prompt
 from torch import nn
 
+from agentgym.trainers.engines.base import GenerationRequest, RolloutEngine
+from agentgym.trainers.tokenizer import encode_prompt
 from agentgym.types import Completion
 
 
