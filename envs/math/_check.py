@@ -22,8 +22,9 @@ from functools import lru_cache
 from typing import Any
 
 import sympy
-from agentgym.envs.math.fastcheck import Num, parse_value
 from math_verify import parse, verify
+
+from agentgym.envs.math.fastcheck import Num, parse_value
 
 logging.getLogger("math_verify").setLevel(logging.CRITICAL)
 logging.getLogger("latex2sympy2_extended").setLevel(logging.CRITICAL)
@@ -57,8 +58,26 @@ def _decimal_matches_irrational(gold_parsed: tuple[Any, ...], pred: str) -> bool
     return False
 
 
-def check(gold: str, preds: list[str]) -> list[bool]:
-    """For each normalised prediction: is it equivalent to the normalised gold?"""
+def check(gold: str, preds: list[str], raw: bool = False) -> list[bool]:
+    """For each prediction: is it equivalent to the gold answer?
+
+    Args:
+        gold / preds: normalised answers, or (``raw=True``) answers as extracted, too long
+            to be normalised in the caller; they are then normalised and fast-checked
+            here, under the pool's time bound.
+    """
+    if raw:
+        from agentgym.envs.math.fastcheck import fast_compare
+        from agentgym.envs.math.grading import normalize_gold
+        from agentgym.envs.math.normalize import align_assignments, normalize
+
+        gold = normalize_gold(gold)
+        out = []
+        for p in preds:
+            n = align_assignments(gold, normalize(p))
+            verdict, _ = fast_compare(gold, n)
+            out.append(verdict if verdict is not None else check(gold, [n])[0])
+        return out
     g = _parse_gold(gold)
     out = []
     for p in preds:

@@ -60,7 +60,7 @@ def _limit_memory() -> None:
 
 
 def _worker_main(fd: int) -> None:
-    """Serve ``(gold, preds)`` requests on ``fd`` until end of file; never returns."""
+    """Serve ``(gold, preds, raw)`` requests on ``fd`` until end of file; never returns."""
     from multiprocessing.connection import Connection
 
     code = 0
@@ -72,11 +72,11 @@ def _worker_main(fd: int) -> None:
         conn = Connection(fd)
         while True:
             try:
-                gold, preds = conn.recv()
+                gold, preds, raw = conn.recv()
             except (EOFError, OSError):
                 break
             try:
-                reply: tuple = ("ok", check(gold, preds))
+                reply: tuple = ("ok", check(gold, preds, raw))
             except BaseException as e:  # MemoryError, RecursionError, sympy bugs...
                 reply = ("error", f"{type(e).__name__}: {str(e)[:200]}")
             conn.send(reply)

@@ -6,14 +6,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from agentgym.env import ActResult, ConversationEnv, Task
 from agentgym.envs.math import generator as gen
 from agentgym.envs.math.extract import extract_answer, remove_boxes
 from agentgym.envs.math.grading import DEFAULT_TIMEOUT_S, grade
 from agentgym.envs.math.pool import warm_up
 from agentgym.envs.math.rewards import RewardConfig
 from agentgym.envs.math.sources import MathItem, load_hard, load_problems
-
-from agentgym.env import ActResult, ConversationEnv, Task
 from agentgym.errors import ConfigError, UnknownNameError
 from agentgym.memory import MemoryConfig
 from agentgym.tokens import TokenCounter

@@ -24,9 +24,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from agentgym.envs.math.extract import extract_answer, strip_boxed
+from agentgym.envs.math.extract import Extraction, extract_answer, strip_boxed
 from agentgym.envs.math.fastcheck import fast_compare
-from agentgym.envs.math.normalize import normalize, split_top_level, top_level_equals
+from agentgym.envs.math.normalize import MAX_INLINE_CHARS, align_assignments, normalize
 from agentgym.envs.math.pool import PoolError, get_pool
 
 __all__ = ["DEFAULT_TIMEOUT_S", "MAX_CANDIDATES", "GradeResult", "grade", "normalize_gold"]
@@ -35,11 +35,16 @@ __all__ = ["DEFAULT_TIMEOUT_S", "MAX_CANDIDATES", "GradeResult", "grade", "norma
 DEFAULT_TIMEOUT_S = 1.5
 #: A reply with more distinct final-answer statements than this is not credited.
 MAX_CANDIDATES = 4
+#: Longer replies are not read at all (``reason == "too_long"``): even a linear scan of
+#: them would eat into the time bound. Far above any real reply (the env's action space
+#: stops at 200,000 characters).
+MAX_RESPONSE_CHARS = 1_000_000
 
 REASONS = (
     "correct",
     "no_answer",
     "empty_answer",
+    "too_long",
     "too_many_answers",
     "mismatch",
     "not_a_value",
@@ -59,8 +64,9 @@ class GradeResult:
         gold: the gold answer as given.
         format: how the answer was stated: ``"boxed"``, ``"answer_line"``, ``"phrase"``,
             or ``None``.
-        reason: one of ``correct``, ``no_answer``, ``empty_answer``, ``too_many_answers``,
-            ``mismatch``, ``not_a_value`` (e.g. ``4 = 3``), ``timeout``, ``grader_error``.
+        reason: one of ``correct``, ``no_answer``, ``empty_answer``, ``too_long``,
+            ``too_many_answers``, ``mismatch``, ``not_a_value`` (e.g. ``4 = 3``),
+            ``timeout``, ``grader_error``.
         method: what decided: ``string``, ``numeric``, ``structure``, ``choice``,
             ``symbolic`` (math-verify), ``not_a_value``, or ``none``.
         candidates: every distinct final-answer statement of the reply (all must be right).
@@ -91,23 +97,6 @@ def normalize_gold(gold: str) -> str:
     return normalize(strip_boxed(str(gold)))
 
 
-def _align_assignments(gold: str, pred: str) -> str:
-    """``x=2,y=3`` against a gold tuple ``(2,3)``: the values in alphabetical order."""
-    parts = split_top_level(pred)
-    if len(parts) < 2 or not (gold.startswith("(") and gold.endswith(")")):
-        return pred
-    pairs = []
-    for p in parts:
-        sides = top_level_equals(p)
-        if len(sides) != 2 or not sides[0] or len(sides[0]) > 12:
-            return pred
-        pairs.append((sides[0], sides[1]))
-    names = [n for n, _ in pairs]
-    if len(set(names)) != len(names):
-        return pred
-    return "(" + ",".join(v for _, v in sorted(pairs)) + ")"
-
-
 def grade(response: str, gold: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> GradeResult:
     """Grade the final answer of ``response`` against ``gold``.
 
@@ -127,7 +116,8 @@ def grade(response: str, gold: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> 
         gold = str(gold)
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be > 0, got {timeout_s}.")
-    gold_n = normalize_gold(gold)
+    inline = len(gold) <= MAX_INLINE_CHARS
+    gold_n = normalize_gold(gold) if inline else gold.strip()
     if not gold_n:
         raise ValueError(
             f"The gold answer {gold!r} is empty after normalisation; every problem needs "
@@ -135,7 +125,10 @@ def grade(response: str, gold: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> 
         )
     if not isinstance(response, str):
         response = str(response)
-    ex = extract_answer(response)
+    if len(response) > MAX_RESPONSE_CHARS:
+        ex = Extraction(None, None, (), "too_long")
+    else:
+        ex = extract_answer(response)
 
     def result(correct: bool, reason: str, method: str, normalized: str | None = None):
         return GradeResult(
@@ -155,31 +148,39 @@ def grade(response: str, gold: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> 
     if len(ex.candidates) > MAX_CANDIDATES:
         return result(False, "too_many_answers", "none")
 
-    normalized = [_align_assignments(gold_n, normalize(c)) for c in ex.candidates]
-    pending: list[str] = []
-    methods: list[str] = []
-    for n in normalized:
-        if not n:
-            return result(False, "empty_answer", "none", n)
-        verdict, method = fast_compare(gold_n, n)
-        if verdict is False:
-            reason = "not_a_value" if method == "not_a_value" else "mismatch"
-            return result(False, reason, method, normalized[0])
-        if verdict is None:
-            pending.append(n)
-        else:
-            methods.append(method)
-    if not pending:
-        return result(True, "correct", methods[0], normalized[0])
+    if not inline or any(len(c) > MAX_INLINE_CHARS for c in ex.candidates):
+        # too long to normalise here: the worker does all of it, under the deadline
+        pending, raw, first = list(ex.candidates), True, None
+    else:
+        raw = False
+        normalized = [align_assignments(gold_n, normalize(c)) for c in ex.candidates]
+        first = normalized[0]
+        pending = []
+        methods: list[str] = []
+        for n in normalized:
+            if not n:
+                return result(False, "empty_answer", "none", n)
+            verdict, method = fast_compare(gold_n, n)
+            if verdict is False:
+                reason = "not_a_value" if method == "not_a_value" else "mismatch"
+                return result(False, reason, method, first)
+            if verdict is None:
+                pending.append(n)
+            else:
+                methods.append(method)
+        if not pending:
+            return result(True, "correct", methods[0], first)
 
     remaining = timeout_s - (time.perf_counter() - start)
     try:
-        status, value = get_pool().run(gold_n, pending, max(0.0, remaining))
+        status, value = get_pool().run(
+            gold if raw else gold_n, pending, max(0.0, remaining), raw=raw
+        )
     except PoolError:
-        return result(False, "grader_error", "symbolic", normalized[0])
+        return result(False, "grader_error", "symbolic", first)
     if status == "timeout":
-        return result(False, "timeout", "symbolic", normalized[0])
+        return result(False, "timeout", "symbolic", first)
     if status != "ok":
-        return result(False, "grader_error", "symbolic", normalized[0])
+        return result(False, "grader_error", "symbolic", first)
     ok = all(value)
-    return result(ok, "correct" if ok else "mismatch", "symbolic", normalized[0])
+    return result(ok, "correct" if ok else "mismatch", "symbolic", first)

@@ -29,7 +29,19 @@ import re
 
 from agentgym.envs.math.extract import strip_boxed
 
-__all__ = ["UNITS", "normalize", "split_top_level", "top_level_equals"]
+__all__ = [
+    "MAX_INLINE_CHARS",
+    "UNITS",
+    "align_assignments",
+    "normalize",
+    "split_top_level",
+    "top_level_equals",
+]
+
+#: Answers longer than this are normalised and compared in a worker process (under the
+#: time bound), never in the caller: a few linear passes over a 200k-character answer
+#: already cost a good part of a second in Python.
+MAX_INLINE_CHARS = 2000
 
 
 def _words(text: str) -> frozenset[str]:
@@ -218,9 +230,12 @@ def _strip_assignments(s: str) -> str:
     return s
 
 
+_MAX_PAREN_LEVELS = 32  # each level is a linear scan; deeper nesting goes to the worker
+
+
 def _strip_outer_parens(s: str) -> str:
     """``((3))`` -> ``3``; a tuple or interval ``(1,2)`` keeps its brackets."""
-    for _ in range(len(s) // 2):
+    for _ in range(_MAX_PAREN_LEVELS):
         if not (s.startswith("(") and s.endswith(")")):
             break
         depth = 0
@@ -284,3 +299,25 @@ def normalize(answer: str) -> str:
     if s.startswith("+") and len(s) > 1:
         s = s[1:]
     return s
+
+
+def align_assignments(gold: str, pred: str) -> str:
+    """``x=2,y=3`` against a gold tuple ``(2,3)``: the values in alphabetical order of names.
+
+    Both arguments are normalised answers; anything else is returned unchanged.
+    """
+    if not (gold.startswith("(") and gold.endswith(")")):
+        return pred
+    parts = split_top_level(pred)
+    if len(parts) < 2:
+        return pred
+    pairs = []
+    for p in parts:
+        sides = top_level_equals(p)
+        if len(sides) != 2 or not _NAME_RE.fullmatch(sides[0]):
+            return pred
+        pairs.append((sides[0], sides[1]))
+    names = [n for n, _ in pairs]
+    if len(set(names)) != len(names):
+        return pred
+    return "(" + ",".join(v for _, v in sorted(pairs)) + ")"

@@ -7,8 +7,8 @@ killed (SIGKILL) and replaced; the caller gets a timeout verdict at the deadline
 
 How: one *zygote* process (:mod:`agentgym.envs.math._zygote`) imports sympy and
 math-verify once, then forks workers on request (milliseconds each). Each worker owns
-one socket to this process; a request is ``(gold, [preds])`` and the reply a list of
-verdicts. Idle workers wait in a queue; a caller takes one, so any number of threads may
+one socket to this process; a request is ``(gold, [preds], raw)`` and the reply a list
+of verdicts. Idle workers wait in a queue; a caller takes one, so any number of threads may
 grade at once (waiting for a free worker counts against the caller's deadline).
 
 Start-up (about a second, once per process) happens on first use or on
@@ -203,8 +203,12 @@ class GradingPool:
                     self._zygote.kill()
 
     # ------------------------------------------------------------------ requests
-    def run(self, gold: str, preds: list[str], timeout_s: float) -> tuple[str, Any]:
+    def run(
+        self, gold: str, preds: list[str], timeout_s: float, *, raw: bool = False
+    ) -> tuple[str, Any]:
         """Check ``preds`` against ``gold`` within ``timeout_s`` seconds.
+
+        ``raw``: the answers are not normalised yet (see ``_check.check``).
 
         Returns ``("ok", [bool, ...])``, ``("timeout", None)`` or ``("error", message)``.
         The time to start the pool is not counted; the wait for a free worker is.
@@ -217,7 +221,7 @@ class GradingPool:
         except queue.Empty:
             return "timeout", None
         try:
-            w.conn.send((gold, preds))
+            w.conn.send((gold, preds, raw))
             if not w.conn.poll(max(0.0, deadline - time.monotonic())):
                 self._replace(w)
                 return "timeout", None

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.envs.math.extract import find_boxed
-
 from agentgym.errors import ConfigError, DataError
 
 __all__ = [

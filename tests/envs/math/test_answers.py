@@ -5,9 +5,15 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
+
 from agentgym.envs.math.extract import extract_answer, find_boxed, remove_boxes, strip_boxed
 from agentgym.envs.math.fastcheck import Inf, Num, Seq, fast_compare, parse_choice, parse_value
-from agentgym.envs.math.normalize import normalize, split_top_level, top_level_equals
+from agentgym.envs.math.normalize import (
+    align_assignments,
+    normalize,
+    split_top_level,
+    top_level_equals,
+)
 
 
 # ----------------------------------------------------------------------------- extract
@@ -104,6 +110,13 @@ def test_box_wins_over_answer_line_as_the_answer():
 )
 def test_normalize(raw: str, expected: str):
     assert normalize(raw) == expected
+
+
+def test_align_assignments_orders_named_values_for_a_tuple_gold():
+    assert align_assignments("(1,2)", "y=2,x=1") == "(1,2)"
+    assert align_assignments("(1,2)", "x=1,x=2") == "x=1,x=2"  # same name twice
+    assert align_assignments("\\{1,2\\}", "y=2,x=1") == "y=2,x=1"  # gold is not a tuple
+    assert align_assignments("(1,2)", "1+1=2,x=1") == "1+1=2,x=1"  # not a name
 
 
 def test_split_helpers_respect_brackets():

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
-from agentgym.envs.math.env import CONTINUE_MESSAGE, BalancedMathEnv
-from agentgym.envs.math.generator import generate
 
 import agentgym
 from agentgym.checker import check_env
+from agentgym.envs.math.env import CONTINUE_MESSAGE, BalancedMathEnv
+from agentgym.envs.math.generator import generate
 from agentgym.errors import ConfigError, EnvStateError, UnknownNameError
 from agentgym.tokens import approx_tokens
 

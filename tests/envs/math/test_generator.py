@@ -7,8 +7,6 @@ import statistics
 
 import pytest
 import sympy
-from agentgym.envs.math import grade
-from agentgym.envs.math.generator import KINDS, LEVELS, generate, parse_task_id
 from sympy.parsing.sympy_parser import (
     convert_xor,
     implicit_multiplication_application,
@@ -16,6 +14,8 @@ from sympy.parsing.sympy_parser import (
     standard_transformations,
 )
 
+from agentgym.envs.math import grade
+from agentgym.envs.math.generator import KINDS, LEVELS, generate, parse_task_id
 from agentgym.errors import ConfigError, UnknownNameError
 from agentgym.tokens import approx_tokens
 

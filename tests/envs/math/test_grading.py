@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
 from agentgym.envs.math import GradeResult, grade
 from agentgym.envs.math.pool import GradingPool, get_pool, warm_up
 
@@ -133,6 +134,20 @@ def test_huge_reply_is_fast_and_graded():
     r = grade(reply, "3")
     assert time.monotonic() - start < BOUND_S
     assert r.correct
+
+
+def test_long_answers_are_normalised_in_the_worker():
+    # an answer above MAX_INLINE_CHARS is never normalised in the caller
+    long_right = "x = " + "(" * 40 + "7" + ")" * 40 + " " * 3000
+    assert grade(f"\\boxed{{{long_right}}}", "7").correct
+    long_wrong = "5 " + "apples " * 2000
+    r = grade(f"\\boxed{{{long_wrong}}}", "3")
+    assert (r.correct, r.reason) == (False, "mismatch")
+
+
+def test_absurdly_long_reply_is_not_read():
+    r = grade("x" * 1_000_001 + "\\boxed{3}", "3")
+    assert (r.correct, r.reason) == (False, "too_long")
 
 
 def test_many_hostile_calls_from_threads_each_return_within_the_bound():

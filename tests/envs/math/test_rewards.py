@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from agentgym.envs.math.rewards import RewardConfig
 
+from agentgym.envs.math.rewards import RewardConfig
 from agentgym.errors import ConfigError, UnknownNameError
 
 

@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import sympy
+
 from agentgym.envs.math import grade
 from agentgym.envs.math.sources import hard_set_path, load_hard, load_problems
-
 from agentgym.errors import ConfigError, DataError
 
 
