@@ -300,7 +300,7 @@ class BalancedMathEnv(ConversationEnv):
         cur = self.current
         result = grade(self._last_reply, cur.answer, timeout_s=self.grading_timeout_s)
         self.episode_metrics["grading_time_s"] = result.elapsed_s
-        format_ok = result.format == self.answer_format
+        format_ok = self.answer_format in result.formats
         correct = result.correct and (format_ok or not self.strict_format)
         reason = result.reason
         if result.correct and not correct:

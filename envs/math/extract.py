@@ -41,6 +41,8 @@ class Extraction:
             or the statement was empty.
         format: ``"boxed"``, ``"answer_line"``, ``"phrase"`` or ``None``.
         candidates: every distinct final-answer statement; all must be correct.
+        formats: every format that states a final answer in the reply (a reply may box
+            its answer and also end with an ``Answer:`` line).
         reason: ``None`` when an answer was found, else ``"no_answer"`` or
             ``"empty_answer"``.
     """
@@ -49,6 +51,7 @@ class Extraction:
     format: str | None
     candidates: tuple[str, ...] = ()
     reason: str | None = None
+    formats: tuple[str, ...] = ()
 
 
 def _matching_braces(text: str) -> dict[int, int]:
@@ -191,17 +194,18 @@ def extract_answer(text: str) -> Extraction:
             statements.append(("phrase", phrase))
     if not statements:
         return Extraction(None, None, (), "no_answer")
+    formats = tuple(dict.fromkeys(f for f, _ in statements))
     fmt, answer = statements[0] if not boxes else ("boxed", boxes[-1])
     if not boxes and line is not None:
         fmt, answer = "answer_line", line
     if any(not s for _, s in statements):
-        return Extraction(None, fmt, (), "empty_answer")
+        return Extraction(None, fmt, (), "empty_answer", formats)
     seen: dict[str, str] = {}
     for _, s in statements:
         seen.setdefault(_key(s), s)
     # the chosen answer first, then the other distinct statements
     ordered = [answer] + [s for k, s in seen.items() if k != _key(answer)]
-    return Extraction(answer, fmt, tuple(ordered), None)
+    return Extraction(answer, fmt, tuple(ordered), None, formats)
 
 
 def remove_boxes(text: str) -> str:

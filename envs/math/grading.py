@@ -64,6 +64,8 @@ class GradeResult:
         gold: the gold answer as given.
         format: how the answer was stated: ``"boxed"``, ``"answer_line"``, ``"phrase"``,
             or ``None``.
+        formats: every format the reply states a final answer in (``format`` first
+            when several).
         reason: one of ``correct``, ``no_answer``, ``empty_answer``, ``too_long``,
             ``too_many_answers``, ``mismatch``, ``not_a_value`` (e.g. ``4 = 3``),
             ``timeout``, ``grader_error``.
@@ -78,6 +80,7 @@ class GradeResult:
     extracted: str | None
     gold: str
     format: str | None = None
+    formats: tuple[str, ...] = ()
     reason: str = "mismatch"
     method: str = "none"
     candidates: tuple[str, ...] = ()
@@ -136,6 +139,7 @@ def grade(response: str, gold: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> 
             extracted=ex.answer,
             gold=gold,
             format=ex.format,
+            formats=ex.formats,
             reason=reason,
             method=method,
             candidates=ex.candidates,

@@ -106,6 +106,8 @@ _NAME = r"(?:[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?|[A-Za-z]+\([A-Za-z]\)|\\[A-Za-z]+(
 _NAME_RE = re.compile(_NAME)
 _IN_PREFIX_RE = re.compile(r"^" + _NAME + r"\s*\\in\s*")
 _UNIT_TOKEN_RE = re.compile(r"[A-Za-z]+(?:/[A-Za-z]+)?\.?(?:\^\{?\d\}?)?")
+_SQRT_SHORT_RE = re.compile(r"\\sqrt\s*(\d)")
+_SCRIPT_BRACES_RE = re.compile(r"([\^_])\{([A-Za-z0-9])\}")  # x^{2} -> x^2, a_{1} -> a_1
 _FRAC_SHORT_RE = re.compile(r"\\frac\s*(\d)\s*(\d)")
 _FRAC_HALF_SHORT_RE = re.compile(r"\\frac\s*\{([^{}]*)\}\s*(\d)")
 _PROTECT_RE = re.compile(r"(\\[A-Za-z]+) +(?=[A-Za-z])")
@@ -286,6 +288,8 @@ def normalize(answer: str) -> str:
     s = re.sub(r"\s*(?<![A-Za-z\\])percent(?:age)?(?![A-Za-z])", r"\\%", s)
     s = _ALT_RE.sub(",", s).strip(",").strip()
     s = _drop_trailing_units(s)
+    s = _SQRT_SHORT_RE.sub(r"\\sqrt{\1}", s)
+    s = _SCRIPT_BRACES_RE.sub(r"\1\2", s)
     s = _FRAC_SHORT_RE.sub(r"\\frac{\1}{\2}", s)
     s = _FRAC_HALF_SHORT_RE.sub(r"\\frac{\1}{\2}", s)
     s = _IN_PREFIX_RE.sub("", s)

@@ -65,6 +65,7 @@ def test_box_wins_over_answer_line_as_the_answer():
     ex = extract_answer("Answer: 5\n\\boxed{6}")
     assert ex.answer == "6" and ex.format == "boxed"
     assert set(ex.candidates) == {"5", "6"}
+    assert ex.formats == ("boxed", "answer_line")
 
 
 # ----------------------------------------------------------------------------- normalize
@@ -99,6 +100,9 @@ def test_box_wins_over_answer_line_as_the_answer():
         ("((7))", "7"),
         ("(1)(2)", "(1)(2)"),
         ("\\pi r^2", "\\pi r^2"),
+        ("x^{2} + a_{1}", "x^2+a_1"),
+        ("2^{10}", "2^{10}"),
+        ("\\frac{\\sqrt3}{2}", "\\frac{\\sqrt{3}}{2}"),
         ("\\text{(B)}", "B"),
         ("+5", "5"),
         ("\u22125", "-5"),

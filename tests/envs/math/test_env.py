@@ -154,6 +154,13 @@ def test_wrong_missing_and_misformatted_answers():
     strict.reset(seed=0)
     _, reward, *_, info = strict.step(f"Answer: {strict.gold_answer}")
     assert reward == 0.0 and info["reward_breakdown"]["grade_reason"] == "wrong_format"
+    # a boxed answer restated on a final Answer: line satisfies the answer_line format
+    dapo = _make(strict_format=True, answer_format="answer_line")
+    dapo.reset(seed=0)
+    _, reward, *_, info = dapo.step(
+        f"So \\boxed{{{dapo.gold_answer}}}.\nAnswer: {dapo.gold_answer}"
+    )
+    assert reward == 1.0 and info["reward_breakdown"]["format_ok"] is True
 
 
 def test_seeding_kinds_levels_and_task_ids():
