@@ -6,6 +6,9 @@ timeouts are switched off (``parsing_timeout=None``, ``timeout_seconds=None``): 
 worker runs outside any main-thread guarantee and the pool enforces the time bound by
 killing the process.
 
+Relations and sets compare both ways (``x \\ge 3`` matches ``[3, \\infty)`` and the
+reverse; math-verify's default only allows a set answer for a relation gold).
+
 Extension over math-verify: a decimal answer is also accepted for an irrational gold
 value (``1.4142`` for ``\\sqrt{2}``) under the same rule the fast path applies to
 non-terminating fractions (within one unit of the last digit and a relative 1e-4).
@@ -82,7 +85,11 @@ def check(gold: str, preds: list[str], raw: bool = False) -> list[bool]:
     out = []
     for p in preds:
         parsed = _parse(p)
-        ok = bool(g) and bool(parsed) and verify(list(g), parsed, timeout_seconds=None)
+        ok = (
+            bool(g)
+            and bool(parsed)
+            and verify(list(g), parsed, timeout_seconds=None, allow_set_relation_comp=True)
+        )
         if not ok and g:
             ok = _decimal_matches_irrational(g, p)
         out.append(bool(ok))

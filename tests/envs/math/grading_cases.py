@@ -64,6 +64,8 @@ TRUE_CASES: list[tuple[str, str, str]] = [
     (r"\boxed{[1, 2)}", "[1,2)", "half-open interval"),
     (r"\boxed{(-\infty, 3]}", r"(-\infty, 3]", "infinite interval"),
     (r"\boxed{x \in (1, 2)}", "(1, 2)", "membership prefix"),
+    (r"\boxed{x \ge 3}", r"[3, \infty)", "inequality vs interval"),
+    (r"\boxed{(1, 2)}", "1 < x < 2", "interval vs inequality"),
     (r"\boxed{x=2, y=3}", "(2, 3)", "named pair vs ordered pair"),
     (r"\boxed{-2 + i, -2 - i}", "-2 - i, -2 + i", "complex roots"),
     (
@@ -127,6 +129,7 @@ FALSE_CASES: list[tuple[str, str, str]] = [
     (r"\boxed{x}", "3", "a variable is not a value"),
     (r"\boxed{3x}", "3", "extra factor"),
     (r"\boxed{\infty}", "100", "infinity"),
+    (r"\boxed{x > 3}", r"[3, \infty)", "strict inequality vs closed interval"),
 ]
 
 ADVERSARIAL_CASES: list[tuple[str, str, str]] = [
