@@ -238,6 +238,7 @@ class GradingPool:
 
 _POOL: GradingPool | None = None
 _POOL_LOCK = threading.Lock()
+_WARMING: set[GradingPool] = set()
 
 
 def get_pool() -> GradingPool:
@@ -257,13 +258,21 @@ def warm_up(*, block: bool = True) -> None:
         return
     if block:
         pool.start()
-    else:
-        threading.Thread(target=_quiet_start, args=(pool,), daemon=True).start()
+        return
+    with _POOL_LOCK:
+        if pool in _WARMING:
+            return  # a background start is already under way
+        _WARMING.add(pool)
+    threading.Thread(target=_quiet_start, args=(pool,), daemon=True).start()
 
 
 def _quiet_start(pool: GradingPool) -> None:
-    with contextlib.suppress(Exception):
-        pool.start()
+    try:
+        with contextlib.suppress(Exception):
+            pool.start()
+    finally:
+        with _POOL_LOCK:
+            _WARMING.discard(pool)
 
 
 def shutdown_pool() -> None:
@@ -277,9 +286,10 @@ def shutdown_pool() -> None:
 
 def _forget_in_child() -> None:
     # a fork of this process must not share our sockets and workers
-    global _POOL, _POOL_LOCK
+    global _POOL, _POOL_LOCK, _WARMING
     _POOL = None
     _POOL_LOCK = threading.Lock()
+    _WARMING = set()
 
 
 atexit.register(shutdown_pool)

@@ -20,10 +20,12 @@ naming the file, the row (1-based; the line number for JSONL) and the field.
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -115,8 +117,12 @@ def _answer_text(value: Any, field: str) -> str | None:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int | float):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                return None
+            if value.is_integer():
+                return str(int(value))
+            return format(Decimal(repr(value)), "f")  # 1e-05 -> 0.00001 (no "e" to misread)
         return str(value)
     if not isinstance(value, str):
         return None

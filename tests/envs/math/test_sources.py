@@ -54,6 +54,17 @@ def test_common_public_dataset_layouts_work_out_of_the_box(tmp_path: Path):
     assert dict(items[1].meta) == {"level": "Level 1"}
 
 
+def test_numeric_answers_become_plain_decimals(tmp_path: Path):
+    rows = [
+        {"problem": "a", "answer": 1e-05},
+        {"problem": "b", "answer": -2.5},
+        {"problem": "c", "answer": 7},
+    ]
+    items = load_problems(_jsonl(tmp_path / "nums.jsonl", rows))
+    assert [i.answer for i in items] == ["0.00001", "-2.5", "7"]
+    assert grade("\\boxed{10^{-5}}", items[0].answer).correct
+
+
 def test_configured_columns(tmp_path: Path):
     rows = [{"q": "What is 2^3?", "meta": {"final": "8"}, "why": "2*2*2"}]
     items = load_problems(
