@@ -21,6 +21,7 @@ its workers and exits; workers also ask the kernel to kill them if the zygote di
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -145,6 +146,9 @@ def main() -> None:
         ctrl.send(b"E" + f"{type(e).__name__}: {e}".encode()[:1000])
         return
     _warm_caches()
+    # Move every object to a permanent generation, so that the garbage collectors of the
+    # forked workers do not touch (and copy-on-write) the preloaded sympy/math-verify heap.
+    gc.freeze()
     ctrl.send(b"R")
     children: set[int] = set()
     try:

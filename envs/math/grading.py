@@ -21,7 +21,9 @@ from any thread, however many run at once; a timeout counts as wrong (``reason =
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from agentgym.envs.math.extract import Extraction, extract_answer, strip_boxed
@@ -39,6 +41,29 @@ MAX_CANDIDATES = 4
 #: them would eat into the time bound. Far above any real reply (the env's action space
 #: stops at 200,000 characters).
 MAX_RESPONSE_CHARS = 1_000_000
+
+#: Symbolic verdicts kept in this process, keyed by the normalised (gold, answer): the
+#: samples of one DAPO group often repeat the same answer. Timeouts are never cached.
+VERDICT_CACHE_SIZE = 65_536
+_verdicts: OrderedDict[tuple[str, str], bool] = OrderedDict()
+_verdicts_lock = threading.Lock()
+
+
+def _cached(gold: str, pred: str) -> bool | None:
+    with _verdicts_lock:
+        verdict = _verdicts.get((gold, pred))
+        if verdict is not None:
+            _verdicts.move_to_end((gold, pred))
+        return verdict
+
+
+def _remember(gold: str, preds: list[str], verdicts: list[bool]) -> None:
+    with _verdicts_lock:
+        for pred, verdict in zip(preds, verdicts, strict=True):
+            _verdicts[(gold, pred)] = bool(verdict)
+        while len(_verdicts) > VERDICT_CACHE_SIZE:
+            _verdicts.popitem(last=False)
+
 
 REASONS = (
     "correct",
@@ -165,6 +190,8 @@ def grade(response: str, gold: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> 
             if not n:
                 return result(False, "empty_answer", "none", n)
             verdict, method = fast_compare(gold_n, n)
+            if verdict is None:
+                verdict = _cached(gold_n, n)
             if verdict is False:
                 reason = "not_a_value" if method == "not_a_value" else "mismatch"
                 return result(False, reason, method, first)
@@ -186,5 +213,7 @@ def grade(response: str, gold: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> 
         return result(False, "timeout", "symbolic", first)
     if status != "ok":
         return result(False, "grader_error", "symbolic", first)
+    if not raw:
+        _remember(gold_n, pending, value)
     ok = all(value)
     return result(ok, "correct" if ok else "mismatch", "symbolic", first)

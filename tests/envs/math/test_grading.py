@@ -108,6 +108,24 @@ def test_symbolic_path_is_used_for_expressions():
     assert r.method == "symbolic"
 
 
+def test_symbolic_verdicts_are_cached_but_timeouts_are_not(monkeypatch):
+    from agentgym.envs.math import grading
+    from agentgym.envs.math.pool import PoolError
+
+    assert grade("\\boxed{(x+7)^2}", "x^2+14x+49").correct
+    assert not grade("\\boxed{(x+7)^3}", "x^2+14x+49").correct
+    assert grade("\\boxed{9^{9^{9^9}}}", "2").reason == "timeout"
+
+    def no_pool():
+        raise PoolError("no pool in this test")
+
+    monkeypatch.setattr(grading, "get_pool", no_pool)
+    assert grade("\\boxed{(x+7)^2}", "x^2+14x+49").correct  # from the cache
+    assert grade("\\boxed{(x+7)^3}", "x^2+14x+49").reason == "mismatch"
+    assert grade("\\boxed{9^{9^{9^9}}}", "2").reason == "grader_error"  # not cached
+    assert grade("\\boxed{(7+x)^2}", "x^2+14x+49").reason == "grader_error"
+
+
 # ----------------------------------------------------------------------------- bound
 HOSTILE = [
     "\\boxed{9^{9^{9^9}}}",
