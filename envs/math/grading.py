@@ -131,7 +131,9 @@ def grade(response: str, gold: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> 
     Args:
         response: the model's reply (any text).
         gold: the reference answer (LaTeX or plain; ``\\boxed{...}`` is unwrapped).
-        timeout_s: bound on the symbolic check, in seconds.
+        timeout_s: bound on the whole call, in seconds (starting the worker pool, once
+            per process, is not counted). A call that runs out of time is wrong with
+            ``reason == "timeout"``.
 
     Returns:
         A :class:`GradeResult`; ``result.correct`` is the verdict.
@@ -158,7 +160,9 @@ def grade(response: str, gold: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> 
     else:
         ex = extract_answer(response)
 
-    def result(correct: bool, reason: str, method: str, normalized: str | None = None):
+    def result(
+        correct: bool, reason: str, method: str, normalized: str | None = None
+    ) -> GradeResult:
         return GradeResult(
             correct=correct,
             extracted=ex.answer,
