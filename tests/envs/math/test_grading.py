@@ -142,7 +142,8 @@ def test_hostile_input_returns_within_the_bound(response: str):
     elapsed = time.monotonic() - start
     assert elapsed < BOUND_S, f"{response} took {elapsed:.2f}s"
     assert not r.correct
-    assert r.reason in ("timeout", "mismatch")
+    # a worker may also run out of its memory cap first (grader_error)
+    assert r.reason in ("timeout", "mismatch", "grader_error")
 
 
 def test_huge_reply_is_fast_and_graded():
@@ -181,7 +182,7 @@ def test_many_hostile_calls_from_threads_each_return_within_the_bound():
         results = list(ex.map(call, range(n)))
     for elapsed, res in results:
         assert elapsed < BOUND_S
-        assert res.reason == "timeout" and not res.correct
+        assert res.reason in ("timeout", "grader_error") and not res.correct
     # the pool replaced the killed workers and grades normally afterwards
     assert grade("\\boxed{(x-1)(x+1)}", "x^2-1").correct
 
