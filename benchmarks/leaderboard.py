@@ -26,7 +26,6 @@ from typing import Any
 
 from agentgym.benchmarks.metrics import LOWER_IS_BETTER
 from agentgym.benchmarks.runner import RESULT_FILE, RESULT_SCHEMA
-
 from agentgym.errors import ConfigError, DataError
 
 

@@ -41,6 +41,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import gymnasium as gym
+
 from agentgym.benchmarks.metrics import (
     TaskOutcome,
     compute_metrics,
@@ -49,7 +50,6 @@ from agentgym.benchmarks.metrics import (
     metric_label,
 )
 from agentgym.benchmarks.suites import Suite, iter_tasks
-
 from agentgym.errors import ConfigError, DataError
 from agentgym.types import Episode, SamplingParams, iter_episodes
 

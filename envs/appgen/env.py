@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any, ClassVar
 
+from agentgym.env import ActResult, ConversationEnv, Task
 from agentgym.envs.appgen import protocol
 from agentgym.envs.appgen.grading import MAX_FILE_BYTES, MAX_PROJECT_FILES, drop_reason, grade
 from agentgym.envs.appgen.sandboxes import (
@@ -14,8 +15,6 @@ from agentgym.envs.appgen.sandboxes import (
     resolve_backend,
 )
 from agentgym.envs.appgen.taskset import VISIBLE_TESTS_DIR, AppTask, load_tasks
-
-from agentgym.env import ActResult, ConversationEnv, Task
 from agentgym.errors import ConfigError, EnvStateError, SandboxError, UnknownNameError
 from agentgym.tokens import count_message_tokens
 from agentgym.types import Message

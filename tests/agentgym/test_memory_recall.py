@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
-from agentgym.envs.memory_recall import parse_answers
 
 import agentgym  # noqa: F401
+from agentgym.envs.memory_recall import parse_answers
 from agentgym.errors import ConfigError
 from agentgym.policies import OraclePolicy, ScriptedPolicy
 from agentgym.rollouts import rollout

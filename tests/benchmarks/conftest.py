@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from agentgym.benchmarks.suites import Suite, SuiteEntry
 
 HERE = Path(__file__).resolve().parent

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
+
 from agentgym.benchmarks.baselines import sympy_solver
 from agentgym.benchmarks.leaderboard import collect_results, group_results
 from agentgym.benchmarks.runner import run_suite
 from agentgym.benchmarks.suites import Suite, SuiteEntry, get_suite
-
 from agentgym.types import Message
 
 BASE = "scripted:agentgym.benchmarks.baselines:"

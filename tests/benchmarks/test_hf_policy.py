@@ -10,9 +10,9 @@ from __future__ import annotations
 import importlib
 
 import pytest
+
 from agentgym.benchmarks.runner import describe_policy, run_suite
 from agentgym.benchmarks.suites import Suite, SuiteEntry
-
 from agentgym.policies import POLICY_SCHEMES
 
 

@@ -7,6 +7,7 @@ import re
 from dataclasses import replace
 
 import pytest
+
 from agentgym.benchmarks.leaderboard import (
     build_leaderboard,
     collect_results,
@@ -15,7 +16,6 @@ from agentgym.benchmarks.leaderboard import (
     render_html,
 )
 from agentgym.benchmarks.runner import run_suite
-
 from agentgym.errors import ConfigError
 
 

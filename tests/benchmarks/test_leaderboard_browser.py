@@ -14,6 +14,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+
 from agentgym.benchmarks.leaderboard import build_leaderboard
 from agentgym.benchmarks.runner import run_suite
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from agentgym.benchmarks.metrics import (
     TaskOutcome,
     compute_metrics,
@@ -17,7 +18,6 @@ from agentgym.benchmarks.metrics import (
 from agentgym.benchmarks.metrics import (
     tests_counts as count_tests,
 )
-
 from agentgym.errors import ConfigError
 from agentgym.types import Completion, Episode, Message, Turn
 

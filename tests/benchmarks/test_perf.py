@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import pytest
+
 from agentgym.benchmarks.perf.report import discover, split_result
 
 MODULES = {

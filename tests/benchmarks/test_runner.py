@@ -13,6 +13,7 @@ from pathlib import Path
 from threading import Thread
 
 import pytest
+
 from agentgym.benchmarks.baselines import hoarder
 from agentgym.benchmarks.runner import (
     EPISODES_FILE,
@@ -23,7 +24,6 @@ from agentgym.benchmarks.runner import (
     run_suite,
     task_key,
 )
-
 from agentgym.errors import DataError
 from agentgym.policies import ScriptedPolicy
 from agentgym.types import Message, read_episodes

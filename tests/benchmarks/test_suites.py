@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import gymnasium as gym
 import pytest
+
 from agentgym.benchmarks import suites as suites_mod
 from agentgym.benchmarks.suites import Suite, SuiteEntry, get_suite, register_suite, suite_names
-
 from agentgym.errors import ConfigError, UnknownNameError
 
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from agentgym.errors import ConfigError, UnknownNameError
 from agentgym.trainers.plan import (
     GIB,
     Architecture,
@@ -30,8 +32,6 @@ from agentgym.trainers.plan import (
     plan_config_from_dict,
     plan_lora,
 )
-
-from agentgym.errors import ConfigError, UnknownNameError
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_671B = ROOT / "configs" / "deepseek_v3_671b_48xh100.yaml"
@@ -196,8 +196,9 @@ def test_bad_layouts_are_config_errors() -> None:
 def measure_peak_bytes(model, *, batch: int, seq_len: int, r: int) -> int:
     """Peak bytes of one LoRA training step on CPU (see the module docstring)."""
     import torch
-    from agentgym.trainers.models import apply_lora
     from torch.profiler import ProfilerActivity, profile
+
+    from agentgym.trainers.models import apply_lora
 
     model.config.use_cache = False
     peft_model = apply_lora(model, r=r)

@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
+
 from agentgym.envs.appgen.grading import grade
 from agentgym.envs.appgen.taskset import BUILTIN_TASKS_DIR, builtin_task_names, load_task
-
 from agentgym.policies import OraclePolicy
 from agentgym.rollouts import rollout
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
-from agentgym.envs.appgen.env import AppGenEnv
-from agentgym.envs.appgen.taskset import builtin_task_names
 
 import agentgym
+from agentgym.envs.appgen.env import AppGenEnv
+from agentgym.envs.appgen.taskset import builtin_task_names
 from agentgym.errors import ConfigError, UnknownNameError
 from agentgym.policies import OraclePolicy, ScriptedPolicy
 from agentgym.rollouts import rollout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+
 from agentgym.envs.appgen.grading import drop_reason, filter_project, grade
 from agentgym.envs.appgen.taskset import BUILTIN_TASKS_DIR, load_task, load_tasks
 

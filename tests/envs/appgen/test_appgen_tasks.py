@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from agentgym.envs.appgen import protocol
 from agentgym.envs.appgen.taskset import (
     BUILTIN_TASKS_DIR,
@@ -14,7 +15,6 @@ from agentgym.envs.appgen.taskset import (
     load_task,
     load_tasks,
 )
-
 from agentgym.errors import DataError, UnknownNameError
 
 TASKS = load_tasks()
