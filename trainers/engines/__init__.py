@@ -4,5 +4,6 @@ from __future__ import annotations
 
 from agentgym.trainers.engines.base import BatchingPolicy, GenerationRequest, RolloutEngine
 from agentgym.trainers.engines.hf import HFEngine
+from agentgym.trainers.engines.spec import policy_from_spec
 
-__all__ = ["BatchingPolicy", "GenerationRequest", "HFEngine", "RolloutEngine"]
+__all__ = ["BatchingPolicy", "GenerationRequest", "HFEngine", "RolloutEngine", "policy_from_spec"]
