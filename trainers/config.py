@@ -458,6 +458,11 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
             raise ConfigError(f"{where} must be an integer, got {value!r}.")
         return value
     if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads "5e-3" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{where} must be a number, got {value!r}.")
         return float(value)

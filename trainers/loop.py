@@ -225,8 +225,10 @@ class DAPOTrainer:
         r = self.cfg.rollout
         total = sum(len(v) for v in tasks.values()) * r.group_size
         coros = []
-        for k, seeds in sorted(tasks.items()):
+        streams = []
+        for stream, (k, seeds) in enumerate(sorted(tasks.items())):
             share = max(1, round(r.concurrency * len(seeds) * r.group_size / max(total, 1)))
+            streams.append((len(seeds) * r.group_size, share))
             coros.append(
                 rollout_async(
                     self.env_ids[k],
@@ -236,9 +238,14 @@ class DAPOTrainer:
                     sampling=self._sampling(round_index),
                     concurrency=share,
                     env_kwargs=self.env_kwargs[k],
+                    on_episode=lambda _ep, i=stream: self.policy.episode_done(i),
                 )
             )
-        results = await asyncio.gather(*coros)
+        self.policy.expect(streams)
+        try:
+            results = await asyncio.gather(*coros)
+        finally:
+            self.policy.expect(None)
         return [ep for eps in results for ep in eps]
 
     # ------------------------------------------------------------------ one step
@@ -246,6 +253,7 @@ class DAPOTrainer:
         cfg, algo, r = self.cfg, self.cfg.algorithm, self.cfg.rollout
         tl = Timeline()
         busy_before = len(self.engine.busy)
+        batches_before = len(self.policy.batch_sizes)
         kept: list[Group] = []
         all_episodes: list[Episode] = []
         rounds = groups_seen = groups_dropped = 0
@@ -333,6 +341,9 @@ class DAPOTrainer:
         m["charts/hit_round_cap"] = int(capped)
         m["charts/update_skipped"] = int(skip)
         m["charts/masked_episodes"] = sum(1 for t in trainable if not t)
+        sizes = self.policy.batch_sizes[batches_before:]
+        m["charts/engine_batches"] = len(sizes)
+        m["charts/engine_batch_mean"] = float(np.mean(sizes)) if sizes else 0.0
         m.update(train_metrics)
         m.update(tl.metrics())
         for row in tl.to_records(self.step, self.origin):

@@ -135,3 +135,43 @@ def test_separate_engine_copy_follows_load_adapter(tokenizer):
         c.token_ids for c in local.generate(reqs)
     ]
     assert len(remote.busy) == 2 and remote.requests == 8
+
+
+def _staggered(policy, reqs, delay):
+    async def one(i, r):
+        await asyncio.sleep(delay * i)
+        return await policy(r.messages, r.sampling)
+
+    async def main():
+        return await asyncio.gather(*(one(i, r) for i, r in enumerate(reqs)))
+
+    return asyncio.run(main())
+
+
+def test_expect_hint_waits_for_every_episode_in_flight(engine):
+    reqs = [_req(i, seed=i) for i in range(5)]
+    plain = engine.as_policy(gather_window_s=0.001)
+    _staggered(plain, reqs, 0.02)
+    assert len(plain.batch_sizes) > 1  # arrivals 20 ms apart outlast the 1 ms window
+    hinted = engine.as_policy(gather_window_s=0.001, max_wait_s=5.0)
+    hinted.expect([(5, 5)])
+    out = _staggered(hinted, reqs, 0.02)
+    assert hinted.batch_sizes == [5]
+    assert [c.token_ids for c in out] == [c.token_ids for c in engine.generate(reqs)]
+    # concurrency 2 of 5 remaining: two in flight at once, so two waiting is enough
+    capped = engine.as_policy(gather_window_s=0.001, max_wait_s=5.0)
+    capped.expect([(5, 2)])
+    _staggered(capped, reqs[:2], 0.02)
+    assert capped.batch_sizes == [2]
+    for p in (plain, hinted, capped):
+        p.close()
+
+
+def test_expect_hint_gives_up_after_max_wait(engine):
+    policy = engine.as_policy(max_wait_s=0.05)
+    policy.expect([(10, 10)])  # ten announced, three come: the batch still goes
+    out = _staggered(policy, [_req(i, seed=i) for i in range(3)], 0.0)
+    assert len(out) == 3 and policy.batch_sizes == [3]
+    policy.episode_done(0)
+    assert policy._expected == [[9, 10]]
+    policy.close()

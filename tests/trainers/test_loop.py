@@ -10,7 +10,7 @@ import yaml
 from conftest import TINY_QWEN
 
 from agentgym.cli import main
-from agentgym.errors import ConfigError
+from agentgym.errors import ConfigError, UnknownNameError
 from agentgym.trainers.config import TrainConfig, load_config
 from agentgym.trainers.logging import read_jsonl
 from agentgym.trainers.loop import DAPOTrainer
@@ -236,3 +236,23 @@ def test_sft_line_dropout_keeps_the_final_line():
     assert "Answer: 7" in outs and text in outs  # everything dropped / nothing dropped both occur
     kept_lines = [len(o.split("\n")) - 1 for o in outs]
     assert set(kept_lines) == {0, 1, 2, 3}
+
+
+def test_config_overrides_parse_yaml_values(tmp_path):
+    cfg = load_config(
+        TrainConfig,
+        None,
+        ["optim.lr=5e-3", "envs=[{id: a/B-v0, weight: 2}]", "envs.0.kwargs.level=3"],
+    )
+    assert cfg.optim.lr == 0.005
+    assert (
+        cfg.envs[0].id == "a/B-v0"
+        and cfg.envs[0].weight == 2.0
+        and cfg.envs[0].kwargs == {"level": 3}
+    )
+    with pytest.raises(ConfigError, match="must be an integer"):
+        load_config(TrainConfig, None, ["rollout.group_size=many"])
+    path = tmp_path / "c.yaml"
+    path.write_text("rollout: {group_size: 4}\nalgorithm: {advantge: rloo}\n")
+    with pytest.raises(UnknownNameError, match=r"algorithm\.advantage"):
+        load_config(TrainConfig, path)

@@ -12,11 +12,17 @@ An engine does two things:
 
 Environments do not call ``generate``: the rollout awaits a
 :class:`~agentgym.policies.Policy` per request. :class:`BatchingPolicy` turns those
-concurrent single calls into batched ``generate`` calls: a request waits until either
-``max_batch`` requests are pending or no new request has arrived for
-``gather_window_s`` (the other episodes are busy in their environments), then the
-pending requests go to the engine together. While the engine runs, new requests queue
-up for the next batch.
+concurrent single calls into batched ``generate`` calls. Pending requests go to the
+engine together when
+
+* ``max_batch`` requests are pending, or
+* the caller said how many episodes are in flight (:meth:`BatchingPolicy.expect`,
+  updated with :meth:`BatchingPolicy.episode_done`) and every one of them is waiting
+  for the engine -- nothing more can arrive, or the oldest request has waited
+  ``max_wait_s`` (an env that is slow to step does not hold the others back), or
+* without that hint: no new request has arrived for ``gather_window_s``.
+
+While the engine runs, new requests queue up for the next batch.
 
 Engines record the wall-clock intervals in which they were generating
 (:attr:`RolloutEngine.busy`); the loop turns them into its timeline and measures the
@@ -86,9 +92,13 @@ class RolloutEngine:
         """Use these adapter weights (peft state-dict names) for the next generations."""
         raise NotImplementedError
 
-    def as_policy(self, *, max_batch: int = 256, gather_window_s: float = 0.002) -> BatchingPolicy:
+    def as_policy(
+        self, *, max_batch: int = 256, gather_window_s: float = 0.002, max_wait_s: float = 1.0
+    ) -> BatchingPolicy:
         """A :class:`~agentgym.policies.Policy` whose concurrent calls are batched."""
-        return BatchingPolicy(self, max_batch=max_batch, gather_window_s=gather_window_s)
+        return BatchingPolicy(
+            self, max_batch=max_batch, gather_window_s=gather_window_s, max_wait_s=max_wait_s
+        )
 
     def reset_stats(self) -> None:
         self.busy.clear()
@@ -101,12 +111,18 @@ class BatchingPolicy:
     Args:
         engine: anything with ``generate(list[GenerationRequest]) -> list[Completion]``.
         max_batch: most requests per ``generate`` call.
-        gather_window_s: after a request arrives, wait this long for more before
-            launching a batch (reset by each arrival, so a burst is gathered whole).
+        gather_window_s: without an :meth:`expect` hint: after a request arrives, wait
+            this long for more before launching a batch (reset by each arrival).
+        max_wait_s: with the hint: the longest the oldest request waits for the rest.
     """
 
     def __init__(
-        self, engine: Any, *, max_batch: int = 256, gather_window_s: float = 0.002
+        self,
+        engine: Any,
+        *,
+        max_batch: int = 256,
+        gather_window_s: float = 0.002,
+        max_wait_s: float = 1.0,
     ) -> None:
         if max_batch < 1:
             raise ConfigError(f"max_batch must be >= 1, got {max_batch}.")
@@ -115,6 +131,9 @@ class BatchingPolicy:
         self.engine = engine
         self.max_batch = max_batch
         self.gather_window_s = gather_window_s
+        self.max_wait_s = max_wait_s
+        self._expected: list[list[int]] | None = None  # per stream: [remaining, concurrency]
+        self._first_pending = 0.0
         self._pending: list[tuple[GenerationRequest, asyncio.Future[Completion]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -131,6 +150,8 @@ class BatchingPolicy:
             self._wake = asyncio.Event()
             self._worker = loop.create_task(self._run())
         fut: asyncio.Future[Completion] = loop.create_future()
+        if not self._pending:
+            self._first_pending = time.monotonic()
         self._pending.append((GenerationRequest(tuple(messages), sampling), fut))
         self._last_arrival = time.monotonic()
         self._wake.set()
@@ -145,12 +166,7 @@ class BatchingPolicy:
             if not self._pending:
                 await wake.wait()
             wake.clear()
-            # gather: wait while requests keep arriving, up to a full batch
-            while len(self._pending) < self.max_batch:
-                quiet = time.monotonic() - self._last_arrival
-                if quiet >= self.gather_window_s:
-                    break
-                await asyncio.sleep(self.gather_window_s - quiet)
+            await self._gather()
             batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
             live = [(r, f) for r, f in batch if not f.cancelled()]
             if not live:
@@ -171,6 +187,35 @@ class BatchingPolicy:
             # let the callers we just answered step their envs and ask again, so their
             # next requests join one batch instead of trickling in one by one
             self._last_arrival = time.monotonic()
+            if self._pending:
+                self._first_pending = self._last_arrival
+
+    async def _gather(self) -> None:
+        """Wait until the pending requests should go to the engine (see the module doc)."""
+        while len(self._pending) < self.max_batch:
+            now = time.monotonic()
+            if self._expected is not None:
+                active = sum(min(rem, cap) for rem, cap in self._expected)
+                if len(self._pending) >= active or now - self._first_pending >= self.max_wait_s:
+                    return
+                await asyncio.sleep(0.0005)
+                continue
+            quiet = now - self._last_arrival
+            if quiet >= self.gather_window_s:
+                return
+            await asyncio.sleep(self.gather_window_s - quiet)
+
+    def expect(self, streams: Sequence[tuple[int, int]] | None) -> None:
+        """Say which episodes will call from now on: per stream (one rollout each),
+        ``(episodes, concurrency)``; at any moment ``min(remaining, concurrency)`` of a
+        stream's episodes are in flight. ``None`` removes the hint.
+        """
+        self._expected = None if streams is None else [[int(n), max(1, int(c))] for n, c in streams]
+
+    def episode_done(self, stream: int = 0) -> None:
+        """An episode of ``stream`` has finished (it will not call again)."""
+        if self._expected is not None and 0 <= stream < len(self._expected):
+            self._expected[stream][0] = max(0, self._expected[stream][0] - 1)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False)
