@@ -9,7 +9,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-import toy_envs
+import trainer_toy_envs as toy_envs
 
 TINY_QWEN = {
     "hidden_size": 32,
