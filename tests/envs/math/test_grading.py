@@ -157,7 +157,7 @@ def test_huge_reply_is_fast_and_graded():
 
 def test_long_answers_are_normalised_in_the_worker():
     # an answer above MAX_INLINE_CHARS is never normalised in the caller
-    long_right = "x = " + "(" * 40 + "7" + ")" * 40 + " " * 3000
+    long_right = "x = " + "(" * 3 + "7" + ")" * 3 + " " * 3000  # long by padding, cheap to parse
     assert grade(f"\\boxed{{{long_right}}}", "7").correct
     long_wrong = "5 " + "apples " * 2000
     r = grade(f"\\boxed{{{long_wrong}}}", "3")
