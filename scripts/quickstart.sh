@@ -20,7 +20,8 @@ START=$(date +%s)
 AG="$ROOT/.venv/bin/agentgym"
 
 echo "[quickstart] stage 1/2: supervised warm start on verbose solutions"
-"$AG" sft configs/quickstart_sft.yaml "run.output_dir=$RUN_DIR/sft"
+# (the warm start is evaluated as step 0 of stage 2, so stage 1 skips its own evaluation)
+"$AG" sft configs/quickstart_sft.yaml "run.output_dir=$RUN_DIR/sft" eval.at_ends=false
 
 echo "[quickstart] stage 2/2: DAPO with a token cost"
 "$AG" train configs/quickstart_dapo.yaml "run.output_dir=$RUN_DIR/dapo" "model.path=$RUN_DIR/sft/model"
