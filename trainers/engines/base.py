@@ -24,6 +24,14 @@ engine together when
 
 While the engine runs, new requests queue up for the next batch.
 
+By default ``generate`` runs on the event loop's own thread (``inline=True``), which
+blocks the loop while it generates. That is deliberate: torch keeps one OpenMP thread
+team per calling thread, and once a second thread has run torch ops the two teams
+compete for the cores -- measured on 2 cores, generation *and* training became 2.5x
+slower for the rest of the process once generation moved to a helper thread. In the
+all-sync loop nothing else needs the loop while the model generates (every episode in
+flight is waiting for it); envs already stepping in their thread pool keep running.
+
 Engines record the wall-clock intervals in which they were generating
 (:attr:`RolloutEngine.busy`); the loop turns them into its timeline and measures the
 "bubbles" (time in a rollout when the model sat idle waiting for environments).
@@ -114,6 +122,9 @@ class BatchingPolicy:
         gather_window_s: without an :meth:`expect` hint: after a request arrives, wait
             this long for more before launching a batch (reset by each arrival).
         max_wait_s: with the hint: the longest the oldest request waits for the rest.
+        inline: run ``generate`` on the event loop's thread (see the module docstring);
+            ``False`` runs it in a helper thread so the loop stays responsive (for
+            engines that do not compute in this process, like an HTTP server).
     """
 
     def __init__(
@@ -123,6 +134,7 @@ class BatchingPolicy:
         max_batch: int = 256,
         gather_window_s: float = 0.002,
         max_wait_s: float = 1.0,
+        inline: bool = True,
     ) -> None:
         if max_batch < 1:
             raise ConfigError(f"max_batch must be >= 1, got {max_batch}.")
@@ -139,7 +151,12 @@ class BatchingPolicy:
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
         self._last_arrival = 0.0
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentgym-engine")
+        self.inline = inline
+        self._executor = (
+            None
+            if inline
+            else ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentgym-engine")
+        )
         self.batch_sizes: list[int] = []
 
     async def __call__(self, messages: Sequence[Message], sampling: SamplingParams) -> Completion:
@@ -173,9 +190,13 @@ class BatchingPolicy:
                 continue
             self.batch_sizes.append(len(live))
             try:
-                outs = await loop.run_in_executor(
-                    self._executor, self.engine.generate, [r for r, _ in live]
-                )
+                batch_requests = [r for r, _ in live]
+                if self._executor is None:
+                    outs = self.engine.generate(batch_requests)
+                else:
+                    outs = await loop.run_in_executor(
+                        self._executor, self.engine.generate, batch_requests
+                    )
             except Exception as e:  # hand the error to every waiting caller
                 for _, f in live:
                     if not f.done():
@@ -218,4 +239,5 @@ class BatchingPolicy:
             self._expected[stream][0] = max(0, self._expected[stream][0] - 1)
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
