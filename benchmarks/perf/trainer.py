@@ -14,6 +14,11 @@ The same workload runs through both trainers in one process, one after the other
   optimizer step per batch. agentgym's dynamic sampling is switched off so that both do
   exactly one generation round per step.
 
+Both run in the same process after agentgym's ``keep_freed_memory`` malloc setting
+(process-wide, so TRL gets it too: without it both are several times slower on VMs with
+lazily backed memory), with the same torch thread count, all torch work on the main
+thread.
+
 Reported: seconds per step for each (mean over the measured steps, after warm-up
 steps), ``speedup_vs_trl`` = TRL seconds per step / agentgym seconds per step, and
 agentgym's idle share (time in a step when the model waited for environments or
@@ -113,7 +118,6 @@ def _trl(
 ) -> dict[str, float]:
     import gymnasium as gym
     import torch
-    from agentgym.trainers.models import resolve_lora_targets
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -121,6 +125,7 @@ def _trl(
 
     import agentgym  # noqa: F401  (registers the envs)
     from agentgym.tokens import counter_from_tokenizer
+    from agentgym.trainers.models import resolve_lora_targets
 
     torch.set_num_threads(s["threads"])
     tok = AutoTokenizer.from_pretrained(str(model_dir))
