@@ -7,8 +7,12 @@ An engine does two things:
   their log-probabilities under the sampling distribution.
 * ``load_adapter(weights)``: make the next generations use these LoRA weights (peft
   state-dict naming). An engine that shares the trainer's model object (the embedded HF
-  engine) has nothing to copy; a separate server (vLLM, next issue) hot-swaps the
-  adapter here.
+  engine) has nothing to copy; an engine with its own copy of the weights (the vLLM
+  engine, :mod:`.vllm`) hot-swaps the adapter here.
+* ``sleep()`` / ``wake()``: the loop calls ``sleep()`` before the training phase and
+  ``wake()`` before the next rollout. A colocated engine that holds GPU memory of its
+  own (vLLM) releases it while asleep, so the learner can use it; the default is a
+  no-op (the HF engine shares the trainer's model and has nothing to release).
 
 Environments do not call ``generate``: the rollout awaits a
 :class:`~agentgym.policies.Policy` per request. :class:`BatchingPolicy` turns those
@@ -99,6 +103,16 @@ class RolloutEngine:
     def load_adapter(self, weights: Mapping[str, torch.Tensor]) -> None:
         """Use these adapter weights (peft state-dict names) for the next generations."""
         raise NotImplementedError
+
+    def sleep(self) -> None:
+        """Release what the engine holds on the accelerator while the trainer trains.
+
+        Called by the loop before the training phase. The default does nothing: an engine
+        that shares the trainer's model has nothing of its own to release.
+        """
+
+    def wake(self) -> None:
+        """Undo :meth:`sleep` before the next generation (default: nothing to do)."""
 
     def as_policy(
         self, *, max_batch: int = 256, gather_window_s: float = 0.002, max_wait_s: float = 1.0

@@ -1,0 +1,131 @@
+"""Pick a rollout engine by name: ``hf`` (embedded, the default) or ``vllm``.
+
+:func:`make_engine` is what a trainer config's ``rollout.engine`` maps to. Both engines
+take the trainer's model object; they differ in what they do with it:
+
+* ``hf``: :class:`~agentgym.trainers.engines.hf.HFEngine` generates with that very object
+  (shared weights: adapter syncs are no-ops).
+* ``vllm``: :class:`~agentgym.trainers.engines.vllm.VLLMEngine` loads the model's *base*
+  weights into vLLM once (from ``model_path``, or from a copy written to ``workdir``),
+  takes the adapter config from the peft model, and is handed the current adapter at
+  once, so its first rollout already uses the trainer's weights (this matters after a
+  resume). After that the loop's ``load_adapter`` calls keep it in step.
+"""
+
+from __future__ import annotations
+
+import inspect
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from agentgym.errors import ConfigError, UnknownNameError
+from agentgym.trainers.engines.base import RolloutEngine
+
+#: engine names accepted by :func:`make_engine`
+ENGINE_KINDS: tuple[str, ...] = ("hf", "vllm")
+
+
+def make_engine(
+    kind: str,
+    *,
+    model: nn.Module,
+    tokenizer: Any,
+    seed: int = 0,
+    model_path: str | Path | None = None,
+    workdir: str | Path | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> RolloutEngine:
+    """Build the rollout engine ``kind`` for the trainer's ``model``.
+
+    Args:
+        kind: ``"hf"`` or ``"vllm"``.
+        model: the trainer's model (a ``PeftModel`` when training LoRA).
+        tokenizer: its tokenizer (chat template, eos).
+        seed: the engine's seed for requests without their own.
+        model_path: ``vllm`` only: a local HF directory holding the *base* weights of
+            ``model`` (for example ``model.path`` of the config). ``None``: the base
+            weights are saved from ``model`` to ``workdir/vllm_base`` first.
+        workdir: ``vllm`` only: where that copy and the per-step adapters go; ``None``: a
+            temporary directory deleted when the engine is closed.
+        options: engine keyword arguments: for ``vllm``, those of
+            :class:`~agentgym.trainers.engines.vllm.VLLMEngine` (``gpu_memory_utilization``,
+            ``max_model_len``, ``dtype``, ``enforce_eager``, ...); ``hf`` takes none.
+
+    Raises:
+        UnknownNameError: unknown ``kind`` or option name.
+        ConfigError: ``vllm`` without vLLM installed, or for a model without a LoRA
+            adapter (vLLM follows training through adapters only).
+    """
+    options = dict(options or {})
+    if kind == "hf":
+        from agentgym.trainers.engines.hf import HFEngine
+
+        if options:
+            raise ConfigError(
+                f"the hf engine takes no options; got {sorted(options)}. Engine options apply "
+                "to rollout.engine: vllm."
+            )
+        return HFEngine(model, tokenizer, shares_weights=True, seed=seed)
+    if kind == "vllm":
+        return _make_vllm(model, tokenizer, seed, model_path, workdir, options)
+    raise UnknownNameError("rollout engine", kind, ENGINE_KINDS)
+
+
+def _make_vllm(
+    model: nn.Module,
+    tokenizer: Any,
+    seed: int,
+    model_path: str | Path | None,
+    workdir: str | Path | None,
+    options: dict[str, Any],
+) -> RolloutEngine:
+    from agentgym.trainers.engines.vllm import VLLMEngine, import_vllm, save_base_model
+    from agentgym.trainers.models import adapter_state_dict
+
+    import_vllm()  # fail before writing anything when vLLM is missing
+    if not hasattr(model, "peft_config"):
+        raise ConfigError(
+            "rollout.engine: vllm needs a LoRA adapter (lora.enabled: true): the vLLM engine "
+            "follows training by loading the adapter each step and never receives full "
+            "weights. Use rollout.engine: hf for full fine-tuning."
+        )
+    allowed = set(inspect.signature(VLLMEngine.__init__).parameters) - {
+        "self",
+        "model_path",
+        "tokenizer",
+        "adapter_config",
+        "seed",
+        "adapter_dir",
+    }
+    for name in options:
+        if name not in allowed:
+            raise UnknownNameError("vLLM engine option", name, allowed)
+    owned: Path | None = None
+    if workdir is None:
+        owned = Path(tempfile.mkdtemp(prefix="agentgym-vllm-"))
+        workdir = owned
+    workdir = Path(workdir)
+    try:
+        if model_path is None:
+            model_path = save_base_model(model, tokenizer, workdir / "vllm_base")
+        engine = VLLMEngine(
+            model_path,
+            tokenizer,
+            adapter_config=model,
+            seed=seed,
+            adapter_dir=workdir / "vllm_adapters",
+            **options,
+        )
+    except BaseException:
+        if owned is not None:
+            shutil.rmtree(owned, ignore_errors=True)
+        raise
+    if owned is not None:
+        engine._owned_paths.append(owned)
+    engine.load_adapter(adapter_state_dict(model))
+    return engine
