@@ -87,7 +87,6 @@ def _make_vllm(
     from agentgym.trainers.engines.vllm import VLLMEngine, import_vllm, save_base_model
     from agentgym.trainers.models import adapter_state_dict
 
-    import_vllm()  # fail before writing anything when vLLM is missing
     if not hasattr(model, "peft_config"):
         raise ConfigError(
             "rollout.engine: vllm needs a LoRA adapter (lora.enabled: true): the vLLM engine "
@@ -105,6 +104,7 @@ def _make_vllm(
     for name in options:
         if name not in allowed:
             raise UnknownNameError("vLLM engine option", name, allowed)
+    import_vllm()  # fail before writing anything when vLLM is missing
     owned: Path | None = None
     if workdir is None:
         owned = Path(tempfile.mkdtemp(prefix="agentgym-vllm-"))

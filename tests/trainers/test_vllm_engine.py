@@ -1,0 +1,424 @@
+"""The vLLM rollout engine.
+
+Two kinds of tests live here:
+
+* CPU tests of everything that does not need vLLM: the peft-format adapter writer,
+  base-model saving, sampling-parameter translation, completion finishing (checked
+  against the HF engine's own), log-prob extraction, the mismatch measure, the engine
+  factory and the missing-vLLM error. They run everywhere.
+* ``gpu``-marked tests of the engine itself. They skip without CUDA (tests/conftest.py)
+  or without vLLM (``pytest.importorskip``), and share one engine built by
+  :func:`~agentgym.trainers.engines.factory.make_engine` on the ``tiny-qwen2`` preset.
+  Run them on a CUDA machine with the vllm extra installed::
+
+      pytest -q -s tests/trainers/test_vllm_engine.py -m gpu
+
+  (``-s`` shows the measured log-prob mismatch and seed agreement.)
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import TINY_QWEN
+
+from agentgym.errors import ConfigError, UnknownNameError
+from agentgym.trainers.engines import GenerationRequest, HFEngine, RolloutEngine
+from agentgym.trainers.engines.factory import ENGINE_KINDS, make_engine
+from agentgym.trainers.engines.vllm import (
+    VLLM_LORA_RANKS,
+    VLLMEngine,
+    adapter_config_dict,
+    finish_completion,
+    import_vllm,
+    infer_adapter_config,
+    logprob_mismatch,
+    sampled_logprobs,
+    save_base_model,
+    vllm_lora_rank,
+    vllm_sampling_kwargs,
+    write_peft_adapter,
+)
+from agentgym.trainers.models import (
+    adapter_state_dict,
+    apply_lora,
+    build_preset,
+    load_model,
+    save_model,
+)
+from agentgym.trainers.tokenizer import encode_prompt
+from agentgym.types import Message, SamplingParams
+
+
+def _tiny(tokenizer, seed: int = 0):
+    return build_preset("tiny-qwen2", tokenizer, seed=seed, overrides=TINY_QWEN)
+
+
+def _perturbed_lora(model, r: int = 4, std: float = 0.5, seed: int = 1):
+    peft = apply_lora(model, r=r, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in peft.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * std)
+    return peft
+
+
+def _req(i: int, seed: int | None = None, **kw) -> GenerationRequest:
+    return GenerationRequest(
+        (Message("user", f"question number {i}" + "!" * i),),
+        SamplingParams(seed=seed, **{"max_tokens": 12, **kw}),
+    )
+
+
+# ------------------------------------------------------------------ CPU: no vLLM needed
+
+
+def test_missing_vllm_says_how_to_install(monkeypatch, tokenizer, tmp_path):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` fail
+    with pytest.raises(ConfigError, match=r"pip install 'agentgym\[vllm\]' on a CUDA machine"):
+        import_vllm()
+    path = save_model(_tiny(tokenizer), tokenizer, tmp_path / "m")
+    with pytest.raises(ConfigError, match=r"agentgym\[vllm\]"):
+        VLLMEngine(path, tokenizer)
+    peft = apply_lora(_tiny(tokenizer), r=4)
+    with pytest.raises(ConfigError, match=r"agentgym\[vllm\]"):
+        make_engine("vllm", model=peft, tokenizer=tokenizer, workdir=tmp_path / "w")
+    assert not (tmp_path / "w").exists()  # nothing written before the import failed
+
+
+def test_peft_adapter_round_trip(tmp_path, tokenizer):
+    from peft import PeftModel
+    from safetensors.torch import load_file
+
+    peft = _perturbed_lora(_tiny(tokenizer), r=4)
+    weights = adapter_state_dict(peft)
+    config = adapter_config_dict(peft)
+    assert config["r"] == 4 and config["lora_alpha"] == 16.0 and config["peft_type"] == "LORA"
+    out = write_peft_adapter(tmp_path / "adapter", weights, config)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    ]
+    # the files hold exactly the tensors and the config given
+    stored = load_file(str(out / "adapter_model.safetensors"))
+    assert stored.keys() == weights.keys()
+    assert all(torch.equal(stored[k], weights[k]) for k in weights)
+    assert json.loads((out / "adapter_config.json").read_text()) == config
+    # and peft itself loads them onto a fresh base: same adapter, same outputs
+    fresh = PeftModel.from_pretrained(_tiny(tokenizer), str(out))
+    reloaded = adapter_state_dict(fresh)
+    assert reloaded.keys() == weights.keys()
+    assert all(torch.equal(reloaded[k], weights[k]) for k in weights)
+    ids = torch.tensor([encode_prompt(tokenizer, _req(3).messages)])
+    with torch.no_grad():
+        assert torch.allclose(peft(input_ids=ids).logits, fresh(input_ids=ids).logits)
+
+
+def test_adapter_config_from_lora_config_and_inferred_from_shapes(tokenizer):
+    peft = apply_lora(_tiny(tokenizer), r=4, alpha=8.0)
+    from_config = adapter_config_dict(peft.peft_config["default"])
+    assert from_config == adapter_config_dict(peft)
+    inferred = infer_adapter_config(adapter_state_dict(peft), alpha=8.0)
+    assert inferred["r"] == 4 and inferred["lora_alpha"] == 8.0
+    assert set(inferred["target_modules"]) == set(from_config["target_modules"])
+    with pytest.raises(ConfigError, match="no lora_A"):
+        infer_adapter_config({"model.embed_tokens.weight": torch.zeros(2, 2)}, alpha=1.0)
+
+
+def test_writer_refuses_full_weights_and_unservable_configs(tmp_path, tokenizer):
+    peft = apply_lora(_tiny(tokenizer), r=4)
+    config = adapter_config_dict(peft)
+    full = {"model.embed_tokens.weight": torch.zeros(4, 4)}
+    with pytest.raises(ConfigError, match="never full model weights"):
+        write_peft_adapter(tmp_path / "a", full, config)
+    with pytest.raises(ConfigError, match="DoRA"):
+        write_peft_adapter(tmp_path / "a", adapter_state_dict(peft), {**config, "use_dora": True})
+    with pytest.raises(ConfigError, match="rank"):
+        adapter_config_dict({**config, "r": 0})
+    with pytest.raises(ConfigError, match="empty"):
+        write_peft_adapter(tmp_path / "a", {}, config)
+
+
+def test_lora_rank_rounds_up_to_a_rank_vllm_accepts():
+    assert [vllm_lora_rank(r) for r in (1, 2, 8, 9, 64, 300)] == [1, 8, 8, 16, 64, 320]
+    assert set(VLLM_LORA_RANKS) >= {8, 16, 32, 64}
+    with pytest.raises(ConfigError, match="largest"):
+        vllm_lora_rank(1024)
+
+
+@pytest.mark.parametrize(
+    ("preset", "overrides"), [("tiny-qwen2", TINY_QWEN), ("tiny-deepseek-v3", {})]
+)
+def test_save_base_model_strips_lora_and_keeps_base_weights(tmp_path, tokenizer, preset, overrides):
+    base = build_preset(preset, tokenizer, overrides=overrides)
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    peft = _perturbed_lora(base, r=4)  # wraps `base` in place; the adapter is not zero
+    path = save_base_model(peft, tokenizer, tmp_path / "base")
+    loaded, tok = load_model(path)
+    after = loaded.state_dict()
+    assert after.keys() == before.keys()
+    assert all(torch.equal(after[k], before[k]) for k in before)
+    assert tok.chat_template == tokenizer.chat_template
+    assert not (path / "adapter_config.json").exists()
+
+
+def test_sampling_params_translation():
+    s = SamplingParams(max_tokens=7, temperature=0.7, top_p=0.9, seed=3, stop=("\n", "END"))
+    assert vllm_sampling_kwargs(s, 11) == {
+        "n": 1,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "max_tokens": 7,
+        "stop": ["\n", "END"],
+        "seed": 11,
+        "logprobs": 0,
+        "skip_special_tokens": True,
+        "include_stop_str_in_output": False,
+    }
+    assert vllm_sampling_kwargs(SamplingParams(temperature=0.0), 0)["stop"] is None
+
+
+def test_sampled_logprobs_reads_the_sampled_token_of_each_position():
+    def lp(x):
+        return SimpleNamespace(logprob=x)
+
+    # vLLM may add the top-k alternatives; only the sampled token's entry counts
+    positions = [{5: lp(-0.5)}, {7: lp(-1.25), 1: lp(-0.1)}, {2: lp(-3.0)}]
+    assert sampled_logprobs([5, 7, 2], positions) == [-0.5, -1.25, -3.0]
+    with pytest.raises(RuntimeError, match="lack the sampled token"):
+        sampled_logprobs([5, 8, 2], positions)
+    with pytest.raises(RuntimeError, match="positions"):
+        sampled_logprobs([5, 7], positions)
+    with pytest.raises(RuntimeError, match="no logprobs"):
+        sampled_logprobs([5], None)
+
+
+def test_finish_completion_matches_the_hf_engine(tokenizer):
+    hf = HFEngine(_tiny(tokenizer), tokenizer)
+    eos = tokenizer.eos_token_id
+    words = tokenizer("Check: 12 + 30 = 42. Answer: 42", add_special_tokens=False)["input_ids"]
+    cases = [
+        ([*words, eos], SamplingParams(max_tokens=64)),  # stopped on eos
+        ([*words, eos, 5, 6], SamplingParams(max_tokens=64)),  # eos then padding
+        (words, SamplingParams(max_tokens=len(words))),  # length cap
+        (words, SamplingParams(max_tokens=10)),  # more ids than the cap
+        ([*words, eos], SamplingParams(max_tokens=64, stop=("Answer",))),  # stop string
+        (words, SamplingParams(max_tokens=64, stop=(" = ", "zzz"))),  # earliest stop wins
+    ]
+    for ids, sampling in cases:
+        lps = [-0.1 * (i + 1) for i in range(len(ids))]
+        req = GenerationRequest((Message("user", "q"),), sampling)
+        want = hf._finish(list(ids), list(lps), req, 9)
+        got = finish_completion(tokenizer, ids, lps, sampling, 9, eos_ids=[eos])
+        assert got == want, (ids, sampling)
+    # an early end that neither eos nor a stop string explains keeps the engine's reason
+    short = finish_completion(
+        tokenizer, words[:3], [-1.0] * 3, SamplingParams(max_tokens=64), 9, engine_finish="length"
+    )
+    assert short.finish_reason == "length" and short.num_tokens == 3
+
+
+def test_logprob_mismatch_measures_engine_against_trainer(tokenizer):
+    # the HF engine records exactly the learner's log-probs at the sampling temperature,
+    # so the measure is ~0 there and clearly not at another temperature
+    model = _tiny(tokenizer)
+    engine = HFEngine(model, tokenizer)
+    reqs = [_req(i, seed=10 + i, temperature=0.7) for i in range(4)]
+    comps = engine.generate(reqs)
+    same = logprob_mismatch(model, tokenizer, reqs, comps, temperature=0.7)
+    other = logprob_mismatch(model, tokenizer, reqs, comps, temperature=1.0)
+    assert same["tokens"] == sum(c.num_tokens for c in comps) > 0
+    assert same["mean_abs"] < 1e-4 and same["max_abs"] < 1e-3
+    assert other["mean_abs"] > 10 * max(same["mean_abs"], 1e-5)
+    empty = logprob_mismatch(model, tokenizer, [], [], temperature=1.0)
+    assert empty["tokens"] == 0 and math.isnan(empty["mean_abs"])
+
+
+def test_engine_factory_and_default_sleep_wake(tokenizer):
+    assert ENGINE_KINDS == ("hf", "vllm")
+    model = _tiny(tokenizer)
+    engine = make_engine("hf", model=model, tokenizer=tokenizer, seed=3)
+    assert isinstance(engine, HFEngine) and engine.shares_weights and engine.model is model
+    # every engine can be put to sleep and woken; for the HF engine both do nothing
+    assert RolloutEngine.sleep is not None and engine.sleep() is None and engine.wake() is None
+    assert engine.generate([_req(1, seed=1)])[0].num_tokens > 0
+    with pytest.raises(UnknownNameError, match="vllm"):
+        make_engine("vlm", model=model, tokenizer=tokenizer)
+    with pytest.raises(ConfigError, match="no options"):
+        make_engine("hf", model=model, tokenizer=tokenizer, options={"dtype": "bfloat16"})
+    with pytest.raises(ConfigError, match="LoRA adapter"):
+        make_engine("vllm", model=model, tokenizer=tokenizer)
+    peft = apply_lora(_tiny(tokenizer), r=4)
+    with pytest.raises(UnknownNameError, match="gpu_memory_utilization"):
+        make_engine("vllm", model=peft, tokenizer=tokenizer, options={"gpu_memory_util": 0.3})
+
+
+# ------------------------------------------------------------------ GPU: vLLM itself
+
+TEMPERATURE = 0.5  # far enough from 1 that untempered log-probs would stand out
+MAX_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def gpu(tmp_path_factory, tokenizer):
+    """One vLLM engine on the default tiny-qwen2 preset (head dim 32), through make_engine."""
+    pytest.importorskip("vllm")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    base = build_preset("tiny-qwen2", tokenizer, seed=0)
+    peft = apply_lora(copy.deepcopy(base), r=8, seed=1)  # lora_B = 0: same as the base
+    engine = make_engine(
+        "vllm",
+        model=peft,
+        tokenizer=tokenizer,
+        workdir=tmp_path_factory.mktemp("vllm"),
+        options={
+            "gpu_memory_utilization": 0.25,
+            "max_model_len": 1024,
+            "dtype": "bfloat16",
+            "enforce_eager": True,
+            # bitwise-repeatable seeded samples across calls (see VLLMEngine's docstring)
+            "enable_prefix_caching": False,
+        },
+    )
+    yield SimpleNamespace(engine=engine, base=base.cuda(), peft=peft.cuda(), tok=tokenizer)
+    engine.close()
+
+
+def _requests(n: int = 8, seed0: int = 100, **kw) -> list[GenerationRequest]:
+    return [
+        GenerationRequest(
+            (Message("user", f"Task {i}: add {i} and {3 * i + 1}." + " Think." * (i % 3)),),
+            SamplingParams(
+                **{"max_tokens": MAX_TOKENS, "temperature": TEMPERATURE, "seed": seed0 + i, **kw}
+            ),
+        )
+        for i in range(n)
+    ]
+
+
+def _ids(comps):
+    return [c.token_ids for c in comps]
+
+
+@pytest.mark.gpu
+def test_vllm_logprobs_are_the_sampling_distribution(gpu):
+    eng, tok = gpu.engine, gpu.tok
+    eng.clear_adapter()
+    reqs = _requests()
+    comps = eng.generate(reqs)
+    for r, c in zip(reqs, comps, strict=True):
+        assert c.num_tokens == len(c.token_ids) == len(c.logprobs) > 0
+        assert all(math.isfinite(x) and x <= 1e-6 for x in c.logprobs)
+        assert c.prompt_tokens == len(encode_prompt(tok, r.messages))
+        if c.finish_reason == "length":
+            assert c.num_tokens == MAX_TOKENS and tok.eos_token_id not in c.token_ids
+        else:
+            assert c.finish_reason == "stop" and c.token_ids[-1] == tok.eos_token_id
+    at_t = logprob_mismatch(gpu.base, tok, reqs, comps, temperature=TEMPERATURE)
+    raw = logprob_mismatch(gpu.base, tok, reqs, comps, temperature=1.0)
+    print(f"\nvLLM (bf16) vs trainer (fp32) log-probs at T={TEMPERATURE}: {at_t}")
+    print(f"... and against the untempered distribution (T=1): {raw}")
+    assert at_t["mean_abs"] < 0.05  # bf16 engine vs fp32 trainer: loose on purpose
+    assert at_t["mean_abs"] < raw["mean_abs"]  # processed (tempered), not raw, log-probs
+
+
+@pytest.mark.gpu
+def test_adapter_changes_generations_and_base_weights_stay(gpu):
+    eng, tok = gpu.engine, gpu.tok
+    reqs = _requests()
+    eng.clear_adapter()
+    base_out = eng.generate(reqs)
+    # make_engine loaded the initial adapter (lora_B = 0): exactly the base model
+    eng.load_adapter(adapter_state_dict(gpu.peft))
+    zero_path = eng.adapter_path
+    assert _ids(eng.generate(reqs)) == _ids(base_out)
+    with torch.no_grad():
+        for name, p in gpu.peft.named_parameters():
+            if "lora_B" in name:
+                p.normal_(std=0.5)
+    eng.load_adapter(adapter_state_dict(gpu.peft))
+    assert eng.adapter_path != zero_path and not zero_path.exists()  # old adapter removed
+    assert sorted(p.name for p in eng.adapter_path.iterdir()) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    ]
+    tuned = eng.generate(reqs)
+    assert _ids(tuned) != _ids(base_out)
+    # the engine applies the adapter the way peft does: its log-probs match the peft model's
+    mismatch = logprob_mismatch(gpu.peft, tok, reqs, tuned, temperature=TEMPERATURE)
+    print(f"\nvLLM+LoRA vs peft log-probs: {mismatch}")
+    assert mismatch["mean_abs"] < 0.05
+    # the base weights were never touched: without the adapter, the same completions
+    eng.clear_adapter()
+    assert _ids(eng.generate(reqs)) == _ids(base_out)
+    eng.load_adapter(adapter_state_dict(gpu.peft))
+
+
+@pytest.mark.gpu
+def test_sleep_frees_memory_and_wake_restores_generation(gpu):
+    eng = gpu.engine
+    eng.load_adapter(adapter_state_dict(gpu.peft))
+    reqs = _requests(seed0=300)
+    before = eng.generate(reqs)
+    torch.cuda.synchronize()
+    free_awake = torch.cuda.mem_get_info()[0]
+    eng.sleep()
+    assert eng.sleeping
+    free_asleep = torch.cuda.mem_get_info()[0]
+    print(f"\nsleep freed {(free_asleep - free_awake) / 2**30:.2f} GiB")
+    assert free_asleep - free_awake > 2**30
+    # the trainer would use the memory now
+    scratch = torch.empty(2**28, dtype=torch.uint8, device="cuda")
+    del scratch
+    eng.wake()
+    assert not eng.sleeping
+    after = eng.generate(reqs)
+    assert _ids(after) == _ids(before)
+    # generate while asleep wakes the engine first
+    eng.sleep()
+    assert _ids(eng.generate(reqs)) == _ids(before) and not eng.sleeping
+    assert eng.sleep_s > 0 and eng.wake_s > 0
+
+
+@pytest.mark.gpu
+def test_per_request_seeds_are_reproducible(gpu):
+    eng = gpu.engine
+    reqs = _requests(seed0=500)
+    first = eng.generate(reqs)
+    assert _ids(eng.generate(reqs)) == _ids(first)
+    assert _ids(eng.generate(_requests(seed0=900))) != _ids(first)
+    # a seeded request alone vs inside a batch: vLLM does not promise batch invariance
+    # (kernels depend on batch shape), so this is measured, not asserted
+    alone = [eng.generate([r])[0].token_ids for r in reqs]
+    same = sum(a == c.token_ids for a, c in zip(alone, first, strict=True))
+    print(f"\nseeded completions identical alone and in a batch: {same}/{len(reqs)}")
+
+
+@pytest.mark.gpu
+def test_stop_strings_follow_the_hf_convention(gpu):
+    eng, tok = gpu.engine, gpu.tok
+    req = _requests(1, seed0=7, temperature=1.0)[0]
+    text = eng.generate([req])[0].text
+    if len(text) < 3:
+        pytest.skip("completion too short to cut")
+    stop = text[1:3]
+    d = eng.generate(
+        [
+            GenerationRequest(
+                req.messages,
+                SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0, seed=7, stop=(stop,)),
+            )
+        ]
+    )[0]
+    assert d.finish_reason == "stop"
+    assert d.text == text[: text.find(stop)]
+    assert tok.decode(d.token_ids, skip_special_tokens=True).startswith(d.text + stop)
+    assert len(d.logprobs) == len(d.token_ids)
