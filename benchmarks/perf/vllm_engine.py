@@ -3,7 +3,8 @@
 GPU only (CUDA and the ``vllm`` extra); elsewhere it reports that it was skipped and why,
 and exits with status 0. Both engines get the same workload:
 
-* the same tiny model: the ``tiny-qwen2`` preset (byte-level tokenizer, random init,
+* the same tiny model: the ``tiny-qwen2`` preset with ``hidden_size`` 256 (head dim 64,
+  a size every vLLM attention backend supports; byte-level tokenizer, random init,
   seed 0) with a LoRA adapter (rank 8 on the attention projections) whose ``lora_B`` is
   perturbed, so the adapter changes the outputs and its compute is on the path;
 * the same requests: ``prompts`` short arithmetic prompts, ``G`` samples each, every
@@ -125,7 +126,8 @@ def run(quick: bool = False) -> dict[str, Any]:
 
     s = _settings(quick)
     tok = build_tokenizer()
-    trainer = apply_lora(build_preset("tiny-qwen2", tok, seed=0), r=s["lora_r"], seed=1)
+    base = build_preset("tiny-qwen2", tok, seed=0, overrides={"hidden_size": 256})
+    trainer = apply_lora(base, r=s["lora_r"], seed=1)
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, p in trainer.named_parameters():
@@ -194,7 +196,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "vllm_vs_hf_tokens_per_s_x": round(vl_out["tokens_per_s"] / hf_out["tokens_per_s"], 2)
     }
     notes = (
-        f"tiny-qwen2 + LoRA r={s['lora_r']} (perturbed), bf16, {s['prompts']} prompts x "
+        f"tiny-qwen2 (hidden 256) + LoRA r={s['lora_r']} (perturbed), bf16, {s['prompts']} prompts x "
         f"G={s['group_size']} = {len(requests)} requests per batch, max_tokens={s['max_tokens']}, "
         f"T={temperature}, 1 warm-up + {s['rounds']} timed batches per engine. Mismatch: "
         "mean/max |trainer (fp32 peft model) - engine| log-prob over all sampled tokens."

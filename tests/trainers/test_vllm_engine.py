@@ -264,15 +264,18 @@ def test_engine_factory_and_default_sleep_wake(tokenizer):
 
 TEMPERATURE = 0.5  # far enough from 1 that untempered log-probs would stand out
 MAX_TOKENS = 24
+# tiny-qwen2 with head dim 64 (hidden 256 / 4 heads), a size every vLLM attention backend
+# supports (the preset's default head dim is 32)
+GPU_OVERRIDES = {"hidden_size": 256}
 
 
 @pytest.fixture(scope="module")
 def gpu(tmp_path_factory, tokenizer):
-    """One vLLM engine on the default tiny-qwen2 preset (head dim 32), through make_engine."""
+    """One vLLM engine on tiny-qwen2 (head dim 64), built through make_engine."""
     pytest.importorskip("vllm")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    base = build_preset("tiny-qwen2", tokenizer, seed=0)
+    base = build_preset("tiny-qwen2", tokenizer, seed=0, overrides=GPU_OVERRIDES)
     peft = apply_lora(copy.deepcopy(base), r=8, seed=1)  # lora_B = 0: same as the base
     engine = make_engine(
         "vllm",
