@@ -88,9 +88,25 @@ def plugin_of(env_id: str) -> str | None:
 
 
 def resolve_env_id(env_id: str) -> str:
-    """Accept ``Name-vN`` as shorthand for ``agentgym/Name-vN``; unknown ids raise with hints."""
+    """Accept ``Name-vN`` as shorthand for ``agentgym/Name-vN``; unknown ids raise with hints.
+
+    As in ``gym.make``, ``module:Env-vN`` first imports ``module`` (which registers the
+    env) and then resolves ``Env-vN``.
+    """
     if env_id in gym.registry:
         return env_id
+    if ":" in env_id:
+        module, _, env_id = env_id.partition(":")
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            raise UnknownNameError(
+                "environment id",
+                f"{module}:{env_id}",
+                list(gym.registry.keys()),
+                hint=f"module {module!r} could not be imported ({e}); is it installed or on PYTHONPATH?",
+            ) from e
+        return resolve_env_id(env_id)
     candidate = f"{NAMESPACE}/{env_id}"
     if "/" not in env_id and candidate in gym.registry:
         return candidate

@@ -4,7 +4,7 @@ Layout of ``<run>/checkpoints/step_000042/``::
 
     adapter/adapter_model.safetensors, adapter/adapter_config.json   (peft format)
     model/                    (full fine-tuning only: the whole model, safetensors)
-    optimizer.pt              optimizer state
+    optimizer.pt              optimizer state (sharded runs: optimizer.rank<r>-of-<n>.pt)
     rng.pt                    torch, python and numpy RNG states
     trainer_state.json        step, task-seed counter, env-mixing RNG, ...
 
@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from agentgym.errors import ConfigError
+from agentgym.trainers.distributed import SINGLE, DistInfo, barrier
 
 LATEST = "latest"
 
@@ -54,43 +55,75 @@ def set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(state["numpy"])
 
 
+def _optimizer_file(rank: int, world: int) -> str:
+    return "optimizer.pt" if world == 1 else f"optimizer.rank{rank}-of-{world}.pt"
+
+
 def save_checkpoint(
     ckpt_dir: str | Path,
     step: int,
     *,
     model: Any,
-    optimizer: torch.optim.Optimizer,
+    optimizer_state: dict[str, Any],
     trainer_state: dict[str, Any],
     lora: bool,
     keep: int = 2,
+    adapter_state: dict[str, torch.Tensor] | None = None,
+    dist: DistInfo = SINGLE,
 ) -> Path:
-    """Write ``step_<step>`` atomically, point ``latest`` at it, prune old ones."""
+    """Write ``step_<step>`` atomically, point ``latest`` at it, prune old ones.
+
+    Every rank must call it (it synchronises the ranks). Rank 0 writes the adapter,
+    RNG and trainer state; every rank writes its own optimizer shard
+    (``optimizer.rank<r>-of-<world>.pt``; ``optimizer.pt`` on a single process).
+    Multi-node runs need ``run.output_dir`` on a shared file system.
+
+    Args:
+        adapter_state: the gathered LoRA weights (peft naming). Required when the
+            model is sharded; without it a LoRA model is saved with ``save_pretrained``.
+    """
     root = Path(ckpt_dir)
-    root.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:06d}"
     final = root / name
     tmp = root / f".{name}.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    if lora:
-        model.save_pretrained(str(tmp / "adapter"), safe_serialization=True)
-    else:
-        model.save_pretrained(str(tmp / "model"), safe_serialization=True)
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save(rng_state(), tmp / "rng.pt")
-    (tmp / "trainer_state.json").write_text(json.dumps({**trainer_state, "step": step}, indent=1))
-    for f in tmp.rglob("*"):
-        if f.is_file():
-            with f.open("rb") as fh:
-                os.fsync(fh.fileno())
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    _atomic_write_text(root / LATEST, name + "\n")
-    ckpts = sorted(p for p in root.glob("step_*") if p.is_dir())
-    for old in ckpts[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    if dist.is_main:
+        root.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        if lora and adapter_state is not None:
+            from safetensors.torch import save_file
+
+            (tmp / "adapter").mkdir()
+            model.peft_config["default"].save_pretrained(str(tmp / "adapter"))
+            save_file(
+                {k: v.contiguous() for k, v in adapter_state.items()},
+                str(tmp / "adapter" / "adapter_model.safetensors"),
+            )
+        elif lora:
+            model.save_pretrained(str(tmp / "adapter"), safe_serialization=True)
+        else:
+            model.save_pretrained(str(tmp / "model"), safe_serialization=True)
+        torch.save(rng_state(), tmp / "rng.pt")
+        (tmp / "trainer_state.json").write_text(
+            json.dumps({**trainer_state, "step": step, "world_size": dist.world_size}, indent=1)
+        )
+    barrier(dist)
+    torch.save(optimizer_state, tmp / _optimizer_file(dist.rank, dist.world_size))
+    barrier(dist)
+    if dist.is_main:
+        for f in tmp.rglob("*"):
+            if f.is_file():
+                with f.open("rb") as fh:
+                    os.fsync(fh.fileno())
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _atomic_write_text(root / LATEST, name + "\n")
+        ckpts = sorted(p for p in root.glob("step_*") if p.is_dir())
+        for old in ckpts[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    barrier(dist)
     return final
 
 
@@ -106,30 +139,55 @@ def latest_checkpoint(ckpt_dir: str | Path) -> Path | None:
     return done[-1] if done else None
 
 
-def load_checkpoint(
-    path: str | Path, *, model: Any, optimizer: torch.optim.Optimizer, lora: bool
-) -> dict[str, Any]:
-    """Restore model/adapter weights, optimizer and RNG states; returns the trainer state."""
+def read_checkpoint(
+    path: str | Path, *, lora: bool, dist: DistInfo = SINGLE
+) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]], dict[str, Any]]:
+    """The weights (adapter or full model), every rank's optimizer state, the trainer state.
+
+    Restores the RNG states as a side effect. A sharded checkpoint must be resumed with
+    the number of processes that wrote it.
+    """
     path = Path(path)
     if not (path / "trainer_state.json").is_file():
         raise ConfigError(f"{path} is not a complete checkpoint (no trainer_state.json).")
-    if lora:
-        from safetensors.torch import load_file
+    state = json.loads((path / "trainer_state.json").read_text())
+    written_by = int(state.get("world_size", 1))
+    if written_by != dist.world_size:
+        raise ConfigError(
+            f"{path} was written by {written_by} process(es) but this run has "
+            f"{dist.world_size}: resume with --nproc {written_by} (optimizer state is sharded)."
+        )
+    from safetensors.torch import load_file
 
+    if lora:
+        weights = load_file(str(path / "adapter" / "adapter_model.safetensors"))
+    else:
+        weights = {}
+        for f in sorted((path / "model").glob("*.safetensors")):
+            weights.update(load_file(str(f)))
+    optim = [
+        torch.load(path / _optimizer_file(r, written_by), weights_only=False)
+        for r in range(written_by)
+    ]
+    set_rng_state(torch.load(path / "rng.pt", weights_only=False))
+    return weights, optim, state
+
+
+def load_checkpoint(
+    path: str | Path, *, model: Any, optimizer: torch.optim.Optimizer, lora: bool
+) -> dict[str, Any]:
+    """Restore model/adapter weights, optimizer and RNG states (single process).
+
+    Returns the trainer state.
+    """
+    weights, optim, state = read_checkpoint(path, lora=lora)
+    if lora:
         from agentgym.trainers.models import load_adapter_state_dict
 
-        load_adapter_state_dict(
-            model, load_file(str(path / "adapter" / "adapter_model.safetensors"))
-        )
+        load_adapter_state_dict(model, weights)
     else:
-        from safetensors.torch import load_file
-
-        state = {}
-        for f in sorted((path / "model").glob("*.safetensors")):
-            state.update(load_file(str(f)))
-        missing, unexpected = model.load_state_dict(state, strict=False)
+        missing, unexpected = model.load_state_dict(weights, strict=False)
         if unexpected:
             raise ConfigError(f"checkpoint weights do not fit the model: {unexpected[:5]}")
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
-    set_rng_state(torch.load(path / "rng.pt", weights_only=False))
-    return json.loads((path / "trainer_state.json").read_text())
+    optimizer.load_state_dict(optim[0])
+    return state

@@ -163,37 +163,61 @@ def episode_summary(episodes: Sequence[Episode], prefix: str) -> dict[str, float
     return out
 
 
+def eval_metrics(env_ids: Sequence[str], per_env: Sequence[Sequence[Episode]]) -> dict[str, float]:
+    """Summary metrics under ``eval/`` (and ``eval/<EnvName>/`` with several envs)."""
+    episodes = [ep for eps in per_env for ep in eps]
+    metrics = episode_summary(episodes, "eval")
+    if len(env_ids) > 1:
+        for env_id, eps in zip(env_ids, per_env, strict=True):
+            metrics.update(episode_summary(eps, f"eval/{env_id.split('/')[-1]}"))
+    return metrics
+
+
 async def evaluate_async(
     policy: Any,
     envs: Sequence[EnvSpec],
     tokenizer: Any,
     *,
-    num_tasks: int,
-    seed_start: int,
     sampling: SamplingParams,
+    num_tasks: int | None = None,
+    seed_start: int = 0,
+    seeds: Sequence[int] | None = None,
     concurrency: int = 256,
-) -> tuple[dict[str, float], list[Episode]]:
-    """One episode per held-out seed and env; summary metrics under ``eval/``."""
+) -> tuple[dict[str, float], list[list[Episode]]]:
+    """One episode per held-out seed and env.
+
+    Args:
+        seeds: the held-out seeds; default ``seed_start .. seed_start + num_tasks - 1``.
+
+    Returns:
+        summary metrics under ``eval/`` and the episodes, one list per env.
+    """
     from agentgym.rollouts import rollout_async
 
+    if seeds is None:
+        if num_tasks is None:
+            raise ConfigError("evaluate_async needs seeds or num_tasks.")
+        seeds = range(seed_start, seed_start + num_tasks)
     ids = resolve_envs(envs)
     results = await asyncio.gather(
         *(
             rollout_async(
                 env_id,
                 policy,
-                seeds=range(seed_start, seed_start + num_tasks),
+                seeds=list(seeds),
                 group_size=1,
                 sampling=sampling,
                 concurrency=concurrency,
                 env_kwargs=env_kwargs(spec, tokenizer),
             )
+            if seeds
+            else _no_episodes()
             for env_id, spec in zip(ids, envs, strict=True)
         )
     )
-    episodes = [ep for eps in results for ep in eps]
-    metrics = episode_summary(episodes, "eval")
-    if len(envs) > 1:
-        for env_id, eps in zip(ids, results, strict=True):
-            metrics.update(episode_summary(eps, f"eval/{env_id.split('/')[-1]}"))
-    return metrics, episodes
+    per_env = [list(eps) for eps in results]
+    return eval_metrics(ids, per_env), per_env
+
+
+async def _no_episodes() -> list[Episode]:
+    return []

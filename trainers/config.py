@@ -304,6 +304,45 @@ class EvalConfig:
 
 
 @dataclass
+class DistributedConfig:
+    """Multi-process training (``agentgym train CONFIG --nproc N``; see docs/distributed.md).
+
+    Attributes:
+        strategy: ``none`` (one process), ``deepspeed`` (ZeRO stage ``zero_stage``) or
+            ``fsdp2`` (PyTorch ``fully_shard`` per decoder layer). Sharded strategies
+            run under torchrun: the CLI launches it for you with ``--nproc``.
+        zero_stage: DeepSpeed ZeRO stage, 2 (shard gradients and optimizer state) or 3
+            (also the weights).
+        backend: ``auto`` (nccl with CUDA, gloo without), ``gloo`` or ``nccl``.
+        timeout_s: a collective that waits longer than this fails instead of hanging.
+
+    Generation under ZeRO-3 / FSDP2 gathers the full weights once per rollout, so that
+    each rank generates its share of the tasks on its own (as TRL's
+    ``ds3_gather_for_generation``).
+    """
+
+    strategy: str = "none"
+    zero_stage: int = 3
+    backend: str = "auto"
+    timeout_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        _check(
+            self.strategy in ("none", "deepspeed", "fsdp2"),
+            f"distributed.strategy must be none, deepspeed or fsdp2, got {self.strategy!r}.",
+        )
+        _check(
+            self.zero_stage in (2, 3),
+            f"distributed.zero_stage must be 2 or 3, got {self.zero_stage}.",
+        )
+        _check(
+            self.backend in ("auto", "gloo", "nccl"),
+            f"distributed.backend must be auto, gloo or nccl, got {self.backend!r}.",
+        )
+        _check(self.timeout_s > 0, "distributed.timeout_s must be > 0.")
+
+
+@dataclass
 class TrainConfig:
     """``agentgym train``: all-sync DAPO with LoRA."""
 
@@ -315,6 +354,7 @@ class TrainConfig:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     train_seed_start: int = 0
 
     def __post_init__(self) -> None:

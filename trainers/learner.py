@@ -1,15 +1,26 @@
 """The learner: the trainable model, its optimizer, and one DAPO update per batch.
 
-This is the piece a distributed backend replaces (DeepSpeed / FSDP in the next issue):
-the loop hands it a list of :class:`~agentgym.trainers.batch.Sample` and asks for
-``update(samples)`` and ``adapter_state()``; nothing else of the loop touches the model
-while training.
+This is the piece a distributed strategy replaces (:mod:`agentgym.trainers.strategies`:
+DeepSpeed ZeRO-2/3, FSDP2): the loop hands it a list of
+:class:`~agentgym.trainers.batch.Sample` and asks for ``update(samples)``,
+``adapter_state()`` and a ``generation()`` context; nothing else of the loop touches the
+model while training.
+
+Every rank is handed the *whole* batch. :meth:`Learner.update` cuts each mini-batch into
+micro-batches, deals them out to the ranks in turn (a rank short of one runs an empty
+micro-batch, so every rank makes the same number of forward/backward passes, which the
+sharded strategies' collectives need) and divides every token's loss by the token count
+of the whole mini-batch over all ranks. The strategies average gradients over ranks, so
+each rank's loss is multiplied by the world size: the update equals the single-process
+one on the same batch.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -17,6 +28,7 @@ import torch
 from agentgym.trainers.algorithm import dapo_policy_loss, selected_logprobs, token_entropy
 from agentgym.trainers.batch import MicroBatch, Sample, make_microbatches
 from agentgym.trainers.config import AlgorithmConfig, OptimConfig
+from agentgym.trainers.distributed import SINGLE, DistInfo, all_reduce_sum
 
 
 def make_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
@@ -37,6 +49,8 @@ class Learner:
         temperature: the sampling temperature; log-probs are computed at the same
             temperature so that ratios compare like with like.
         pad_id: padding token id.
+        lora: the model is a peft model (the reference is the adapter switched off).
+        dist: this process's place in the job (single process by default).
     """
 
     def __init__(
@@ -48,6 +62,7 @@ class Learner:
         temperature: float,
         pad_id: int,
         lora: bool = True,
+        dist: DistInfo = SINGLE,
     ) -> None:
         self.model = model
         self.algo = algo
@@ -55,13 +70,59 @@ class Learner:
         self.temperature = temperature
         self.pad_id = pad_id
         self.lora = lora
-        self.optimizer = make_optimizer(model, optim)
+        self.dist = dist
+        self.optimizer = self._setup()
         self.updates = 0
+
+    # ------------------------------------------------------------ strategy hooks
+    def _setup(self) -> torch.optim.Optimizer:
+        """Wrap the model as the strategy needs and return the optimizer."""
+        return make_optimizer(self.model, self.optim_cfg)
+
+    def _forward_module(self) -> Any:
+        """What a training forward pass calls (the model, or a DeepSpeed engine)."""
+        return self.model
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def _optimizer_step(self) -> float:
+        """Clip, step, zero the gradients; returns the gradient norm before clipping."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        max_norm = self.optim_cfg.max_grad_norm if self.optim_cfg.max_grad_norm > 0 else math.inf
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
+            norm = norm.full_tensor()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    @contextlib.contextmanager
+    def generation(self) -> Iterator[torch.nn.Module]:
+        """The model, usable for generation on this rank alone while the context lasts.
+
+        Sharded strategies gather the full weights here (one collective on entry and
+        exit, so every rank must enter).
+        """
+        yield self.model
 
     # ------------------------------------------------------------------ forward
     def _logits(self, mb: MicroBatch) -> torch.Tensor:
-        out = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False)
+        out = self._forward_module()(
+            input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False
+        )
         return out.logits[:, :-1].float()
+
+    def _my_microbatches(self, mbs: list[MicroBatch]) -> list[MicroBatch]:
+        """This rank's share of a mini-batch's micro-batches (padded to equal counts)."""
+        world, rank = self.dist.world_size, self.dist.rank
+        if world == 1:
+            return mbs
+        per_rank = max(1, math.ceil(len(mbs) / world))
+        mine = mbs[rank::world]
+        while len(mine) < per_rank:
+            mine.append(_empty_like(mbs[0]))
+        return mine
 
     @torch.no_grad()
     def logprobs(self, mbs: Sequence[MicroBatch], *, reference: bool = False) -> list[torch.Tensor]:
@@ -89,10 +150,14 @@ class Learner:
         algo = self.algo
         n_mini = min(algo.updates_per_batch, len(samples))
         minis = [list(range(k, len(samples), n_mini)) for k in range(n_mini)]
-        all_mbs = [
+        full = [
             make_microbatches([samples[i] for i in idx], algo.micro_batch_size, self.pad_id)
             for idx in minis
         ]
+        # token counts over every rank's share: each token's loss is divided by these
+        totals = [sum(mb.num_tokens for mb in mbs) for mbs in full]
+        all_mbs = [self._my_microbatches(mbs) for mbs in full]
+        scale = float(self.dist.world_size)  # strategies average gradients over ranks
         # old log-probs: with one update per batch the policy has not moved since
         # sampling, so old = current (detached) and needs no extra pass
         old = [self.logprobs(mbs) for mbs in all_mbs] if n_mini > 1 else None
@@ -114,7 +179,7 @@ class Learner:
         grad_norms = []
         self.model.train()
         for m, mbs in enumerate(all_mbs):
-            total_tokens = sum(mb.num_tokens for mb in mbs)
+            total_tokens = totals[m]
             if total_tokens == 0:
                 continue
             for g in self.optimizer.param_groups:
@@ -135,7 +200,7 @@ class Learner:
                     ref_logp=ref[m][j] if ref is not None else None,
                     kl_coef=algo.kl_coef,
                 )
-                terms.loss.backward()
+                self._backward(terms.loss * scale if scale != 1.0 else terms.loss)
                 with torch.no_grad():
                     ent = token_entropy(logits.detach(), self.temperature)
                     sums["entropy"] += float((ent * mb.loss_mask).sum())
@@ -152,14 +217,11 @@ class Learner:
                 sums["ratio"] += float(terms.ratio_sum)
                 sums["kl"] += float(terms.kl_sum)
                 sums["tokens"] += float(terms.tokens)
-            params = [p for p in self.model.parameters() if p.requires_grad]
-            max_norm = (
-                self.optim_cfg.max_grad_norm if self.optim_cfg.max_grad_norm > 0 else math.inf
-            )
-            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+            grad_norms.append(self._optimizer_step())
             self.updates += 1
+        if self.dist.world_size > 1:  # each rank summed over its own micro-batches
+            keys = sorted(sums)
+            sums = dict(zip(keys, all_reduce_sum([sums[k] for k in keys], self.dist), strict=True))
         n = max(sums["tokens"], 1.0)
         return {
             "losses/total": sums["loss"] / n,
@@ -179,9 +241,36 @@ class Learner:
         }
 
     def adapter_state(self) -> dict[str, torch.Tensor]:
+        """The LoRA weights only (full tensors, on every rank), peft naming."""
         from agentgym.trainers.models import adapter_state_dict
 
         return adapter_state_dict(self.model)
+
+    # ------------------------------------------------------------ checkpoints
+    def optimizer_state(self) -> dict[str, Any]:
+        """What a checkpoint stores for the optimizer (this rank's shard when sharded)."""
+        return self.optimizer.state_dict()
+
+    def load_optimizer_state(self, states: Sequence[dict[str, Any]]) -> None:
+        """Restore from every rank's saved :meth:`optimizer_state` (rank order)."""
+        self.optimizer.load_state_dict(states[self.dist.rank])
+
+    def load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Put saved LoRA weights back into the (possibly sharded) model."""
+        from agentgym.trainers.models import load_adapter_state_dict
+
+        load_adapter_state_dict(self.model, state)
+
+
+def _empty_like(mb: MicroBatch) -> MicroBatch:
+    """A micro-batch that runs forward/backward but carries no loss and no metrics."""
+    return dataclasses.replace(
+        mb,
+        loss_mask=torch.zeros_like(mb.loss_mask),
+        advantages=torch.zeros_like(mb.advantages),
+        has_sampler_logprobs=torch.zeros_like(mb.has_sampler_logprobs),
+        indices=[],
+    )
 
 
 class _nullcontext:

@@ -19,10 +19,18 @@ def _clean(v: Any) -> Any:
 
 
 class JsonlWriter:
-    """Append one JSON object per line (flushed, so a killed run keeps what it wrote)."""
+    """Append one JSON object per line (flushed, so a killed run keeps what it wrote).
 
-    def __init__(self, path: str | Path, *, truncate_after_step: int | None = None) -> None:
+    ``enabled=False`` makes every call a no-op (ranks other than 0 of a sharded run).
+    """
+
+    def __init__(
+        self, path: str | Path, *, truncate_after_step: int | None = None, enabled: bool = True
+    ) -> None:
         self.path = Path(path)
+        self.enabled = enabled
+        if not enabled:
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if truncate_after_step is not None and self.path.exists():
             # on resume: drop rows of steps after the checkpoint (they will be redone)
@@ -34,6 +42,8 @@ class JsonlWriter:
                     f.write(json.dumps(r) + "\n")
 
     def write(self, row: Mapping[str, Any]) -> None:
+        if not self.enabled:
+            return
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps({k: _clean(v) for k, v in row.items()}) + "\n")
 

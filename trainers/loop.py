@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import sys
 import time
@@ -60,22 +61,30 @@ from agentgym.trainers.algorithm import (
     overlong_penalty,
 )
 from agentgym.trainers.batch import episodes_to_samples
-from agentgym.trainers.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agentgym.trainers.checkpoint import latest_checkpoint, read_checkpoint, save_checkpoint
 from agentgym.trainers.common import (
     build_model_and_tokenizer,
     env_corpus,
     env_kwargs,
     episode_accuracy,
     episode_summary,
+    eval_metrics,
     evaluate_async,
     resolve_envs,
     setup_torch,
 )
 from agentgym.trainers.config import TrainConfig, save_config
+from agentgym.trainers.distributed import (
+    SINGLE,
+    DistInfo,
+    all_gather_objects,
+    init_distributed,
+    under_torchrun,
+)
 from agentgym.trainers.engines.base import RolloutEngine
 from agentgym.trainers.engines.hf import HFEngine
-from agentgym.trainers.learner import Learner
 from agentgym.trainers.logging import JsonlWriter, Progress, plot_run
+from agentgym.trainers.strategies import make_learner
 from agentgym.trainers.timeline import Timeline
 from agentgym.types import Episode, SamplingParams
 
@@ -110,7 +119,13 @@ def shaped_rewards(
 
 
 class DAPOTrainer:
-    """All-sync DAPO with LoRA on one process (see the module docstring).
+    """All-sync DAPO with LoRA on one process or many (see the module docstring).
+
+    With ``distributed.strategy`` ``deepspeed`` or ``fsdp2`` (under torchrun), every
+    rank builds the same model, rolls out its share of each step's tasks with the full
+    weights gathered, receives every rank's episodes (so every rank makes the same
+    dynamic-sampling decisions and sees the same batch), and trains on its share of the
+    micro-batches; rank 0 writes the logs, plots and checkpoint metadata.
 
     Args:
         config: the run's :class:`~agentgym.trainers.config.TrainConfig`.
@@ -122,6 +137,7 @@ class DAPOTrainer:
         self, config: TrainConfig, *, resume: bool = False, engine: RolloutEngine | None = None
     ) -> None:
         self.cfg = cfg = config
+        self.dist = _start_distributed(cfg)
         setup_torch(cfg.run.threads, cfg.run.seed)
         self.env_ids = resolve_envs(cfg.envs)
         self.out = Path(cfg.run.output_dir)
@@ -149,13 +165,16 @@ class DAPOTrainer:
             if self.tokenizer.pad_token_id is not None
             else self.tokenizer.eos_token_id
         )
-        self.learner = Learner(
+        self.learner = make_learner(
+            cfg.distributed.strategy,
             model,
             cfg.algorithm,
             cfg.optim,
             temperature=cfg.rollout.temperature,
             pad_id=int(pad),
             lora=cfg.lora.enabled,
+            dist=self.dist,
+            zero_stage=cfg.distributed.zero_stage,
         )
         self.engine = engine or HFEngine(
             model, self.tokenizer, shares_weights=True, seed=cfg.run.seed
@@ -177,27 +196,42 @@ class DAPOTrainer:
         if resume:
             ckpt = latest_checkpoint(self.ckpt_dir)
             if ckpt is None:
-                print(
-                    f"[agentgym train] --resume: no checkpoint in {self.ckpt_dir}; starting fresh.",
-                    file=sys.stderr,
+                self._say(
+                    f"[agentgym train] --resume: no checkpoint in {self.ckpt_dir}; starting fresh."
                 )
             else:
-                state = load_checkpoint(
-                    ckpt, model=self.model, optimizer=self.learner.optimizer, lora=cfg.lora.enabled
+                weights, optim_states, state = read_checkpoint(
+                    ckpt, lora=cfg.lora.enabled, dist=self.dist
                 )
+                if cfg.lora.enabled:
+                    self.learner.load_adapter_state(weights)
+                else:
+                    missing, unexpected = self.model.load_state_dict(weights, strict=False)
+                    if unexpected:
+                        raise ConfigError(
+                            f"checkpoint weights do not fit the model: {unexpected[:5]}"
+                        )
+                self.learner.load_optimizer_state(optim_states)
                 self.step = int(state["step"])
                 self.next_seed = int(state["next_seed"])
                 self.task_rng.setstate(_tuple_state(state["task_rng"]))
                 self.learner.updates = int(state.get("updates", 0))
                 resumed_from = ckpt
         self.resumed_from = resumed_from
+        main = self.dist.is_main
         self.metrics_log = JsonlWriter(
-            self.out / "metrics.jsonl", truncate_after_step=self.step if resume else -1
+            self.out / "metrics.jsonl",
+            truncate_after_step=self.step if resume else -1,
+            enabled=main,
         )
         self.timeline_log = JsonlWriter(
-            self.out / "timeline.jsonl", truncate_after_step=self.step if resume else -1
+            self.out / "timeline.jsonl",
+            truncate_after_step=self.step if resume else -1,
+            enabled=main,
         )
-        save_config(cfg, self.out / "config.yaml")
+        if main:
+            save_config(cfg, self.out / "config.yaml")
+        self.initial_adapter_digest = self.adapter_digest() if cfg.lora.enabled else None
 
     # ------------------------------------------------------------------ tasks
     def _draw_tasks(self, n: int) -> dict[int, list[int]]:
@@ -222,6 +256,21 @@ class DAPOTrainer:
         )
 
     async def _rollout_round(self, tasks: dict[int, list[int]], round_index: int) -> list[Episode]:
+        """Play every task's group; under several ranks, each plays its share and all
+        receive every episode, in the order one process would have produced them."""
+        if self.dist.world_size == 1:
+            return await self._play(tasks, round_index)
+        flat = [(k, seed) for k, seeds in sorted(tasks.items()) for seed in seeds]
+        mine: dict[int, list[int]] = defaultdict(list)
+        for k, seed in flat[self.dist.rank :: self.dist.world_size]:
+            mine[k].append(seed)
+        played = await self._play(dict(mine), round_index)
+        episodes = [ep for part in all_gather_objects(played, self.dist) for ep in part]
+        position = {task: i for i, task in enumerate(flat)}
+        env_of_seed = {seed: k for k, seed in flat}
+        return sorted(episodes, key=lambda e: (position[(env_of_seed[e.seed], e.seed)], e.sample))
+
+    async def _play(self, tasks: dict[int, list[int]], round_index: int) -> list[Episode]:
         r = self.cfg.rollout
         total = sum(len(v) for v in tasks.values()) * r.group_size
         coros = []
@@ -258,7 +307,7 @@ class DAPOTrainer:
         all_episodes: list[Episode] = []
         rounds = groups_seen = groups_dropped = 0
         per_round = r.tasks_per_round or r.batch_tasks
-        with tl.phase("rollout"):
+        with tl.phase("rollout"), self.learner.generation():
             while len(kept) < r.batch_tasks and rounds < algo.max_generation_rounds:
                 need = r.batch_tasks - len(kept)
                 n = per_round if rounds == 0 else max(need, min(per_round, need * 2))
@@ -288,10 +337,9 @@ class DAPOTrainer:
             )
             if algo.on_cap == "error":
                 raise ConfigError(msg)
-            print(
+            self._say(
                 f"[agentgym train] step {self.step + 1}: {msg} "
-                f"({'training on what there is' if algo.on_cap == 'train' and kept else 'skipping the update'})",
-                file=sys.stderr,
+                f"({'training on what there is' if algo.on_cap == 'train' and kept else 'skipping the update'})"
             )
         kept = kept[: r.batch_tasks]
         batch = [ep for g in kept for ep in g]
@@ -358,25 +406,70 @@ class DAPOTrainer:
             temperature=e.temperature,
             seed=derive_seed("eval", self.cfg.run.seed),
         )
-        metrics, _ = asyncio.run(
-            evaluate_async(
-                self.policy,
-                self.cfg.envs,
-                self.tokenizer,
-                num_tasks=e.num_tasks,
-                seed_start=e.seed_start,
-                sampling=sampling,
-                concurrency=self.cfg.rollout.concurrency,
+        seeds = list(range(e.seed_start, e.seed_start + e.num_tasks))
+        with self.learner.generation():
+            _, per_env = asyncio.run(
+                evaluate_async(
+                    self.policy,
+                    self.cfg.envs,
+                    self.tokenizer,
+                    seeds=seeds[self.dist.rank :: self.dist.world_size],
+                    sampling=sampling,
+                    concurrency=self.cfg.rollout.concurrency,
+                )
             )
-        )
-        return metrics
+        if self.dist.world_size > 1:  # every rank played its share of the seeds
+            parts = all_gather_objects(per_env, self.dist)
+            per_env = [
+                sorted((ep for part in parts for ep in part[i]), key=lambda ep: ep.seed)
+                for i in range(len(per_env))
+            ]
+        return eval_metrics(self.env_ids, per_env)
+
+    def adapter_digest(self) -> str:
+        """SHA-256 of the LoRA weights (gathered): equal on every rank of a healthy run."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for k, v in sorted(self.learner.adapter_state().items()):
+            h.update(k.encode())
+            h.update(v.detach().to(torch.float32).contiguous().numpy().tobytes())
+        return h.hexdigest()
+
+    def check_ranks_agree(self) -> dict[str, Any]:
+        """Every rank's adapter digest; written to ``ranks/rank<r>.json`` and compared.
+
+        Raises:
+            RuntimeError: when the ranks hold different adapters (they diverged).
+        """
+        digest = self.adapter_digest()
+        record = {
+            "rank": self.dist.rank,
+            "world_size": self.dist.world_size,
+            "step": self.step,
+            "strategy": self.cfg.distributed.strategy,
+            "adapter_sha256": digest,
+            "initial_adapter_sha256": self.initial_adapter_digest,
+        }
+        ranks = self.out / "ranks"
+        ranks.mkdir(parents=True, exist_ok=True)
+        (ranks / f"rank{self.dist.rank}.json").write_text(json.dumps(record, indent=1) + "\n")
+        digests = all_gather_objects(digest, self.dist)
+        if len(set(digests)) != 1:
+            raise RuntimeError(
+                f"ranks hold different adapters after step {self.step}: {digests}. "
+                "The ranks diverged; this is a bug, please report it with the run directory."
+            )
+        return record
 
     def save(self) -> Path:
         return save_checkpoint(
             self.ckpt_dir,
             self.step,
             model=self.model,
-            optimizer=self.learner.optimizer,
+            optimizer_state=self.learner.optimizer_state(),
+            adapter_state=self.learner.adapter_state() if self.cfg.lora.enabled else None,
+            dist=self.dist,
             trainer_state={
                 "next_seed": self.next_seed,
                 "task_rng": _jsonable_state(self.task_rng.getstate()),
@@ -390,7 +483,9 @@ class DAPOTrainer:
         """Run to ``run.max_steps``; returns the per-step metrics of this invocation."""
         cfg = self.cfg
         history = []
-        progress = Progress(cfg.run.max_steps, start=self.step, enabled=cfg.run.progress)
+        progress = Progress(
+            cfg.run.max_steps, start=self.step, enabled=cfg.run.progress and self.dist.is_main
+        )
         eval_rows = []
         try:
             if cfg.eval.at_ends and self.step == 0:
@@ -428,10 +523,18 @@ class DAPOTrainer:
         finally:
             progress.close()
             self.policy.close()
-        if cfg.run.plots:
+        if self.dist.world_size > 1 and cfg.lora.enabled:
+            self.check_ranks_agree()
+        if cfg.run.plots and self.dist.is_main:
             plot_run(self.out)
-        self._write_summary()
+        if self.dist.is_main:
+            self._write_summary()
         return history
+
+    def _say(self, text: str) -> None:
+        """A message on stderr, from rank 0 only."""
+        if self.dist.is_main:
+            print(text, file=sys.stderr)
 
     def _write_summary(self) -> None:
         from agentgym.trainers.logging import read_jsonl
@@ -464,6 +567,24 @@ def eval_table(before: dict[str, Any], after: dict[str, Any]) -> str:
         ratio = f"{b / a:.2f}" if a else "-"
         lines.append(f"| {label} | {fmt.format(a)} | {fmt.format(b)} | {ratio} |")
     return "\n".join(lines)
+
+
+def _start_distributed(cfg: TrainConfig) -> DistInfo:
+    """Join the process group for a sharded strategy; refuse mismatched set-ups."""
+    d = cfg.distributed
+    if d.strategy == "none":
+        if under_torchrun() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ConfigError(
+                "this run has several processes but distributed.strategy is none: set "
+                "distributed.strategy=deepspeed or distributed.strategy=fsdp2."
+            )
+        return SINGLE
+    if not cfg.lora.enabled:
+        raise ConfigError(
+            f"distributed.strategy {d.strategy} trains LoRA adapters only here: set "
+            "lora.enabled=true (full fine-tuning runs on one process)."
+        )
+    return init_distributed(timeout_s=d.timeout_s, backend=d.backend)
 
 
 def _groups(episodes: Sequence[Episode]) -> list[Group]:

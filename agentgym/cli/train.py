@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 
 _OVERRIDES_HELP = (
     "config overrides as section.key=value (values parsed as YAML), e.g. "
@@ -22,6 +25,32 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--resume", action="store_true", help="continue from the run's latest checkpoint"
     )
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    g = p.add_argument_group(
+        "multi-process (torchrun)",
+        "with distributed.strategy deepspeed or fsdp2; the command re-launches itself "
+        "through torchrun (see docs/distributed.md)",
+    )
+    g.add_argument("--nproc", type=int, default=None, help="processes per node (GPUs per node)")
+    g.add_argument(
+        "--nnodes", type=int, default=_env_int("NNODES", 1), help="number of nodes [$NNODES or 1]"
+    )
+    g.add_argument(
+        "--node-rank",
+        type=int,
+        default=_env_int("NODE_RANK", 0),
+        help="this node [$NODE_RANK or 0]",
+    )
+    g.add_argument(
+        "--master-addr",
+        default=os.environ.get("MASTER_ADDR"),
+        help="node 0's address, multi-node only [$MASTER_ADDR]",
+    )
+    g.add_argument(
+        "--master-port",
+        type=int,
+        default=_env_int("MASTER_PORT", 29500),
+        help="node 0's port [$MASTER_PORT or 29500]",
+    )
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser(
@@ -60,14 +89,60 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.print_config:
         _print_config(cfg)
         return 0
+    from agentgym.trainers.distributed import shutdown, under_torchrun
+
+    sharded = cfg.distributed.strategy != "none"
+    if not under_torchrun() and (sharded or (args.nproc or 1) > 1 or args.nnodes > 1):
+        if not sharded:
+            from agentgym.errors import ConfigError
+
+            raise ConfigError(
+                "--nproc/--nnodes need a sharded strategy: add distributed.strategy=deepspeed "
+                "or distributed.strategy=fsdp2."
+            )
+        return _launch(args, config, overrides)
+
     from agentgym.trainers.loop import DAPOTrainer
 
     trainer = DAPOTrainer(cfg, resume=args.resume)
-    if trainer.resumed_from is not None:
-        print(f"[agentgym train] resumed from {trainer.resumed_from} (step {trainer.step})")
-    trainer.train()
-    print(f"[agentgym train] done: {cfg.run.output_dir} (metrics.jsonl, checkpoints/, plots/)")
+    try:
+        if trainer.resumed_from is not None and trainer.dist.is_main:
+            print(f"[agentgym train] resumed from {trainer.resumed_from} (step {trainer.step})")
+        trainer.train()
+        if trainer.dist.is_main:
+            print(
+                f"[agentgym train] done: {cfg.run.output_dir} (metrics.jsonl, checkpoints/, plots/)"
+            )
+    finally:
+        shutdown(trainer.dist)
     return 0
+
+
+def _launch(args: argparse.Namespace, config: str | None, overrides: list[str]) -> int:
+    """Run this same command under torchrun; returns torchrun's exit status."""
+    from agentgym.trainers.distributed import torchrun_command
+
+    argv = ["train", *([config] if config else []), *overrides]
+    if args.resume:
+        argv.append("--resume")
+    cmd = torchrun_command(
+        argv,
+        nproc=args.nproc or 1,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        master_addr=args.master_addr,
+        master_port=args.master_port,
+    )
+    print("[agentgym train] launching: " + " ".join(cmd[1:]), file=sys.stderr, flush=True)
+    return subprocess.call(cmd)
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    try:
+        return int(value) if value else default
+    except ValueError:
+        return default
 
 
 def cmd_sft(args: argparse.Namespace) -> int:

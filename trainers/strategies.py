@@ -1,0 +1,238 @@
+"""Sharded training strategies: DeepSpeed ZeRO-2/3 and FSDP2 behind the Learner interface.
+
+Both are :class:`~agentgym.trainers.learner.Learner` subclasses that change only how
+the model is wrapped, how a backward pass and an optimizer step run, how the full
+weights are made available for generation, and how the LoRA weights are gathered.
+The DAPO maths, the micro-batching and the metrics are the base class's, so a sharded
+run computes the same update as a single process on the same batch (tested: the adapter
+after one 2-process step equals the 1-process one to float tolerance).
+
+What each strategy shards, with LoRA (only the adapter is trainable):
+
+=============  ==============================  =========================================
+strategy       weights                         gradients + optimizer state
+=============  ==============================  =========================================
+deepspeed, 2   replicated on every rank        partitioned (ZeRO-2)
+deepspeed, 3   partitioned (ZeRO-3)            partitioned
+fsdp2          partitioned per decoder layer   partitioned (DTensor shards)
+=============  ==============================  =========================================
+
+Generation (the HF engine on every rank, each with its own share of the tasks) needs
+whole weights: :meth:`generation` gathers them once per rollout under ZeRO-3 and FSDP2
+(as TRL's ``ds3_gather_for_generation`` does) and releases them before training. That is
+the right trade for models that fit one device; the 671B layout generates with vLLM
+instead (docs/plan.md), where the rollout engine holds its own sharded copy.
+
+Adapter sync and checkpoints gather only the LoRA weights (``lora_`` parameters), never
+the base model. Optimizer state is saved per rank (a resumed run needs the same number
+of processes; the adapter itself is saved whole and loads anywhere).
+
+DeepSpeed compiles a small communication extension on first use on CPU. Its build
+cache is ``TORCH_EXTENSIONS_DIR`` (default here: ``~/.cache/agentgym/torch_extensions``,
+set before DeepSpeed is imported), so the compile happens once per machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentgym.errors import ConfigError
+from agentgym.trainers.learner import Learner, make_optimizer
+
+
+def extensions_dir() -> Path:
+    """Where DeepSpeed keeps its compiled extensions (``TORCH_EXTENSIONS_DIR``)."""
+    env = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if env:
+        return Path(env)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "agentgym" / "torch_extensions"
+
+
+def _lora_params(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
+    return [(n, p) for n, p in model.named_parameters() if "lora_" in n]
+
+
+class DeepSpeedLearner(Learner):
+    """The learner under DeepSpeed ZeRO stage 2 or 3 (``distributed.strategy: deepspeed``).
+
+    The optimizer is the same AdamW as the single-process learner, handed to DeepSpeed
+    (no DeepSpeed CPU-Adam build). Gradient accumulation is ours
+    (``managed_gradient_accumulation: false``): every micro-batch's ``backward`` adds
+    to the gradients and one ``engine.step()`` per mini-batch reduces, clips and steps.
+    """
+
+    def __init__(self, *args: Any, zero_stage: int = 3, **kwargs: Any) -> None:
+        self.zero_stage = zero_stage
+        super().__init__(*args, **kwargs)
+
+    def _setup(self) -> torch.optim.Optimizer:
+        os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(extensions_dir()))
+        try:
+            import deepspeed
+        except ImportError as e:  # pragma: no cover - deepspeed is a dependency
+            raise ConfigError(
+                "distributed.strategy: deepspeed needs the deepspeed package: pip install deepspeed"
+            ) from e
+        mbs = max(1, self.algo.micro_batch_size)
+        config = {
+            "train_micro_batch_size_per_gpu": mbs,
+            "gradient_accumulation_steps": 1,
+            "train_batch_size": mbs * self.dist.world_size,
+            "managed_gradient_accumulation": False,
+            "gradient_clipping": float(self.optim_cfg.max_grad_norm),
+            "zero_optimization": {"stage": self.zero_stage},
+            "bf16": {"enabled": False},
+            "fp16": {"enabled": False},
+            "steps_per_print": 10**9,
+            "wall_clock_breakdown": False,
+        }
+        optimizer = make_optimizer(self.model, self.optim_cfg)
+        engine, ds_optimizer, _, _ = deepspeed.initialize(
+            model=self.model, optimizer=optimizer, config=config, dist_init_required=False
+        )
+        self.engine = engine
+        return ds_optimizer
+
+    def _forward_module(self) -> Any:
+        return self.engine
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        self.engine.backward(loss, scale_wrt_gas=False)
+
+    def _optimizer_step(self) -> float:
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm()
+        return float(norm) if norm is not None else 0.0
+
+    @contextlib.contextmanager
+    def generation(self) -> Iterator[torch.nn.Module]:
+        if self.zero_stage < 3:
+            yield self.model
+            return
+        from deepspeed.runtime.zero import GatheredParameters
+
+        with GatheredParameters(list(self.model.parameters())):
+            yield self.model
+
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        if self.zero_stage < 3:
+            return super().adapter_state()
+        from deepspeed.runtime.zero import GatheredParameters
+
+        with GatheredParameters([p for _, p in _lora_params(self.model)]):
+            return {k: v.detach().clone() for k, v in super().adapter_state().items()}
+
+    def load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
+        if self.zero_stage < 3:
+            super().load_adapter_state(state)
+            return
+        from deepspeed.runtime.zero import GatheredParameters
+
+        # modifier_rank=0: rank 0's values are scattered back into every shard
+        with GatheredParameters([p for _, p in _lora_params(self.model)], modifier_rank=0):
+            super().load_adapter_state(state)
+
+    def optimizer_state(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
+
+    def load_optimizer_state(self, states: Sequence[dict[str, Any]]) -> None:
+        # ZeRO-2 merges every partition's state; ZeRO-3 picks its own rank's
+        self.optimizer.load_state_dict(list(states))
+
+
+class FSDP2Learner(Learner):
+    """The learner under FSDP2 (``distributed.strategy: fsdp2``).
+
+    Each decoder layer is one ``fully_shard`` unit and the root module another, on a 1-D
+    device mesh over all ranks. Parameters become DTensors sharded on dim 0; frozen base
+    weights and the trainable LoRA weights share units (FSDP2 handles mixed
+    ``requires_grad``). Gradients are reduce-scattered and averaged over ranks.
+    """
+
+    def _setup(self) -> torch.optim.Optimizer:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        device = self.dist.device.type
+        mesh = init_device_mesh(device, (self.dist.world_size,))
+        # the root unit is the HF model inside the peft wrapper: both training
+        # (PeftModel.forward) and generation (PeftModel.generate) call its forward
+        root = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        for layer in _decoder_layers(root):
+            fully_shard(layer, mesh=mesh)
+        fully_shard(root, mesh=mesh)
+        self._root = root
+        return make_optimizer(self.model, self.optim_cfg)
+
+    def _units(self) -> list[Any]:
+        """The FSDP units, root first (unsharding the root first initialises them all)."""
+        from torch.distributed.fsdp import FSDPModule
+
+        return [m for m in self._root.modules() if isinstance(m, FSDPModule)]
+
+    @contextlib.contextmanager
+    def generation(self) -> Iterator[torch.nn.Module]:
+        units = self._units()
+        for u in units:
+            u.unshard()
+            u.set_reshard_after_forward(False)
+        try:
+            yield self.model
+        finally:
+            for u in units:
+                u.reshard()
+                u.set_reshard_after_forward(True)
+
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        out = {}
+        for k, v in super().adapter_state().items():
+            full = v.full_tensor() if hasattr(v, "full_tensor") else v
+            out[k] = full.detach().clone()
+        return out
+
+    def load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
+        from torch.distributed.tensor import distribute_tensor
+
+        from agentgym.trainers.models import adapter_state_dict, load_adapter_state_dict
+
+        current = adapter_state_dict(self.model)
+        sharded = {}
+        for k, v in state.items():
+            ref = current.get(k)
+            if ref is not None and hasattr(ref, "device_mesh"):
+                sharded[k] = distribute_tensor(
+                    v.to(ref.dtype), ref.device_mesh, ref.placements, src_data_rank=None
+                )
+            else:
+                sharded[k] = v
+        load_adapter_state_dict(self.model, sharded)
+
+
+def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The transformer blocks of a (peft-wrapped) causal LM, for per-layer sharding."""
+    for _, module in model.named_modules():
+        layers = getattr(module, "layers", None)
+        if isinstance(layers, torch.nn.ModuleList) and len(layers) > 0:
+            return list(layers)
+    raise ConfigError(
+        "fsdp2: could not find the model's decoder layers (a ModuleList named `layers`); "
+        "use distributed.strategy: deepspeed for this architecture."
+    )
+
+
+def make_learner(strategy: str, *args: Any, zero_stage: int = 3, **kwargs: Any) -> Learner:
+    """The learner for ``distributed.strategy`` (``none``, ``deepspeed``, ``fsdp2``)."""
+    if strategy == "none":
+        return Learner(*args, **kwargs)
+    if strategy == "deepspeed":
+        return DeepSpeedLearner(*args, zero_stage=zero_stage, **kwargs)
+    if strategy == "fsdp2":
+        return FSDP2Learner(*args, **kwargs)
+    raise ConfigError(f"unknown distributed.strategy {strategy!r}: use none, deepspeed or fsdp2.")
