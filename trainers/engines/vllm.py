@@ -65,8 +65,9 @@ the tiny models, sleep/wake, per-request seeds, the log-prob mismatch -- is cove
 ``gpu``-marked tests in ``tests/trainers/test_vllm_engine.py`` and by
 ``python -m agentgym.benchmarks.perf.vllm_engine``, which run only where CUDA and vLLM
 are present. LoRA on fused MoE expert parameters (peft ``target_parameters``, used for
-``tiny-deepseek-v3``) depends on vLLM's MoE-LoRA loader accepting peft's layout; it has
-not been run. See ``docs/vllm.md``.
+``tiny-deepseek-v3``) depends on vLLM's MoE-LoRA loader reading peft's nested layout
+(``experts.base_layer`` = ``gate_up_proj``, ``experts`` = ``down_proj``); it has not been
+run. See ``docs/vllm.md``.
 """
 
 from __future__ import annotations
