@@ -142,6 +142,10 @@ def test_writer_refuses_full_weights_and_unservable_configs(tmp_path, tokenizer)
         write_peft_adapter(tmp_path / "a", adapter_state_dict(peft), {**config, "use_dora": True})
     with pytest.raises(ConfigError, match="rank"):
         adapter_config_dict({**config, "r": 0})
+    with pytest.raises(ConfigError, match="biases"):
+        adapter_config_dict({**config, "bias": "lora_only"})
+    with pytest.raises(ConfigError, match="modules_to_save"):
+        adapter_config_dict({**config, "modules_to_save": ["lm_head"]})
     with pytest.raises(ConfigError, match="empty"):
         write_peft_adapter(tmp_path / "a", {}, config)
 

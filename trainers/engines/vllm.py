@@ -163,8 +163,16 @@ def _check_adapter_config(config: Mapping[str, Any]) -> None:
         raise ConfigError("adapter config needs lora_alpha (the LoRA scaling numerator).")
     if not config.get("target_modules") and not config.get("target_parameters"):
         raise ConfigError("adapter config names no target_modules or target_parameters.")
+    # what vLLM's PEFTHelper rejects, caught before a rollout instead of inside vLLM
     if config.get("use_dora"):
         raise ConfigError("vLLM does not serve DoRA adapters; train with use_dora=False.")
+    if config.get("bias", "none") != "none" or config.get("lora_bias"):
+        raise ConfigError("vLLM does not serve adapters with trained biases; use bias='none'.")
+    if config.get("modules_to_save"):
+        raise ConfigError(
+            "vLLM does not serve adapters with modules_to_save (fully trained modules); "
+            f"got {config['modules_to_save']}."
+        )
 
 
 def infer_adapter_config(weights: Mapping[str, torch.Tensor], *, alpha: float) -> dict[str, Any]:
