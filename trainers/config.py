@@ -162,6 +162,11 @@ class RolloutConfig:
         concurrency: episodes in flight at once.
         max_batch: most requests per engine ``generate`` call.
         gather_window_s: how long the engine waits for more requests before a batch.
+        engine: ``hf`` (embedded ``generate`` on the trainer's own model, the default) or
+            ``vllm`` (GPU; LoRA adapters hot-swapped per step, asleep while training;
+            see docs/vllm.md).
+        engine_options: keyword arguments of the engine (for ``vllm``:
+            ``gpu_memory_utilization``, ``max_model_len``, ``dtype``, ...).
     """
 
     group_size: int = 8
@@ -173,6 +178,8 @@ class RolloutConfig:
     concurrency: int = 128
     max_batch: int = 256
     gather_window_s: float = 0.002
+    engine: str = "hf"
+    engine_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check(
@@ -187,6 +194,10 @@ class RolloutConfig:
         _check(self.max_tokens >= 1, f"rollout.max_tokens must be >= 1, got {self.max_tokens}.")
         _check(self.temperature > 0, "rollout.temperature must be > 0 for RL (sampling).")
         _check(0 < self.top_p <= 1, f"rollout.top_p must be in (0, 1], got {self.top_p}.")
+        _check(
+            self.engine in ("hf", "vllm"),
+            f"rollout.engine must be hf or vllm, got {self.engine!r}.",
+        )
         _check(self.concurrency >= 1, "rollout.concurrency must be >= 1.")
         _check(self.max_batch >= 1, "rollout.max_batch must be >= 1.")
         _check(self.gather_window_s >= 0, "rollout.gather_window_s must be >= 0.")

@@ -11,6 +11,10 @@ One step::
     sync      the new adapter goes to the engine (a no-op for the embedded engine,
               which shares the model object)
 
+A colocated engine that holds its own weights (vLLM) wakes before the rollout and
+sleeps before the update, so training gets its memory back (``wake``/``sleep`` phases
+of the timeline).
+
 Strictly on-policy: the next rollout starts only after the sync.
 
 Departures from the textbook DAPO (arXiv 2503.14476), on purpose:
@@ -82,7 +86,7 @@ from agentgym.trainers.distributed import (
     under_torchrun,
 )
 from agentgym.trainers.engines.base import RolloutEngine
-from agentgym.trainers.engines.hf import HFEngine
+from agentgym.trainers.engines.factory import make_engine
 from agentgym.trainers.logging import JsonlWriter, Progress, plot_run
 from agentgym.trainers.strategies import make_learner
 from agentgym.trainers.timeline import Timeline
@@ -130,7 +134,9 @@ class DAPOTrainer:
     Args:
         config: the run's :class:`~agentgym.trainers.config.TrainConfig`.
         resume: continue from the run directory's latest checkpoint.
-        engine: a rollout engine; default an :class:`HFEngine` sharing the model.
+        engine: a rollout engine; default the one ``rollout.engine`` names (the HF
+            engine sharing the model, or vLLM), built by
+            :func:`~agentgym.trainers.engines.factory.make_engine`.
     """
 
     def __init__(
@@ -176,8 +182,14 @@ class DAPOTrainer:
             dist=self.dist,
             zero_stage=cfg.distributed.zero_stage,
         )
-        self.engine = engine or HFEngine(
-            model, self.tokenizer, shares_weights=True, seed=cfg.run.seed
+        self.engine = engine or make_engine(
+            cfg.rollout.engine,
+            model=model,
+            tokenizer=self.tokenizer,
+            seed=cfg.run.seed,
+            model_path=cfg.model.path,
+            workdir=self.out / "engine" / f"rank{self.dist.rank}",
+            options=cfg.rollout.engine_options,
         )
         self.policy = self.engine.as_policy(
             max_batch=cfg.rollout.max_batch, gather_window_s=cfg.rollout.gather_window_s
@@ -307,6 +319,8 @@ class DAPOTrainer:
         all_episodes: list[Episode] = []
         rounds = groups_seen = groups_dropped = 0
         per_round = r.tasks_per_round or r.batch_tasks
+        with tl.phase("wake"):
+            self.engine.wake()  # a colocated engine (vLLM) takes its memory back
         with tl.phase("rollout"), self.learner.generation():
             while len(kept) < r.batch_tasks and rounds < algo.max_generation_rounds:
                 need = r.batch_tasks - len(kept)
@@ -362,6 +376,8 @@ class DAPOTrainer:
 
         train_metrics: dict[str, float] = {}
         skip = not samples or (capped and algo.on_cap == "skip")
+        with tl.phase("sleep"):
+            self.engine.sleep()  # and gives it to training
         with tl.phase("train"):
             if not skip:
                 train_metrics = self.learner.update(samples)
@@ -407,6 +423,7 @@ class DAPOTrainer:
             seed=derive_seed("eval", self.cfg.run.seed),
         )
         seeds = list(range(e.seed_start, e.seed_start + e.num_tasks))
+        self.engine.wake()
         with self.learner.generation():
             _, per_env = asyncio.run(
                 evaluate_async(
@@ -523,6 +540,9 @@ class DAPOTrainer:
         finally:
             progress.close()
             self.policy.close()
+            close = getattr(self.engine, "close", None)
+            if callable(close):
+                close()
         if self.dist.world_size > 1 and cfg.lora.enabled:
             self.check_ranks_agree()
         if cfg.run.plots and self.dist.is_main:

@@ -256,3 +256,53 @@ def test_config_overrides_parse_yaml_values(tmp_path):
     path.write_text("rollout: {group_size: 4}\nalgorithm: {advantge: rloo}\n")
     with pytest.raises(UnknownNameError, match=r"algorithm\.advantage"):
         load_config(TrainConfig, path)
+
+
+def test_a_colocated_engine_wakes_for_the_rollout_and_sleeps_for_the_update(
+    tmp_path, toy_envs_registered
+):
+    from agentgym.trainers.engines.hf import HFEngine
+
+    class RecordingEngine(HFEngine):
+        """The HF engine plus a log of when it was asked to sleep and wake."""
+
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.events: list[str] = []
+
+        def sleep(self) -> None:
+            self.events.append("sleep")
+
+        def wake(self) -> None:
+            self.events.append("wake")
+
+        def _generate(self, requests):
+            self.events.append("generate")
+            return super()._generate(requests)
+
+    cfg = _cfg(tmp_path, "run.max_steps=1")
+    trainer = DAPOTrainer(cfg)
+    engine = RecordingEngine(trainer.model, trainer.tokenizer, seed=0)
+    trainer.engine = engine
+    trainer.policy = engine.as_policy()
+    trainer.train()
+    events = [
+        e
+        for i, e in enumerate(engine.events)
+        if e != "generate" or engine.events[i - 1] != "generate"
+    ]
+    assert events == ["wake", "generate", "sleep"]
+    phases = {r["phase"] for r in read_jsonl(tmp_path / "run" / "timeline.jsonl")}
+    assert {"wake", "sleep"} <= phases
+
+
+def test_the_vllm_engine_without_vllm_says_how_to_install_it(tmp_path, toy_envs_registered):
+    pytest.importorskip("peft")
+    try:
+        import vllm  # noqa: F401
+
+        pytest.skip("vllm is installed here")
+    except ImportError:
+        pass
+    with pytest.raises(ConfigError, match=r"agentgym\[vllm\]"):
+        DAPOTrainer(_cfg(tmp_path, "rollout.engine=vllm"))
