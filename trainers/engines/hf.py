@@ -1,4 +1,4 @@
-"""The embedded rollout engine: Hugging Face ``generate`` on a local model (CPU or GPU).
+"""The embedded rollout engine: batched generation on a local Hugging Face model (CPU or GPU).
 
 Sampling is done by agentgym rather than by ``generate``'s own sampler, so that it is
 
@@ -10,28 +10,70 @@ Sampling is done by agentgym rather than by ``generate``'s own sampler, so that 
   that of the distribution it was drawn from (temperature and top-p applied), computed
   from the same scores the sampler used.
 
-``generate`` runs greedy on scores that our processor has turned into a one-hot of the
-sampled token (Gumbel-max: ``argmax(log p + Gumbel)`` is an exact sample of ``p``).
+Gumbel-max: ``argmax(log p + Gumbel)`` is an exact sample of ``p``; temperature 0 is
+``argmax(log p)`` (greedy).
 
-Per-request ``max_tokens`` may differ within a batch (the batch runs to the longest and
-shorter rows are cut); stop strings are applied after generation (the stop string's
-tokens are kept in ``token_ids`` so that training sees where the reply ended; the text
-excludes it).
+Two decode paths produce the same tokens for the same seeds:
+
+* ``decode="lean"`` (default): agentgym's own loop over the model's forward. The
+  prompts are prefilled once per distinct prompt (the ``G`` samples of a task share
+  one) and the KV cache is copied out to the rows; each step then runs one token per
+  row. A row leaves the batch as soon as it is finished (eos, its own ``max_tokens``, or
+  a stop string), so the others stop paying for it. Each row's noise is drawn from its
+  generator a chunk of steps at a time (the same numbers as one draw per step). On
+  models whose attention is known to be plain full attention (:data:`FAST_MODEL_TYPES`,
+  no sliding windows) the cache is preallocated and grown geometrically instead of
+  concatenated every step, the decode-step mask is built incrementally, and
+  single-query attention is computed by :func:`decode_attention` (grouped-query
+  attention without copying the K/V heads); other models use ``DynamicCache`` and
+  their own attention. With a LoRA adapter (peft), the adapter is folded into copies
+  of the adapted weights for the duration of the call (:func:`merged_lora`) so that a
+  step runs one matmul per layer instead of three; the trainer's weights are put back
+  untouched afterwards (the original tensors, not an un-merge).
+* ``decode="generate"``: ``model.generate`` with a logits processor that samples the
+  same way (:class:`_SeededSampler`); every row runs until the longest is done. Kept as
+  the reference implementation the lean loop is tested against.
+
+Log-probabilities come from the logits of the weights that produced the sample, so with
+a merged adapter they differ from the learner's recomputation by float rounding only
+(about 1e-6; the trainer reports it as ``charts/logprob_mismatch``).
+
+Stop strings are applied after generation (the stop string's tokens are kept in
+``token_ids`` so that training sees where the reply ended; the text excludes it); the
+lean loop also checks them every :data:`STOP_CHECK_EVERY` steps so that a stopped row
+leaves the batch early (its kept tokens are the same either way).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
+from agentgym.errors import ConfigError
 from agentgym.trainers.engines.base import GenerationRequest, RolloutEngine
 from agentgym.trainers.tokenizer import encode_prompt
 from agentgym.types import Completion
+
+#: Model types whose attention the lean loop's fast path (preallocated cache, additive
+#: decode mask, :func:`decode_attention`) is known to reproduce: full causal attention,
+#: no soft-capping, no attention sinks. Others take the ``DynamicCache`` path.
+FAST_MODEL_TYPES = frozenset(
+    {"qwen2", "qwen3", "llama", "mistral", "qwen2_moe", "qwen3_moe", "deepseek_v3"}
+)
+#: The lean loop looks for stop strings in unfinished rows every this many steps.
+STOP_CHECK_EVERY = 8
+#: Most Gumbel-noise numbers drawn ahead of time per call (rows x steps x vocab).
+NOISE_BUDGET = 1 << 22
+#: Most decode steps whose noise is drawn at once.
+NOISE_CHUNK_STEPS = 32
+#: Name under which :func:`decode_attention` is registered with transformers.
+DECODE_ATTENTION = "agentgym_decode"
 
 
 class _SeededSampler:
@@ -53,13 +95,17 @@ class _SeededSampler:
             scaled = _top_p_filter(scaled, torch.tensor(self.top_ps, device=scores.device))
         logp = torch.log_softmax(scaled, dim=-1)
         noise = torch.stack([torch.rand(v, generator=g) for g in self.generators]).to(scores.device)
-        gumbel = -torch.log(-torch.log(noise.clamp(1e-20, 1.0 - 1e-7)))
-        perturbed = torch.where(greedy[:, None], logp, logp + gumbel)
+        perturbed = torch.where(greedy[:, None], logp, logp + _gumbel(noise))
         choice = perturbed.argmax(dim=-1)
         self.logprobs.append(logp.gather(1, choice[:, None]).squeeze(1).cpu())
         out = torch.full_like(scores, -math.inf)
         out.scatter_(1, choice[:, None], 0.0)
         return out
+
+
+def _gumbel(uniform: torch.Tensor) -> torch.Tensor:
+    """Gumbel(0, 1) noise from uniform [0, 1) numbers (clamped away from 0 and 1)."""
+    return -torch.log(-torch.log(uniform.clamp(1e-20, 1.0 - 1e-7)))
 
 
 def _top_p_filter(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -72,8 +118,267 @@ def _top_p_filter(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     return logits.masked_fill(drop, -math.inf)
 
 
+# ---------------------------------------------------------------------- lean decoding parts
+class _RowNoise:
+    """Gumbel noise for the rows of a lean decode, each row from its own generator.
+
+    Row ``r``'s noise at step ``t`` is its generator's ``t``-th draw of ``vocab`` uniform
+    numbers -- the same numbers the ``generate`` path draws one step at a time -- but the
+    draws are made ``chunk`` steps at once and turned into Gumbel noise in one
+    vectorised call. Greedy rows draw nothing.
+    """
+
+    def __init__(
+        self, seeds: Sequence[int], sampled: Sequence[bool], vocab: int, device: torch.device
+    ) -> None:
+        self.generators = [
+            torch.Generator().manual_seed(int(s)) if on else None
+            for s, on in zip(seeds, sampled, strict=True)
+        ]
+        self.vocab = vocab
+        self.device = device
+        n_sampled = max(1, sum(1 for on in sampled if on))
+        self.chunk = max(1, min(NOISE_CHUNK_STEPS, NOISE_BUDGET // (n_sampled * vocab)))
+        self._noise: torch.Tensor | None = None  # [batch rows, chunk, vocab]
+        self._start = 0  # the step the current chunk starts at
+
+    def step(self, t: int, rows: Sequence[int]) -> torch.Tensor:
+        """Gumbel noise ``[len(rows), vocab]`` for step ``t`` (rows: request indices)."""
+        if self._noise is None or t - self._start >= self.chunk:
+            uniform = torch.zeros(len(rows), self.chunk, self.vocab)
+            for j, r in enumerate(rows):
+                g = self.generators[r]
+                if g is not None:
+                    torch.rand(self.chunk, self.vocab, generator=g, out=uniform[j])
+            self._noise = _gumbel(uniform.to(self.device))
+            self._start = t
+        return self._noise[:, t - self._start]
+
+    def keep(self, index: torch.Tensor) -> None:
+        """Keep only these batch positions (rows that left the batch are dropped)."""
+        if self._noise is not None:
+            self._noise = self._noise.index_select(0, index.to(self._noise.device))
+
+
+def _growing_kv_layer_class() -> type:
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingKVLayer(DynamicLayer):
+        """A cache layer that writes into preallocated storage instead of concatenating.
+
+        ``DynamicLayer`` copies the whole cache at every step (``torch.cat``); this one
+        writes the new positions into a buffer that grows geometrically up to
+        ``max_length`` positions and hands out views of the filled part. Only the lean
+        decode loop uses it (it supports ``update``, ``get_seq_length`` and
+        ``batch_select_indices``, which is what that loop needs).
+        """
+
+        def __init__(self, max_length: int) -> None:
+            super().__init__()
+            self.max_length = max_length
+            self._length = 0
+            self._k: torch.Tensor | None = None
+            self._v: torch.Tensor | None = None
+
+        def update(
+            self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            end = self._length + key_states.shape[-2]
+            if self._k is None or self._v is None or end > self._k.shape[-2]:
+                self._grow(key_states, value_states, end)
+            assert self._k is not None and self._v is not None
+            self._k[:, :, self._length : end] = key_states
+            self._v[:, :, self._length : end] = value_states
+            self._length = end
+            self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
+            return self.keys, self.values
+
+        def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, need: int) -> None:
+            size = self._k.shape[-2] if self._k is not None else 0
+            capacity = max(need, min(self.max_length, max(2 * size, need + 64)))
+            k = key_states.new_empty((*key_states.shape[:2], capacity, key_states.shape[-1]))
+            v = value_states.new_empty((*value_states.shape[:2], capacity, value_states.shape[-1]))
+            if self._k is not None and self._v is not None and self._length:
+                k[:, :, : self._length] = self._k[:, :, : self._length]
+                v[:, :, : self._length] = self._v[:, :, : self._length]
+            self._k, self._v = k, v
+
+        def get_seq_length(self) -> int:
+            return self._length
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            if self._k is None or self._v is None:
+                return
+            index = indices.to(self._k.device)
+            n = self._length
+            k = self._k.new_empty((len(index), *self._k.shape[1:]))
+            v = self._v.new_empty((len(index), *self._v.shape[1:]))
+            k[:, :, :n] = self._k[:, :, :n].index_select(0, index)
+            v[:, :, :n] = self._v[:, :, :n].index_select(0, index)
+            self._k, self._v = k, v
+            self.keys, self.values = k[:, :, :n], v[:, :, :n]
+
+    return GrowingKVLayer
+
+
+def decode_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Attention for one query position per row, registered with transformers' attention
+    interface under :data:`DECODE_ATTENTION` and used only by the lean decode loop.
+
+    The math of eager attention (scores in the model's dtype, softmax in float32) with
+    an additive ``[batch, 1, 1, keys]`` mask, but grouped-query heads are handled by a
+    reshape of the query rather than by copying every K/V head (``repeat_kv``), which
+    is most of the cost of a decode step's attention on CPU. Anything else (several
+    query positions, training-time dropout) goes to transformers' SDPA attention.
+    """
+    b, heads, q_len, dim = query.shape
+    kv_heads = key.shape[1]
+    if q_len != 1 or heads % kv_heads or (dropout and module.training):
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    q = query.reshape(b, kv_heads, heads // kv_heads, dim)
+    scores = torch.matmul(q, key.transpose(-1, -2)) * (
+        scaling if scaling is not None else dim**-0.5
+    )
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    out = torch.matmul(probs, value)  # [b, kv_heads, group, value dim]
+    return out.reshape(b, 1, heads, value.shape[-1]), None
+
+
+_registered = False
+
+
+def _register_decode_attention() -> None:
+    global _registered
+    if not _registered:
+        from transformers import AttentionInterface
+
+        AttentionInterface.register(DECODE_ATTENTION, decode_attention)
+        _registered = True
+
+
+@contextlib.contextmanager
+def _attention_implementation(model: nn.Module, name: str) -> Iterator[None]:
+    """Route the model's attention through ``name`` inside the block (every config object)."""
+    configs = {
+        id(c): c
+        for c in (getattr(m, "config", None) for m in model.modules())
+        if c is not None and hasattr(c, "_attn_implementation")
+    }
+    before = {k: c._attn_implementation for k, c in configs.items()}
+    try:
+        for c in configs.values():
+            c._attn_implementation = name
+        yield
+    finally:
+        for k, c in configs.items():
+            c._attn_implementation = before[k]
+
+
+def _fast_path_ok(model: nn.Module) -> bool:
+    """Whether the model's attention is plain full attention the fast path reproduces."""
+    cfg = getattr(model, "config", None)
+    if cfg is None or getattr(cfg, "model_type", None) not in FAST_MODEL_TYPES:
+        return False
+    layer_types = getattr(cfg, "layer_types", None)
+    if layer_types is not None and any(t != "full_attention" for t in layer_types):
+        return False
+    sliding = getattr(cfg, "use_sliding_window", False) or (
+        cfg.model_type == "mistral" and getattr(cfg, "sliding_window", None) is not None
+    )
+    return not sliding
+
+
+@contextlib.contextmanager
+def merged_lora(model: nn.Module) -> Iterator[bool]:
+    """Inside the block, the model computes the adapted function with the LoRA adapter
+    folded into its weights; yields whether it could.
+
+    For every peft LoRA layer (``lora.Linear`` and, for MoE experts, ``ParamWrapper``)
+    the weight tensor is replaced by a new tensor ``W + delta`` (``delta`` from peft's
+    ``get_delta_weight`` summed over the active adapters) and the adapter layers are
+    disabled, so a forward pass runs one matmul per adapted layer. On exit the original
+    tensors are put back (not un-merged by subtraction, which would not give back the
+    same bits). Memory: one extra copy of the adapted weights while the block runs.
+
+    Yields ``False`` and changes nothing when the model has no LoRA layers, is not a
+    ``PeftModel``, or has a layer kind or option this does not fold (DoRA and other
+    variants, LoRA on embeddings or convolutions, LoRA biases): the adapter then runs
+    as usual.
+    """
+    try:
+        from peft import PeftModel
+        from peft.tuners.lora import LoraLayer
+        from peft.tuners.lora.layer import Linear as LoraLinear
+        from peft.tuners.lora.layer import ParamWrapper
+    except ImportError:  # pragma: no cover - peft is a dependency
+        yield False
+        return
+    layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
+    if not layers or not isinstance(model, PeftModel):
+        yield False
+        return
+    plan: list[tuple[nn.Parameter, list[tuple[Any, str]]]] = []
+    by_param: dict[int, int] = {}
+    for layer in layers:
+        if type(layer) not in (LoraLinear, ParamWrapper):
+            yield False
+            return
+        adapters = [a for a in layer.active_adapters if a in layer.lora_A]
+        if any(
+            a in getattr(layer, "lora_variant", {}) or getattr(layer, "lora_bias", {}).get(a)
+            for a in adapters
+        ):
+            yield False
+            return
+        if layer.merged:
+            yield False
+            return
+        if isinstance(layer, ParamWrapper):
+            param = layer.get_param()
+        else:
+            param = layer.get_base_layer().weight
+        if id(param) not in by_param:
+            by_param[id(param)] = len(plan)
+            plan.append((param, []))
+        plan[by_param[id(param)]][1].extend((layer, a) for a in adapters)
+    saved: list[tuple[nn.Parameter, torch.Tensor]] = []
+    try:
+        with torch.no_grad():
+            for param, parts in plan:
+                if not parts:
+                    continue
+                merged = param.data.clone()
+                for layer, adapter in parts:
+                    merged += layer.get_delta_weight(adapter).to(merged.dtype)
+                saved.append((param, param.data))
+                param.data = merged
+        with model.disable_adapter():
+            yield True
+    finally:
+        for param, original in saved:
+            param.data = original
+
+
+# ---------------------------------------------------------------------- the engine
 class HFEngine(RolloutEngine):
-    """Batched generation with ``model.generate``.
+    """Batched generation on a Hugging Face causal LM (see the module docstring).
 
     Args:
         model: a causal LM (a ``PeftModel`` while training with LoRA).
@@ -82,18 +387,42 @@ class HFEngine(RolloutEngine):
             no-ops (the embedded, colocated default). With ``False`` the engine holds a
             separate copy and :meth:`load_adapter` copies weights into it.
         seed: seeds the engine's fallback RNG, used for requests without a seed.
+        decode: ``"lean"`` (agentgym's decode loop, default) or ``"generate"``
+            (``model.generate``; the reference implementation).
+        merge_lora: in the lean loop, fold a LoRA adapter into copies of the weights
+            for the duration of a call (:func:`merged_lora`).
+        fast_attention: in the lean loop, use the preallocated cache and
+            :func:`decode_attention` on models that allow it (:data:`FAST_MODEL_TYPES`).
     """
 
     def __init__(
-        self, model: nn.Module, tokenizer: Any, *, shares_weights: bool = True, seed: int = 0
+        self,
+        model: nn.Module,
+        tokenizer: Any,
+        *,
+        shares_weights: bool = True,
+        seed: int = 0,
+        decode: str = "lean",
+        merge_lora: bool = True,
+        fast_attention: bool = True,
     ) -> None:
         super().__init__()
+        if decode not in ("lean", "generate"):
+            raise ConfigError(f"decode must be 'lean' or 'generate', got {decode!r}.")
         self.model = model
         self.tokenizer = tokenizer
         self.shares_weights = shares_weights
+        self.decode = decode
+        self.merge_lora = merge_lora
+        self.fast_attention = fast_attention
         self._rng = random.Random(seed)
         self.device = next(model.parameters()).device
         self.generated_tokens = 0
+        #: decode steps the model ran, and row-steps computed for rows still generating
+        #: vs all rows in the batch (their ratio says how much batch compute was used)
+        self.decode_steps = 0
+        self.row_steps_used = 0
+        self.row_steps_total = 0
 
     def load_adapter(self, weights: Mapping[str, torch.Tensor]) -> None:
         if self.shares_weights:
@@ -103,21 +432,48 @@ class HFEngine(RolloutEngine):
         load_adapter_state_dict(self.model, weights)
 
     def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
-        from transformers import GenerationConfig, LogitsProcessorList
-
         tok = self.tokenizer
         prompts = [encode_prompt(tok, r.messages) for r in requests]
-        width = max(len(p) for p in prompts)
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-        attention = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            attention[i, width - len(p) :] = 1
         seeds = [
             r.sampling.seed if r.sampling.seed is not None else self._rng.getrandbits(31)
             for r in requests
         ]
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            if self.decode == "generate":
+                ids, logprobs = self._decode_generate(requests, prompts, seeds)
+            else:
+                ids, logprobs = self._decode_lean(requests, prompts, seeds)
+        finally:
+            if was_training:
+                self.model.train()
+        return [
+            self._finish(ids[i], logprobs[i], r, len(prompts[i])) for i, r in enumerate(requests)
+        ]
+
+    def _pad_id(self) -> int:
+        tok = self.tokenizer
+        return int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+
+    def _left_padded(self, prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self._pad_id(), dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            attention[i, width - len(p) :] = 1
+        return input_ids, attention
+
+    # ------------------------------------------------------------------ generate path
+    def _decode_generate(
+        self, requests: list[GenerationRequest], prompts: list[list[int]], seeds: list[int]
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """``model.generate`` with :class:`_SeededSampler`; rows run to the longest."""
+        from transformers import GenerationConfig, LogitsProcessorList
+
+        tok = self.tokenizer
+        input_ids, attention = self._left_padded(prompts)
         sampler = _SeededSampler(
             seeds,
             [float(r.sampling.temperature) for r in requests],
@@ -128,35 +484,173 @@ class HFEngine(RolloutEngine):
             do_sample=False,
             max_new_tokens=max_new,
             eos_token_id=tok.eos_token_id,
-            pad_token_id=pad,
+            pad_token_id=self._pad_id(),
             use_cache=True,
         )
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.inference_mode():
-                out = self.model.generate(
-                    input_ids=input_ids.to(self.device),
-                    attention_mask=attention.to(self.device),
-                    generation_config=gen_config,
-                    logits_processor=LogitsProcessorList([sampler]),
-                )
-        finally:
-            if was_training:
-                self.model.train()
-        new_tokens = out[:, width:].cpu()
-        logprobs = torch.stack(sampler.logprobs, dim=1) if sampler.logprobs else None
-        completions = []
-        for i, r in enumerate(requests):
-            completions.append(
-                self._finish(
-                    new_tokens[i].tolist(),
-                    logprobs[i].tolist() if logprobs is not None else [],
-                    r,
-                    len(prompts[i]),
-                )
+        with torch.inference_mode():
+            out = self.model.generate(
+                input_ids=input_ids.to(self.device),
+                attention_mask=attention.to(self.device),
+                generation_config=gen_config,
+                logits_processor=LogitsProcessorList([sampler]),
             )
-        return completions
+        new_tokens = out[:, input_ids.shape[1] :].cpu()
+        steps = len(sampler.logprobs)
+        self.decode_steps += steps
+        self.row_steps_total += steps * len(requests)
+        self.row_steps_used += steps * len(requests)
+        logprobs = torch.stack(sampler.logprobs, dim=1) if sampler.logprobs else None
+        return (
+            [new_tokens[i].tolist() for i in range(len(requests))],
+            [logprobs[i].tolist() if logprobs is not None else [] for i in range(len(requests))],
+        )
+
+    # ------------------------------------------------------------------ lean path
+    def _decode_lean(
+        self, requests: list[GenerationRequest], prompts: list[list[int]], seeds: list[int]
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """agentgym's decode loop (see the module docstring); returns ids and log-probs."""
+        merge = merged_lora(self.model) if self.merge_lora else contextlib.nullcontext(False)
+        with merge, torch.inference_mode():
+            return self._lean_loop(requests, prompts, seeds)
+
+    def _lean_loop(
+        self, requests: list[GenerationRequest], prompts: list[list[int]], seeds: list[int]
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        from transformers import DynamicCache
+
+        model, dev, tok = self.model, self.device, self.tokenizer
+        n = len(requests)
+        eos = tok.eos_token_id
+        limits = [r.sampling.max_tokens for r in requests]
+        temps = torch.tensor([float(r.sampling.temperature) for r in requests])
+        top_ps = torch.tensor([float(r.sampling.top_p) for r in requests])
+        greedy = temps == 0
+        inv_temp = torch.where(greedy, torch.ones_like(temps), temps)
+        stops = [tuple(s for s in r.sampling.stop if s) for r in requests]
+
+        # prefill each distinct prompt once, then give every row a copy of its cache
+        distinct: dict[tuple[int, ...], int] = {}
+        source = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+        input_ids, attention = self._left_padded([list(p) for p in distinct])
+        width = input_ids.shape[1]
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        from transformers.cache_utils import DynamicLayer
+
+        cache = DynamicCache(config=getattr(model, "config", None))
+        fast = (
+            self.fast_attention
+            and _fast_path_ok(model)
+            and bool(cache.layers)
+            and all(type(layer) is DynamicLayer for layer in cache.layers)
+        )
+        if fast:
+            layer_cls = _growing_kv_layer_class()
+            cache.layers = [layer_cls(width + max(limits)) for _ in cache.layers]
+        out = model(
+            input_ids=input_ids.to(dev),
+            attention_mask=attention.to(dev),
+            position_ids=positions.to(dev),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        expand = torch.tensor(source, dtype=torch.long)
+        logits = out.logits[:, -1].index_select(0, expand.to(dev))
+        cache.batch_select_indices(expand.to(dev))
+        next_pos = (positions[:, -1:] + 1).index_select(0, expand).to(dev)
+        if fast:
+            # additive mask [rows, 1, 1, positions], filled as positions are written
+            dtype = next(model.parameters()).dtype
+            lowest = torch.finfo(dtype).min
+            mask = torch.full((n, 1, 1, width + max(limits)), lowest, dtype=dtype)
+            mask[:, 0, 0, :width] = torch.where(attention.bool(), 0.0, lowest).index_select(
+                0, expand
+            )
+            mask = mask.to(dev)
+            mask2d = None
+        else:
+            mask = None
+            mask2d = attention.index_select(0, expand).to(dev)
+
+        rows = list(range(n))  # batch position -> request index
+        live = [True] * n  # per batch position: still generating
+        ids: list[list[int]] = [[] for _ in range(n)]
+        lps: list[list[float]] = [[] for _ in range(n)]
+        noise = _RowNoise(seeds, [not bool(g) for g in greedy], logits.shape[-1], dev)
+        b_temp = inv_temp.to(dev)
+        b_greedy = greedy.to(dev)
+        b_top_p = top_ps.to(dev)
+        length = width
+        t = 0
+        attn_ctx = _attention_implementation(model, DECODE_ATTENTION) if fast else None
+        if fast:
+            _register_decode_attention()
+        with attn_ctx if attn_ctx is not None else contextlib.nullcontext():
+            while True:
+                scaled = logits.float() / b_temp[:, None]
+                nucleus = b_top_p < 1.0
+                if bool(nucleus.any()):
+                    idx = nucleus.nonzero().squeeze(1)
+                    scaled[idx] = _top_p_filter(scaled[idx], b_top_p[idx])
+                logp = torch.log_softmax(scaled, dim=-1)
+                perturbed = torch.where(b_greedy[:, None], logp, logp + noise.step(t, rows))
+                choice = perturbed.argmax(dim=-1)
+                chosen_lp = logp.gather(1, choice[:, None]).squeeze(1)
+                t += 1
+                self.decode_steps += 1
+                self.row_steps_total += len(rows)
+                for j, (c, lp) in enumerate(zip(choice.tolist(), chosen_lp.tolist(), strict=True)):
+                    if not live[j]:
+                        continue
+                    r = rows[j]
+                    self.row_steps_used += 1
+                    ids[r].append(c)
+                    lps[r].append(lp)
+                    if c == eos or len(ids[r]) >= limits[r]:
+                        live[j] = False
+                if t % STOP_CHECK_EVERY == 0:
+                    for j, r in enumerate(rows):
+                        if live[j] and stops[r] and _stopped(tok, ids[r], stops[r]):
+                            live[j] = False
+                alive = sum(live)
+                if alive == 0:
+                    break
+                if len(rows) - alive >= max(1, len(rows) // 8):
+                    keep = torch.tensor([j for j, on in enumerate(live) if on], dtype=torch.long)
+                    keep_dev = keep.to(dev)
+                    cache.batch_select_indices(keep_dev)
+                    noise.keep(keep)
+                    rows = [rows[j] for j in keep.tolist()]
+                    live = [True] * len(rows)
+                    choice, next_pos = choice[keep_dev], next_pos[keep_dev]
+                    b_temp, b_greedy, b_top_p = (
+                        b_temp[keep_dev],
+                        b_greedy[keep_dev],
+                        b_top_p[keep_dev],
+                    )
+                    if mask is not None:
+                        mask = mask[keep_dev]
+                    if mask2d is not None:
+                        mask2d = mask2d[keep_dev]
+                if mask is not None:
+                    mask[:, :, :, length] = 0.0
+                    step_mask = mask[:, :, :, : length + 1]
+                else:
+                    assert mask2d is not None
+                    mask2d = torch.cat([mask2d, mask2d.new_ones((len(rows), 1))], dim=1)
+                    step_mask = mask2d
+                length += 1
+                out = model(
+                    input_ids=choice[:, None],
+                    attention_mask=step_mask,
+                    position_ids=next_pos,
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+                logits = out.logits[:, -1]
+                next_pos = next_pos + 1
+        return ids, lps
 
     def _finish(
         self, ids: list[int], logprobs: list[float], request: GenerationRequest, prompt_len: int
@@ -191,6 +685,18 @@ class HFEngine(RolloutEngine):
             num_tokens=len(ids),
             prompt_tokens=prompt_len,
         )
+
+
+def _stopped(tokenizer: Any, ids: list[int], stops: tuple[str, ...]) -> bool:
+    """Whether the text of ``ids`` already holds a stop string (so the row can end).
+
+    A text ending in an incomplete character (U+FFFD from a partial UTF-8 sequence) is
+    not judged yet: the next tokens may change how it decodes.
+    """
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    if text.endswith("\ufffd"):
+        return False
+    return _first_stop(text, stops) is not None
 
 
 def _first_stop(text: str, stops: tuple[str, ...]) -> tuple[int, int] | None:
