@@ -28,6 +28,7 @@ verbose solutions and then uses a token cost to make the model concise.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -728,6 +729,12 @@ _KIND_FUNCS: dict[str, Callable[[random.Random, int], Draft]] = {
 }
 
 
+#: Problems kept by :func:`generate`'s cache (a few MB at most). DAPO plays each task
+#: ``G`` times, and every play resets an env on the same seed: without the cache each
+#: reset would redo the sympy work (up to ~16 ms for a level-3 quadratic).
+CACHE_SIZE = 4096
+
+
 def generate(
     seed: int,
     level: int | None = None,
@@ -736,6 +743,10 @@ def generate(
     answer_format: str = "boxed",
 ) -> Problem:
     """The problem for ``seed`` (same arguments, same problem, on every machine).
+
+    A pure function of its arguments, so results are cached (LRU, :data:`CACHE_SIZE`
+    entries, keyed by the arguments when they are plain ``int``/``str``/``None``;
+    :class:`Problem` is immutable, so callers share one object safely).
 
     Args:
         seed: any integer.
@@ -747,6 +758,25 @@ def generate(
         UnknownNameError: an unknown ``kind`` or ``answer_format``.
         ConfigError: a ``level`` outside 1..3.
     """
+    # exact types only: 5, 5.0, True and numpy's 5 compare equal as cache keys but
+    # would put different objects in Problem.seed / Problem.level
+    if (
+        type(seed) is int
+        and (level is None or type(level) is int)
+        and (kind is None or type(kind) is str)
+        and type(answer_format) is str
+    ):
+        return _generate_cached(seed, level, kind, answer_format)
+    return _generate(seed, level, kind, answer_format)
+
+
+@functools.lru_cache(maxsize=CACHE_SIZE)
+def _generate_cached(seed: int, level: int | None, kind: str | None, answer_format: str) -> Problem:
+    return _generate(seed, level, kind, answer_format)
+
+
+def _generate(seed: int, level: int | None, kind: str | None, answer_format: str) -> Problem:
+    """:func:`generate` without the cache."""
     if answer_format not in ANSWER_FORMATS:
         raise UnknownNameError("answer_format", answer_format, ANSWER_FORMATS)
     pick = random.Random(f"pick/{seed}")
