@@ -4,6 +4,8 @@ Many episodes run at once on one asyncio event loop. Policy calls are awaited (e
 batch the concurrent calls); blocking environment work (``make``, ``reset``, ``step``,
 which may grade, run sandboxes or tests) runs in a thread pool so it never stalls the
 loop. For group-based RL each task (a ``reset`` seed) is played ``group_size`` times.
+With ``workers=`` (a :class:`~agentgym.workers.RayEnvWorkers`) the environment work runs
+in Ray actors instead, with the same episodes as a result (see ``docs/ray.md``).
 
 Episodes come back ordered by (task, sample). Each carries every turn of every
 conversation and the env's terminal reward and breakdown; ``Episode.metrics`` gets the
@@ -21,12 +23,16 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
 from agentgym.errors import ConfigError, EnvStateError
-from agentgym.types import Episode, SamplingParams, Turn
+from agentgym.types import Episode, Message, SamplingParams, Turn
+from agentgym.workers import env_id_of
+
+if TYPE_CHECKING:
+    from agentgym.workers import RayEnvWorkers, RemoteEnv
 
 EnvSource = str | Callable[[], gym.Env]
 EpisodeCallback = Callable[[Episode], Any | Awaitable[Any]]
@@ -56,6 +62,7 @@ async def rollout_async(
     progress: bool = False,
     max_steps: int = DEFAULT_MAX_STEPS,
     executor: ThreadPoolExecutor | None = None,
+    workers: RayEnvWorkers | None = None,
 ) -> list[Episode]:
     """Run ``len(seeds) * group_size`` episodes concurrently; see the module docstring.
 
@@ -75,7 +82,13 @@ async def rollout_async(
         on_episode: called (or awaited) with each finished episode, as it finishes.
         progress: show a progress bar (plain lines when not on a terminal).
         max_steps: a step cap per episode, a safety net against envs with no limit.
-        executor: thread pool for env work (default: one of ``concurrency`` threads).
+        executor: thread pool for env work (default: one of ``concurrency`` threads);
+            not used with ``workers``.
+        workers: run env ``make``/``reset``/``step`` in these Ray actors instead of a
+            thread pool (:class:`~agentgym.workers.RayEnvWorkers`; ``env`` is then an id
+            or a picklable factory). Env instances stay cached in the workers across
+            rollouts; env-bound policies (``for_env``) are bound and called in the
+            worker. The episodes are the same as without workers.
     """
     if group_size < 1:
         raise ConfigError(f"group_size must be >= 1, got {group_size}.")
@@ -90,42 +103,25 @@ async def rollout_async(
     if not jobs:
         return []
     n_envs = min(concurrency, len(jobs))
-    own_executor = executor is None
-    pool = executor or ThreadPoolExecutor(max_workers=n_envs, thread_name_prefix="agentgym-env")
-    loop = asyncio.get_running_loop()
-
-    def _make() -> gym.Env:
-        if isinstance(env, str):
-            return gym.make(env, **(env_kwargs or {}))
-        if env_kwargs:
-            raise ConfigError(
-                "env_kwargs is only used when env is an id; bake them into the factory."
-            )
-        return env()
-
-    idle: asyncio.Queue[gym.Env] = asyncio.Queue()
-    made: list[gym.Env] = []
-    lock = asyncio.Lock()
     out_path = Path(out) if out is not None else None
     if out_path is not None:
         out_path.parent.mkdir(parents=True, exist_ok=True)
+    envs: _LocalEnvs | _WorkerEnvs
+    if workers is not None:
+        envs = _WorkerEnvs(workers, env, env_kwargs, n_envs)
+    else:
+        envs = _LocalEnvs(env, env_kwargs, n_envs, executor)
     bar = _Progress(len(jobs), enabled=progress)
-
-    async def get_env() -> gym.Env:
-        async with lock:
-            if idle.empty() and len(made) < n_envs:
-                e = await loop.run_in_executor(pool, _make)
-                made.append(e)
-                return e
-        return await idle.get()
 
     async def run_one(k: int) -> None:
         _ti, seed, sample = jobs[k]
-        e = await get_env()
+        e = await envs.acquire()
+        ok = False
         try:
-            ep = await _play(e, policy, seed, sample, sampling, pool, max_steps, env)
+            ep = await _play(e, policy, seed, sample, sampling, max_steps)
+            ok = True
         finally:
-            idle.put_nowait(e)
+            envs.release(e, ok)
         results[k] = ep
         if out_path is not None:
             with out_path.open("a", encoding="utf-8") as f:
@@ -140,38 +136,133 @@ async def rollout_async(
         await asyncio.gather(*(run_one(k) for k in range(len(jobs))))
     finally:
         bar.close()
-        for e in made:
-            try:
-                await loop.run_in_executor(pool, e.close)
-            except Exception:
-                pass
-        if own_executor:
-            pool.shutdown(wait=False)
+        await envs.close()
     return [ep for ep in results if ep is not None]
 
 
+class _LocalEnv:
+    """An env in this process; blocking calls go to the thread pool."""
+
+    def __init__(self, env: gym.Env, pool: ThreadPoolExecutor, source: EnvSource) -> None:
+        self.env = env
+        self.pool = pool
+        self.env_id = env_id_of(env, source)
+
+    async def reset(self, *, seed: int | None = None) -> tuple[list[Message], dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, lambda: self.env.reset(seed=seed))
+
+    async def step(self, action: str) -> tuple[list[Message], Any, bool, bool, dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, self.env.step, action)
+
+    async def episode_metrics(self) -> dict[str, Any]:
+        return dict(getattr(self.env.unwrapped, "episode_metrics", {}) or {})
+
+    async def bind_policy(self, policy: Any) -> Any:
+        return policy.for_env(self.env)
+
+
+class _LocalEnvs:
+    """``n_envs`` env instances made on demand in a thread pool, reused across episodes
+    and closed at the end of the rollout (the in-process path)."""
+
+    def __init__(
+        self,
+        source: EnvSource,
+        env_kwargs: dict[str, Any] | None,
+        n_envs: int,
+        executor: ThreadPoolExecutor | None,
+    ) -> None:
+        self.source, self.env_kwargs, self.n_envs = source, env_kwargs, n_envs
+        self.own_pool = executor is None
+        self.pool = executor or ThreadPoolExecutor(
+            max_workers=n_envs, thread_name_prefix="agentgym-env"
+        )
+        self.idle: asyncio.Queue[_LocalEnv] = asyncio.Queue()
+        self.made: list[_LocalEnv] = []
+        self.lock = asyncio.Lock()
+
+    def _make(self) -> gym.Env:
+        if isinstance(self.source, str):
+            return gym.make(self.source, **(self.env_kwargs or {}))
+        if self.env_kwargs:
+            raise ConfigError(
+                "env_kwargs is only used when env is an id; bake them into the factory."
+            )
+        return self.source()
+
+    async def acquire(self) -> _LocalEnv:
+        async with self.lock:
+            if self.idle.empty() and len(self.made) < self.n_envs:
+                loop = asyncio.get_running_loop()
+                e = _LocalEnv(
+                    await loop.run_in_executor(self.pool, self._make), self.pool, self.source
+                )
+                self.made.append(e)
+                return e
+        return await self.idle.get()
+
+    def release(self, e: _LocalEnv, ok: bool) -> None:
+        self.idle.put_nowait(e)
+
+    async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        for e in self.made:
+            try:
+                await loop.run_in_executor(self.pool, e.env.close)
+            except Exception:
+                pass
+        if self.own_pool:
+            self.pool.shutdown(wait=False)
+
+
+class _WorkerEnvs:
+    """Env instances leased from Ray env workers: at most ``n_envs`` at once. They stay
+    in the workers after the rollout (the workers' owner closes them)."""
+
+    def __init__(
+        self,
+        workers: RayEnvWorkers,
+        source: EnvSource,
+        env_kwargs: dict[str, Any] | None,
+        n_envs: int,
+    ) -> None:
+        self.workers, self.source, self.env_kwargs = workers, source, env_kwargs
+        self.slots = asyncio.Semaphore(n_envs)
+
+    async def acquire(self) -> RemoteEnv:
+        await self.slots.acquire()
+        try:
+            return await self.workers.acquire(self.source, self.env_kwargs)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def release(self, e: RemoteEnv, ok: bool) -> None:
+        # an env whose episode failed or was cancelled mid-call may be in any state
+        self.workers.release(e, discard=not ok)
+        self.slots.release()
+
+    async def close(self) -> None:
+        return None
+
+
 async def _play(
-    env: gym.Env,
+    env: _LocalEnv | RemoteEnv,
     policy: Any,
     seed: int,
     sample: int,
     sampling: SamplingParams,
-    pool: ThreadPoolExecutor,
     max_steps: int,
-    source: EnvSource,
 ) -> Episode:
-    loop = asyncio.get_running_loop()
     t_start = time.monotonic()
     env_s = policy_s = 0.0
     t0 = time.monotonic()
-    obs, info = await loop.run_in_executor(pool, lambda: env.reset(seed=seed))
+    obs, info = await env.reset(seed=seed)
     env_s += time.monotonic() - t0
-    bound = policy.for_env(env) if hasattr(policy, "for_env") else policy
-    env_id = (
-        env.spec.id
-        if env.spec is not None
-        else (source if isinstance(source, str) else type(env.unwrapped).__name__)
-    )
+    bound = await env.bind_policy(policy) if hasattr(policy, "for_env") else policy
+    env_id = env.env_id
     turns: list[Turn] = []
     reward, breakdown, terminated, truncated = 0.0, {}, False, False
     for step in range(max_steps):
@@ -190,9 +281,7 @@ async def _play(
             )
         )
         t0 = time.monotonic()
-        obs, reward, terminated, truncated, info = await loop.run_in_executor(
-            pool, env.step, completion.text
-        )
+        obs, reward, terminated, truncated, info = await env.step(completion.text)
         env_s += time.monotonic() - t0
         if terminated or truncated:
             breakdown = dict(info.get("reward_breakdown", {}))
@@ -202,7 +291,7 @@ async def _play(
             f"{env_id} (seed {seed}) did not end within {max_steps} steps. Give the env a turn "
             "limit (max_turns=...) or raise rollout(max_steps=...)."
         )
-    metrics = dict(getattr(env.unwrapped, "episode_metrics", {}) or {})
+    metrics = await env.episode_metrics()
     metrics.update(
         {
             "time/start": t_start,
@@ -226,7 +315,8 @@ async def _play(
 
 
 def rollout(env: EnvSource, policy: Any, **kwargs: Any) -> list[Episode]:
-    """Synchronous :func:`rollout_async` (runs its own event loop)."""
+    """Synchronous :func:`rollout_async` (runs its own event loop); takes the same
+    keyword arguments, ``workers=`` included."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -1,0 +1,265 @@
+"""RayEnvWorkers: env work in Ray actors, same episodes as in-process, time bounds kept.
+
+One local Ray per test process (module fixture: 2 CPUs, 100 MB object store); Ray's
+start-up costs seconds, so every test shares it. Tests assert values and errors only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+
+from agentgym.errors import ConfigError, EnvStateError, UnknownNameError
+from agentgym.policies import OraclePolicy, ScriptedPolicy
+from agentgym.rollouts import rollout
+from agentgym.types import Episode, SamplingParams
+from agentgym.workers import (
+    TMPDIR_ENV,
+    EnvWorkerError,
+    RayEnvWorkers,
+    default_temp_dir,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+RECALL = "agentgym/MemoryRecall-v0"
+MATH = "agentgym/BalancedMath-v0"
+APPGEN = "agentgym/AppGen-v0"
+# numeric answers only, so that every verdict comes from the exact fast path (a symbolic
+# verdict could time out on a loaded machine in one run and not in the other)
+NUMERIC_MATH = {"kinds": "arithmetic,percentages"}
+
+
+@pytest.fixture(scope="module")
+def workers():
+    w = RayEnvWorkers(
+        2, num_cpus=2, cpus_per_worker=0.5, object_store_memory=100 * 1024**2, max_concurrency=8
+    )
+    yield w
+    started, session = w.started_ray, w.session_dir
+    w.close()
+    if started:  # a Ray this object started is gone, and so are its files
+        assert not ray.is_initialized()
+        assert session is None or not os.path.exists(session)
+
+
+def _content(ep: Episode) -> dict[str, Any]:
+    """An episode without its wall-clock numbers (which differ from run to run)."""
+    d = ep.to_dict()
+    d["metrics"] = {
+        k: v
+        for k, v in d["metrics"].items()
+        if not (k.startswith("time/") or k.endswith(("_s", "_seconds")))
+    }
+    return d
+
+
+def _run(coro):
+    return asyncio.run(coro)
+
+
+# ----------------------------------------------------------------------------- same episodes
+@pytest.mark.parametrize(("env_id", "env_kwargs"), [(RECALL, {}), (MATH, {})])
+def test_oracle_episodes_are_identical_to_the_in_process_path(workers, env_id, env_kwargs):
+    kw = {"seeds": [0, 1, 2], "group_size": 2, "concurrency": 4, "env_kwargs": env_kwargs}
+    local = rollout(env_id, OraclePolicy(), **kw)
+    remote = rollout(env_id, OraclePolicy(), workers=workers, **kw)
+    assert [_content(e) for e in remote] == [_content(e) for e in local]
+    assert all(e.reward == 1.0 for e in remote)  # the oracle really played, in the worker
+    assert {"time/env_s", "time/policy_s"} <= set(remote[0].metrics)
+    assert min(workers.env_counts()) >= 1  # the envs were spread over both workers
+
+
+@pytest.mark.parametrize(("env_id", "env_kwargs"), [(RECALL, {}), (MATH, NUMERIC_MATH)])
+def test_driver_side_policy_with_seeded_sampling_gives_identical_episodes(
+    workers, env_id, env_kwargs
+):
+    policy = ScriptedPolicy(lambda m, s: f"guess {s.seed % 97}: \\boxed{{{s.seed % 5}}}")
+    kw = {
+        "seeds": [3, 4],
+        "group_size": 2,
+        "concurrency": 3,
+        "env_kwargs": env_kwargs,
+        "sampling": SamplingParams(seed=11),
+    }
+    local = rollout(env_id, policy, **kw)
+    remote = rollout(env_id, policy, workers=workers, **kw)
+    assert [_content(e) for e in remote] == [_content(e) for e in local]
+    assert len({e.turns[0].completion.text for e in remote}) > 1  # seeds really differ
+
+
+def test_env_factories_resolve_in_the_workers(workers):
+    from toy_envs import CounterEnv  # importable in the workers: driver's sys.path is passed
+
+    local = rollout(lambda: CounterEnv(target=3), OraclePolicy(), seeds=[0, 1])
+    remote = rollout(lambda: CounterEnv(target=3), OraclePolicy(), seeds=[0, 1], workers=workers)
+    assert [_content(e) for e in remote] == [_content(e) for e in local]
+    assert remote[0].env_id == "CounterEnv"
+
+
+def test_episodes_are_spread_over_workers_and_envs_are_reused(workers):
+    kwargs = {"num_facts": 2}  # a config no other test uses
+
+    async def go():
+        a = await workers.acquire(RECALL, kwargs)
+        b = await workers.acquire(RECALL, kwargs)
+        workers.release(a)
+        workers.release(b)
+        c = await workers.acquire(RECALL, dict(kwargs))
+        workers.release(c)
+        return a, b, c
+
+    a, b, c = _run(go())
+    assert {a.worker, b.worker} == {0, 1}
+    assert (c.worker, c.handle) in {(a.worker, a.handle), (b.worker, b.handle)}
+    assert a.env_id == RECALL
+
+
+# ----------------------------------------------------------------------------- errors
+def test_env_error_at_make_reraises_with_the_workers_traceback(workers):
+    with pytest.raises(UnknownNameError) as info:  # the env's own exception type still matches
+        rollout(MATH, OraclePolicy(), env_kwargs={"kinds": "astrology"}, workers=workers)
+    err = info.value
+    assert isinstance(err, EnvWorkerError)
+    assert err.env_id == MATH and MATH in str(err)
+    assert "astrology" in str(err)
+    assert "Traceback in the worker" in str(err) and "_parse_kinds" in err.remote_traceback
+
+
+def test_env_error_during_an_episode_names_the_env_and_the_call(workers):
+    async def go():
+        env = await workers.acquire(MATH)
+        try:
+            await env.reset(seed=0, options={"no_such_option": 1})
+        finally:
+            workers.release(env, discard=True)
+
+    with pytest.raises(EnvWorkerError) as info:
+        _run(go())
+    assert f"{MATH} raised UnknownNameError in reset()" in str(info.value)
+    assert "no_such_option" in str(info.value) and "_begin" in info.value.remote_traceback
+
+
+def test_unknown_env_id_fails_in_the_driver_like_gym_make(workers):
+    import gymnasium as gym
+
+    with pytest.raises(gym.error.Error):
+        rollout("agentgym/NoSuchEnv-v0", OraclePolicy(), workers=workers)
+
+
+# ----------------------------------------------------------------------------- time bounds
+def test_math_grading_keeps_its_time_bound_in_a_worker(workers):
+    async def go():
+        env = await workers.acquire(MATH, {"grading_timeout_s": 0.5})
+        try:
+            await env.reset(seed=0, options={"task_id": "gen/arithmetic/1/7"})
+            # sympy would work on this power tower for hours
+            step = env.step("\\boxed{9^{9^{9^9}}}")
+            _, reward, terminated, _, info = await asyncio.wait_for(step, 120)
+        finally:
+            workers.release(env)
+        return reward, terminated, info["reward_breakdown"]
+
+    reward, terminated, breakdown = _run(go())
+    assert terminated and reward == 0.0
+    assert breakdown["grade_reason"] == "timeout"
+
+
+def _local_sandbox_problem() -> str | None:
+    try:
+        from agentgym.sandbox import open_sandbox
+
+        with open_sandbox("local") as sb:
+            sb.run(["true"], timeout=30)
+    except Exception as e:
+        return str(e)
+    return None
+
+
+def test_sandbox_command_timeout_holds_in_a_worker(workers):
+    problem = _local_sandbox_problem()
+    if problem is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"the local sandbox cannot start: {problem}")
+        pytest.skip(f"the local sandbox cannot start here: {problem}")
+
+    async def go():
+        env = await workers.acquire(
+            APPGEN, {"sandbox": "local", "pool_size": 1, "tasks": ["csv_report"]}
+        )
+        try:
+            await env.reset(seed=0)
+            step = env.step('<run timeout="1">sleep 60</run>')
+            obs, _, terminated, truncated, _ = await asyncio.wait_for(step, 120)
+        finally:
+            workers.release(env, discard=True)
+        return obs, terminated or truncated
+
+    obs, ended = _run(go())
+    assert not ended
+    assert "killed after the 1s timeout" in obs[-1].content
+
+
+# ----------------------------------------------------------------------------- Ray itself
+def test_ray_files_live_outside_the_venv_and_the_repo(workers):
+    roots = [Path(sys.prefix).resolve(), REPO]
+    default = Path(default_temp_dir()).resolve()
+    assert all(default != r and r not in default.parents for r in roots)
+    if workers.started_ray and workers.session_dir:
+        session = Path(workers.session_dir).resolve()
+        assert session.parent == Path(workers.temp_dir)
+        assert all(r not in session.parents for r in roots)
+
+
+def test_temp_dir_is_checked_before_anything_starts(monkeypatch):
+    with pytest.raises(ConfigError, match="inside the Python environment"):
+        RayEnvWorkers(1, temp_dir=Path(sys.prefix) / "ray-tmp")
+    with pytest.raises(ConfigError, match="agentgym source tree"):
+        RayEnvWorkers(1, temp_dir=REPO / "ray-tmp")
+    with pytest.raises(ConfigError, match="socket"):
+        RayEnvWorkers(1, temp_dir="/tmp/" + "x" * 80)
+    monkeypatch.setenv(TMPDIR_ENV, "/tmp/agr-elsewhere")
+    assert default_temp_dir() == "/tmp/agr-elsewhere"
+
+
+def test_an_address_where_no_cluster_listens_fails_fast_with_a_hint():
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ConfigError, match="ray start --head"):
+        RayEnvWorkers(1, address=f"127.0.0.1:{port}")
+    with pytest.raises(ConfigError, match="host:port"):
+        RayEnvWorkers(1, address="not-an-address")
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ConfigError, match="rollout_workers"):
+        RayEnvWorkers(0)
+    with pytest.raises(ConfigError, match="max_concurrency"):
+        RayEnvWorkers(1, max_concurrency=0)
+
+
+def test_close_ends_the_actors_and_leaves_a_ray_it_did_not_start(workers):
+    extra = RayEnvWorkers(1, cpus_per_worker=0)  # joins the module's Ray
+    assert not extra.started_ray
+    actor = extra._actors[0]
+
+    async def lease():
+        env = await extra.acquire(RECALL)
+        extra.release(env)
+
+    _run(lease())
+    assert extra.env_counts() == [1]
+    extra.close()
+    extra.close()  # idempotent
+    assert extra.closed and ray.is_initialized()
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(actor.info.remote(), timeout=60)
+    with pytest.raises(EnvStateError, match="closed"):
+        _run(extra.acquire(RECALL))
