@@ -551,7 +551,8 @@ class RayEnvWorkers:
         self._count = [0] * num_workers
         self._binders: OrderedDict[int, tuple[Any, str, bytes]] = OrderedDict()
 
-        wanted_temp = check_temp_dir(temp_dir if temp_dir is not None else default_temp_dir())
+        # an explicit temp dir is checked even when unused, so a bad value shows at once
+        explicit_temp = check_temp_dir(temp_dir) if temp_dir is not None else None
         if address is None and os.environ.get("RAY_ADDRESS"):
             address = os.environ["RAY_ADDRESS"]
         if address is not None:
@@ -572,7 +573,8 @@ class RayEnvWorkers:
                     f"CPUs but the local Ray gets num_cpus={cpus}. Lower cpus_per_worker (0 "
                     "lets workers share CPUs) or raise num_cpus."
                 )
-            self._start_local(ray, wanted_temp, cpus, object_store_memory, log_to_driver)
+            wanted = explicit_temp or check_temp_dir(default_temp_dir())
+            self._start_local(ray, wanted, cpus, object_store_memory, log_to_driver)
         try:
             self._start_actors(ray, cpus_per_worker, runtime_env, start_timeout_s)
         except BaseException:
