@@ -183,11 +183,13 @@ async def evaluate_async(
     seed_start: int = 0,
     seeds: Sequence[int] | None = None,
     concurrency: int = 256,
+    workers: Any = None,
 ) -> tuple[dict[str, float], list[list[Episode]]]:
     """One episode per held-out seed and env.
 
     Args:
         seeds: the held-out seeds; default ``seed_start .. seed_start + num_tasks - 1``.
+        workers: Ray env workers for the env work (``None``: in this process).
 
     Returns:
         summary metrics under ``eval/`` and the episodes, one list per env.
@@ -209,6 +211,7 @@ async def evaluate_async(
                 sampling=sampling,
                 concurrency=concurrency,
                 env_kwargs=env_kwargs(spec, tokenizer),
+                workers=workers,
             )
             if seeds
             else _no_episodes()

@@ -167,6 +167,11 @@ class RolloutConfig:
             see docs/vllm.md).
         engine_options: keyword arguments of the engine (for ``vllm``:
             ``gpu_memory_utilization``, ``max_model_len``, ``dtype``, ...).
+        rollout_workers: ``0``: env work (make, reset, step, grading, sandboxes) in
+            this process's thread pool. ``N``: in ``N`` Ray actors (docs/ray.md); the
+            episodes are the same.
+        ray_address: the Ray cluster to join (``host:port``, ``ray://...``, ``auto``);
+            ``null``: start a local Ray (or join ``$RAY_ADDRESS``).
     """
 
     group_size: int = 8
@@ -180,6 +185,8 @@ class RolloutConfig:
     gather_window_s: float = 0.002
     engine: str = "hf"
     engine_options: dict[str, Any] = field(default_factory=dict)
+    rollout_workers: int = 0
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         _check(
@@ -197,6 +204,14 @@ class RolloutConfig:
         _check(
             self.engine in ("hf", "vllm"),
             f"rollout.engine must be hf or vllm, got {self.engine!r}.",
+        )
+        _check(
+            self.rollout_workers >= 0,
+            f"rollout.rollout_workers must be >= 0 (0: no Ray), got {self.rollout_workers}.",
+        )
+        _check(
+            self.ray_address is None or self.rollout_workers > 0,
+            "rollout.ray_address needs rollout.rollout_workers >= 1 (the actors to start there).",
         )
         _check(self.concurrency >= 1, "rollout.concurrency must be >= 1.")
         _check(self.max_batch >= 1, "rollout.max_batch must be >= 1.")

@@ -195,6 +195,13 @@ class DAPOTrainer:
             max_batch=cfg.rollout.max_batch, gather_window_s=cfg.rollout.gather_window_s
         )
         self.env_kwargs = [env_kwargs(spec, self.tokenizer) for spec in cfg.envs]
+        self.workers = None  # env work in Ray actors (rollout.rollout_workers, docs/ray.md)
+        if cfg.rollout.rollout_workers > 0:
+            from agentgym.workers import RayEnvWorkers
+
+            self.workers = RayEnvWorkers(
+                cfg.rollout.rollout_workers, address=cfg.rollout.ray_address
+            )
         weights = np.array([e.weight for e in cfg.envs], dtype=np.float64)
         self.env_weights = (weights / weights.sum()).tolist()
 
@@ -300,6 +307,7 @@ class DAPOTrainer:
                     concurrency=share,
                     env_kwargs=self.env_kwargs[k],
                     on_episode=lambda _ep, i=stream: self.policy.episode_done(i),
+                    workers=self.workers,
                 )
             )
         self.policy.expect(streams)
@@ -433,6 +441,7 @@ class DAPOTrainer:
                     seeds=seeds[self.dist.rank :: self.dist.world_size],
                     sampling=sampling,
                     concurrency=self.cfg.rollout.concurrency,
+                    workers=self.workers,
                 )
             )
         if self.dist.world_size > 1:  # every rank played its share of the seeds
@@ -543,6 +552,8 @@ class DAPOTrainer:
             close = getattr(self.engine, "close", None)
             if callable(close):
                 close()
+            if self.workers is not None:
+                self.workers.close()
         if self.dist.world_size > 1 and cfg.lora.enabled:
             self.check_ranks_agree()
         if cfg.run.plots and self.dist.is_main:

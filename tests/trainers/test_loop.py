@@ -306,3 +306,24 @@ def test_the_vllm_engine_without_vllm_says_how_to_install_it(tmp_path, toy_envs_
         pass
     with pytest.raises(ConfigError, match=r"agentgym\[vllm\]"):
         DAPOTrainer(_cfg(tmp_path, "rollout.engine=vllm"))
+
+
+@pytest.mark.slow
+def test_env_work_in_ray_workers_gives_the_same_steps(tmp_path, toy_envs_registered):
+    pytest.importorskip("ray")
+    local = DAPOTrainer(_cfg(tmp_path, "run.max_steps=1", name="local")).train()
+    remote = DAPOTrainer(
+        _cfg(tmp_path, "run.max_steps=1", "rollout.rollout_workers=1", name="ray")
+    ).train()
+    for key in (
+        "charts/reward",
+        "charts/groups_kept",
+        "losses/total",
+        "charts/response_tokens_mean",
+    ):
+        assert remote[0][key] == pytest.approx(local[0][key], abs=1e-9), key
+
+
+def test_ray_address_without_workers_is_a_config_error():
+    with pytest.raises(ConfigError, match="rollout_workers"):
+        load_config(TrainConfig, None, ["rollout.ray_address=auto"])
