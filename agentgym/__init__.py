@@ -52,12 +52,17 @@ def __getattr__(name: str):
         from agentgym import rollouts
 
         return getattr(rollouts, name)
+    if name == "RayEnvWorkers":
+        from agentgym.workers import RayEnvWorkers
+
+        return RayEnvWorkers
     raise AttributeError(f"module 'agentgym' has no attribute {name!r}")
 
 
 __all__ = [
     "ActResult",
     "AgentGymError",
+    "RayEnvWorkers",
     "ChatObservation",
     "Completion",
     "ConfigError",
