@@ -62,7 +62,6 @@ def __getattr__(name: str):
 __all__ = [
     "ActResult",
     "AgentGymError",
-    "RayEnvWorkers",
     "ChatObservation",
     "Completion",
     "ConfigError",
@@ -73,6 +72,7 @@ __all__ = [
     "MemoryConfig",
     "Message",
     "PolicyError",
+    "RayEnvWorkers",
     "SamplingParams",
     "SandboxError",
     "Task",
