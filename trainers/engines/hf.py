@@ -318,9 +318,9 @@ def merged_lora(model: nn.Module) -> Iterator[bool]:
     same bits). Memory: one extra copy of the adapted weights while the block runs.
 
     Yields ``False`` and changes nothing when the model has no LoRA layers, is not a
-    ``PeftModel``, or has a layer kind or option this does not fold (DoRA and other
-    variants, LoRA on embeddings or convolutions, LoRA biases): the adapter then runs
-    as usual.
+    ``PeftModel``, has a layer kind or option this does not fold (DoRA and other
+    variants, LoRA on embeddings or convolutions, LoRA biases), or has sharded weights
+    (FSDP2, DeepSpeed ZeRO-3): the adapter then runs as usual.
     """
     try:
         from peft import PeftModel
@@ -354,6 +354,10 @@ def merged_lora(model: nn.Module) -> Iterator[bool]:
             param = layer.get_param()
         else:
             param = layer.get_base_layer().weight
+        if type(param.data) is not torch.Tensor or hasattr(param, "ds_id"):
+            # a sharded parameter (FSDP2 DTensor, DeepSpeed ZeRO-3): leave it alone
+            yield False
+            return
         if id(param) not in by_param:
             by_param[id(param)] = len(plan)
             plan.append((param, []))
