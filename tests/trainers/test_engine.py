@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import math
+from dataclasses import replace
 
 import pytest
 import torch
 from conftest import TINY_QWEN
 
+from agentgym.errors import ConfigError
 from agentgym.trainers.algorithm import selected_logprobs
 from agentgym.trainers.batch import Sample, make_microbatches
 from agentgym.trainers.engines import GenerationRequest, HFEngine
+from agentgym.trainers.engines.hf import merged_lora
 from agentgym.trainers.models import adapter_state_dict, apply_lora, build_preset
 from agentgym.trainers.tokenizer import encode_prompt
 from agentgym.types import Message, SamplingParams
@@ -175,3 +179,206 @@ def test_expect_hint_gives_up_after_max_wait(engine):
     policy.episode_done(0)
     assert policy._expected == [[9, 10]]
     policy.close()
+
+
+# ---------------------------------------------------------------------- the lean decode loop
+def _mixed_requests() -> list[GenerationRequest]:
+    """Prompts of different lengths (two shared), temperatures, top-p, greedy rows and
+    per-request max_tokens, so rows leave the batch at different steps."""
+    settings = [
+        dict(max_tokens=12, temperature=1.0),
+        dict(max_tokens=3, temperature=0.7, top_p=0.9),
+        dict(max_tokens=20, temperature=0.0),
+        dict(max_tokens=1, temperature=1.3, top_p=0.5),
+        dict(max_tokens=16, temperature=1.0),
+        dict(max_tokens=9, temperature=0.8),
+    ]
+    return [
+        GenerationRequest(
+            (Message("user", f"question {i % 4}" + "!" * (i % 3)),),
+            SamplingParams(seed=300 + i, **settings[i % len(settings)]),
+        )
+        for i in range(9)
+    ]
+
+
+def _lora_model(tokenizer, preset: str, overrides=None):
+    model = apply_lora(build_preset(preset, tokenizer, overrides=overrides, seed=0), r=4, seed=1)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # a trained-looking adapter, so that it changes the outputs
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    return model
+
+
+@pytest.mark.parametrize(
+    ("preset", "overrides"), [("tiny-qwen2", TINY_QWEN), ("tiny-deepseek-v3", None)]
+)
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"merge_lora": False},
+        {"fast_attention": False},
+        {"merge_lora": False, "fast_attention": False},
+    ],
+)
+def test_lean_decode_matches_the_generate_path(tokenizer, preset, overrides, options):
+    model = _lora_model(tokenizer, preset, overrides)
+    reqs = _mixed_requests()
+    ref = HFEngine(model, tokenizer, decode="generate").generate(reqs)
+    got = HFEngine(model, tokenizer, **options).generate(reqs)
+    assert [c.token_ids for c in got] == [c.token_ids for c in ref]
+    assert [c.finish_reason for c in got] == [c.finish_reason for c in ref]
+    assert [c.text for c in got] == [c.text for c in ref]
+    for a, b in zip(got, ref, strict=True):
+        # the same distribution up to float rounding (a folded adapter rounds differently)
+        assert a.logprobs == pytest.approx(b.logprobs, abs=2e-5)
+    assert [c.num_tokens for c in got] == [12, 3, 20, 1, 16, 9, 12, 3, 20]
+
+
+def test_lean_decode_equals_a_one_row_reference(tokenizer):
+    # reference: every request decoded alone, full forward over the whole sequence at
+    # every step (no cache, no padding), sampled with its own seeded Gumbel noise
+    model = _lora_model(tokenizer, "tiny-qwen2", TINY_QWEN)
+    reqs = _mixed_requests()
+    got = HFEngine(model, tokenizer).generate(reqs)
+    for req, c in zip(reqs, got, strict=True):
+        s = req.sampling
+        gen = torch.Generator().manual_seed(s.seed)
+        seq = encode_prompt(tokenizer, req.messages)
+        ids, lps = [], []
+        with torch.no_grad():
+            for _ in range(s.max_tokens):
+                logits = model(input_ids=torch.tensor([seq])).logits[0, -1].float()
+                scaled = logits / (s.temperature or 1.0)
+                if s.top_p < 1:
+                    probs = scaled.softmax(-1)
+                    order = probs.argsort(descending=True)
+                    before = probs[order].cumsum(0) - probs[order]
+                    scaled[order[before >= s.top_p]] = -math.inf
+                logp = scaled.log_softmax(-1)
+                u = torch.rand(logp.shape[-1], generator=gen).clamp(1e-20, 1 - 1e-7)
+                tok = int((logp if s.temperature == 0 else logp - (-u.log()).log()).argmax())
+                ids.append(tok)
+                lps.append(float(logp[tok]))
+                seq.append(tok)
+                if tok == tokenizer.eos_token_id:
+                    break
+        assert list(c.token_ids) == ids
+        assert list(c.logprobs) == pytest.approx(lps, abs=2e-5)
+
+
+def test_rows_leaving_the_batch_do_not_change_the_others(tokenizer):
+    model = _lora_model(tokenizer, "tiny-qwen2", TINY_QWEN)
+    engine = HFEngine(model, tokenizer)
+    long = [_req(i, seed=50 + i) for i in range(6)]
+    short = [
+        GenerationRequest(r.messages, replace(r.sampling, max_tokens=1 + i % 3)) if i % 2 else r
+        for i, r in enumerate(long)
+    ]
+    a = engine.generate(long)
+    before = engine.row_steps_total
+    b = engine.generate(short)
+    # finished rows left the batch: fewer row-steps than rows x steps
+    assert engine.row_steps_total - before < 6 * 12
+    for i in range(0, 6, 2):
+        assert b[i].token_ids == a[i].token_ids
+        assert b[i].logprobs == pytest.approx(a[i].logprobs, abs=1e-5)
+    for i in range(1, 6, 2):
+        assert b[i].token_ids == a[i].token_ids[: 1 + i % 3]
+
+
+def test_rows_stop_at_eos(tokenizer):
+    model = _lora_model(tokenizer, "tiny-qwen2", TINY_QWEN)
+    with torch.no_grad():  # make eos likely, so rows end at different steps
+        model.get_base_model().lm_head.weight[tokenizer.eos_token_id] *= 0.0
+        model.get_base_model().lm_head.weight[tokenizer.eos_token_id] += 0.2 * torch.ones(32)
+    reqs = [_req(i, seed=i) for i in range(12)]
+    ref = HFEngine(model, tokenizer, decode="generate").generate(reqs)
+    got = HFEngine(model, tokenizer).generate(reqs)
+    assert [c.token_ids for c in got] == [c.token_ids for c in ref]
+    stopped = [c for c in got if c.finish_reason == "stop"]
+    assert stopped and all(c.token_ids[-1] == tokenizer.eos_token_id for c in stopped)
+    assert len({c.num_tokens for c in got}) > 1
+
+
+def test_stop_strings_end_rows_early_with_the_same_result(tokenizer):
+    model = _lora_model(tokenizer, "tiny-qwen2", TINY_QWEN)
+    messages = _req(1).messages
+    free = HFEngine(model, tokenizer).generate(
+        [GenerationRequest(messages, SamplingParams(max_tokens=40, seed=s)) for s in (3, 4)]
+    )
+    # a stop string that first appears well into the first reply (past a stop check)
+    text = free[0].text
+    at = next(
+        i
+        for i in range(12, len(text) - 1)
+        if text[i : i + 2].isascii()
+        and text[i : i + 2].isalnum()
+        and text.find(text[i : i + 2]) == i
+    )
+    stop = text[at : at + 2]
+    reqs = [
+        GenerationRequest(messages, SamplingParams(max_tokens=40, seed=3, stop=(stop,))),
+        GenerationRequest(messages, SamplingParams(max_tokens=40, seed=4, stop=("\x00never",))),
+    ]
+    ref = HFEngine(model, tokenizer, decode="generate").generate(reqs)
+    lean = HFEngine(model, tokenizer)
+    got = lean.generate(reqs)
+    assert [(c.token_ids, c.text, c.finish_reason) for c in got] == [
+        (c.token_ids, c.text, c.finish_reason) for c in ref
+    ]
+    assert got[0].finish_reason == "stop" and got[0].text == text[:at]
+    assert got[0].num_tokens < 40 and got[1].token_ids == free[1].token_ids
+    # the stopped row left the batch before the other finished
+    assert lean.row_steps_total < 2 * 40
+
+
+def test_folded_adapter_restores_the_exact_weights(tokenizer):
+    for preset, overrides in (("tiny-qwen2", TINY_QWEN), ("tiny-deepseek-v3", None)):
+        model = _lora_model(tokenizer, preset, overrides)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        ids = {k: v.data_ptr() for k, v in model.state_dict().items()}
+        with merged_lora(model) as folded:
+            assert folded
+            x = torch.tensor([[5, 6, 7]])
+            with torch.no_grad():
+                merged = model(input_ids=x).logits
+        with torch.no_grad():
+            plain = model(input_ids=x).logits
+        assert torch.allclose(merged, plain, atol=1e-5)
+        after = model.state_dict()
+        assert all(torch.equal(before[k], after[k]) for k in before)
+        assert all(after[k].data_ptr() == ids[k] for k in ids)  # the very same tensors
+        # an error inside the block restores them too
+        with pytest.raises(RuntimeError), merged_lora(model):
+            raise RuntimeError("boom")
+        assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+        # the adapter is live again outside the block
+        with torch.no_grad(), model.disable_adapter():
+            base = model(input_ids=x).logits
+        assert not torch.allclose(base, plain, atol=1e-3)
+
+
+def test_no_adapter_or_full_model_decodes_the_same(tokenizer):
+    model = build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN, seed=0)
+    with merged_lora(model) as folded:
+        assert not folded
+    reqs = _mixed_requests()
+    ref = HFEngine(model, tokenizer, decode="generate").generate(reqs)
+    got = HFEngine(model, tokenizer).generate(reqs)
+    assert [c.token_ids for c in got] == [c.token_ids for c in ref]
+
+
+def test_decode_option_is_checked(tokenizer):
+    with pytest.raises(ConfigError, match="decode"):
+        HFEngine(build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), tokenizer, decode="x")
+
+
+def test_engine_keeps_training_mode(tokenizer):
+    model = _lora_model(tokenizer, "tiny-qwen2", TINY_QWEN)
+    model.train()
+    HFEngine(model, tokenizer).generate([_req(1, seed=1)])
+    assert model.training
