@@ -20,8 +20,12 @@ What is the same on both sides:
   and steps it with the completion, as agentgym's rollout does);
 * the update: DAPO loss (clip-higher 0.2/0.28, token-level normalisation, no KL), one
   optimizer step per batch (AdamW, lr 1e-4, constant), one micro-batch, gradient-norm
-  clipping at 1.0; agentgym's dynamic sampling is off so that both generate exactly
-  one round per step;
+  clipping at 1.0, no activation recomputation (TRL's ``gradient_checkpointing``
+  defaults to on, which recomputes the forward pass during the backward pass to save
+  memory; agentgym does not recompute, so it is off here -- ``--trl-gradient-
+  checkpointing`` restores TRL's default, which measured about 1.4x slower per TRL
+  step); agentgym's dynamic sampling is off so that both generate exactly one round
+  per step;
 * the process: agentgym's ``keep_freed_memory`` malloc setting (process-wide, so TRL
   gets it too: without it both are several times slower on VMs with lazily backed
   memory), the same torch thread count, all torch work on the main thread.
@@ -75,6 +79,7 @@ def _settings(quick: bool, measured_steps: int | None = None) -> dict[str, Any]:
         "warmup_steps": 1,
         "measured_steps": measured_steps or (3 if quick else 8),
         "threads": int(os.environ.get("AGENTGYM_BENCH_THREADS", "2")),
+        "trl_gradient_checkpointing": False,
     }
 
 
@@ -217,6 +222,9 @@ def _trl(
         learning_rate=s["lr"],
         lr_scheduler_type="constant",
         max_grad_norm=1.0,
+        # TRL's default recomputes every activation in the backward pass (a memory
+        # saver for large models); agentgym does not, so the same work means off
+        gradient_checkpointing=s["trl_gradient_checkpointing"],
         max_steps=steps,
         logging_steps=1,
         save_strategy="no",
@@ -275,12 +283,14 @@ def run(
     env_id: str = ENV_ID,
     env_kwargs: dict[str, Any] | None = None,
     measured_steps: int | None = None,
+    trl_gradient_checkpointing: bool = False,
 ) -> dict[str, Any]:
     """Time both trainers on the same workload, step by step in alternation (see the
     module docstring)."""
     quick = quick or os.environ.get("AGENTGYM_PERF_QUICK") == "1"
     env_kwargs = dict(ENV_KWARGS if env_kwargs is None else env_kwargs)
     s = _settings(quick, measured_steps)
+    s["trl_gradient_checkpointing"] = trl_gradient_checkpointing
     warm = s["warmup_steps"]
     import torch
 
@@ -345,6 +355,8 @@ def run(
         f"{warm} warm-up + {s['measured_steps']} measured steps per side, alternating, "
         f"{s['threads']} torch threads; medians over the measured steps."
     )
+    if s["trl_gradient_checkpointing"]:
+        notes += " TRL with gradient checkpointing (its default; recomputes activations)."
     if theirs is None:
         notes += " TRL is not installed (pip install trl): only agentgym was timed."
     return {
@@ -360,12 +372,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="a smaller, faster workload")
     p.add_argument("--steps", type=int, default=None, help="measured steps per side")
     p.add_argument("--env", default=ENV_ID, help="a single-turn env id")
+    p.add_argument(
+        "--trl-gradient-checkpointing",
+        action="store_true",
+        help="TRL with its default gradient checkpointing (extra recomputation)",
+    )
     args = p.parse_args(argv)
     out = run(
         quick=args.quick,
         env_id=args.env,
         env_kwargs=ENV_KWARGS if args.env == ENV_ID else {},
         measured_steps=args.steps,
+        trl_gradient_checkpointing=args.trl_gradient_checkpointing,
     )
     f, r = out["figures"], out["ratios"]
     print(out["title"])
