@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 import torch
 from conftest import TINY_QWEN
+from peft.tuners.lora import LoraLayer
 
 from agentgym.errors import ConfigError
 from agentgym.trainers.algorithm import selected_logprobs
@@ -341,8 +342,10 @@ def test_folded_adapter_restores_the_exact_weights(tokenizer):
         model = _lora_model(tokenizer, preset, overrides)
         before = {k: v.clone() for k, v in model.state_dict().items()}
         ids = {k: v.data_ptr() for k, v in model.state_dict().items()}
+        modules = {name: m for name, m in model.named_modules()}
         with merged_lora(model) as folded:
             assert folded
+            assert not any(isinstance(m, LoraLayer) for m in model.modules())
             x = torch.tensor([[5, 6, 7]])
             with torch.no_grad():
                 merged = model(input_ids=x).logits
@@ -352,6 +355,7 @@ def test_folded_adapter_restores_the_exact_weights(tokenizer):
         after = model.state_dict()
         assert all(torch.equal(before[k], after[k]) for k in before)
         assert all(after[k].data_ptr() == ids[k] for k in ids)  # the very same tensors
+        assert dict(model.named_modules()) == modules  # the adapter wrappers are back
         # an error inside the block restores them too
         with pytest.raises(RuntimeError), merged_lora(model):
             raise RuntimeError("boom")

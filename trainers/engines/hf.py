@@ -312,10 +312,12 @@ def merged_lora(model: nn.Module) -> Iterator[bool]:
 
     For every peft LoRA layer (``lora.Linear`` and, for MoE experts, ``ParamWrapper``)
     the weight tensor is replaced by a new tensor ``W + delta`` (``delta`` from peft's
-    ``get_delta_weight`` summed over the active adapters) and the adapter layers are
-    disabled, so a forward pass runs one matmul per adapted layer. On exit the original
+    ``get_delta_weight`` summed over the active adapters), so a forward pass runs one
+    matmul per adapted layer. On exit the original
     tensors are put back (not un-merged by subtraction, which would not give back the
-    same bits). Memory: one extra copy of the adapted weights while the block runs.
+    same bits). The adapter wrappers are also taken out of the module tree for the
+    block (each parent holds the wrapped layer directly) and put back on exit. Memory:
+    one extra copy of the adapted weights while the block runs.
 
     Yields ``False`` and changes nothing when the model has no LoRA layers, is not a
     ``PeftModel``, has a layer kind or option this does not fold (DoRA and other
@@ -362,7 +364,16 @@ def merged_lora(model: nn.Module) -> Iterator[bool]:
             by_param[id(param)] = len(plan)
             plan.append((param, []))
         plan[by_param[id(param)]][1].extend((layer, a) for a in adapters)
+    # the outermost adapter wrappers and what they wrap (nested for several parameters)
+    swaps = [
+        (parent, name, child, child.get_base_layer())
+        for parent in model.modules()
+        if not isinstance(parent, LoraLayer)
+        for name, child in parent.named_children()
+        if isinstance(child, LoraLayer)
+    ]
     saved: list[tuple[nn.Parameter, torch.Tensor]] = []
+    swapped: list[tuple[nn.Module, str, nn.Module]] = []
     try:
         with torch.no_grad():
             for param, parts in plan:
@@ -373,9 +384,14 @@ def merged_lora(model: nn.Module) -> Iterator[bool]:
                     merged += layer.get_delta_weight(adapter).to(merged.dtype)
                 saved.append((param, param.data))
                 param.data = merged
-        with model.disable_adapter():
-            yield True
+        # the wrappers would only add Python overhead now: call the wrapped layers
+        for parent, name, wrapper, base in swaps:
+            setattr(parent, name, base)
+            swapped.append((parent, name, wrapper))
+        yield True
     finally:
+        for parent, name, wrapper in reversed(swapped):
+            setattr(parent, name, wrapper)
         for param, original in saved:
             param.data = original
 
