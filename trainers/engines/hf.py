@@ -531,15 +531,21 @@ class HFEngine(RolloutEngine):
     ) -> tuple[list[list[int]], list[list[float]]]:
         """agentgym's decode loop (see the module docstring); returns ids and log-probs."""
         merge = merged_lora(self.model) if self.merge_lora else contextlib.nullcontext(False)
-        with merge, torch.inference_mode():
-            return self._lean_loop(requests, prompts, seeds)
+        with merge as folded, torch.inference_mode():
+            # folded: the peft wrapper has nothing left to do; call the model it wraps
+            model = self.model.get_base_model() if folded else self.model
+            return self._lean_loop(model, requests, prompts, seeds)
 
     def _lean_loop(
-        self, requests: list[GenerationRequest], prompts: list[list[int]], seeds: list[int]
+        self,
+        model: nn.Module,
+        requests: list[GenerationRequest],
+        prompts: list[list[int]],
+        seeds: list[int],
     ) -> tuple[list[list[int]], list[list[float]]]:
         from transformers import DynamicCache
 
-        model, dev, tok = self.model, self.device, self.tokenizer
+        dev, tok = self.device, self.tokenizer
         n = len(requests)
         eos = tok.eos_token_id
         limits = [r.sampling.max_tokens for r in requests]
