@@ -27,9 +27,12 @@ Two decode paths produce the same tokens for the same seeds:
   single-query attention is computed by :func:`decode_attention` (grouped-query
   attention without copying the K/V heads); other models use ``DynamicCache`` and
   their own attention. With a LoRA adapter (peft), the adapter is folded into copies
-  of the adapted weights for the duration of the call (:func:`merged_lora`) so that a
-  step runs one matmul per layer instead of three; the trainer's weights are put back
-  untouched afterwards (the original tensors, not an un-merge).
+  of the adapted weights for the duration of the call (:func:`merged_lora`) so that an
+  adapted layer runs one matmul instead of three and no peft wrapper code; the
+  trainer's weights and modules are put back untouched afterwards (the original
+  tensors, not an un-merge). Top-p filters only the rows that ask for it (the
+  ``generate`` path filters every row of a batch in which any row asks, which can drop
+  a top-p 1 row's negligible tail tokens depending on its batch).
 * ``decode="generate"``: ``model.generate`` with a logits processor that samples the
   same way (:class:`_SeededSampler`); every row runs until the longest is done. Kept as
   the reference implementation the lean loop is tested against.
@@ -41,7 +44,10 @@ a merged adapter they differ from the learner's recomputation by float rounding 
 Stop strings are applied after generation (the stop string's tokens are kept in
 ``token_ids`` so that training sees where the reply ended; the text excludes it); the
 lean loop also checks them every :data:`STOP_CHECK_EVERY` steps so that a stopped row
-leaves the batch early (its kept tokens are the same either way).
+leaves the batch early. The kept tokens are the same either way as long as the text of
+a reply's first tokens is a prefix of the text of the whole reply (true of byte-level
+BPE; a tokenizer whose decoding rewrites spaces around later punctuation could, in
+rare cases, stop at a stop string that the full text would not show).
 """
 
 from __future__ import annotations
