@@ -148,8 +148,11 @@ class _RowNoise:
         self._noise: torch.Tensor | None = None  # [batch rows, chunk, vocab]
         self._start = 0  # the step the current chunk starts at
 
-    def step(self, t: int, rows: Sequence[int]) -> torch.Tensor:
-        """Gumbel noise ``[len(rows), vocab]`` for step ``t`` (rows: request indices)."""
+    def step(self, t: int, rows: Sequence[int]) -> torch.Tensor | None:
+        """Gumbel noise ``[len(rows), vocab]`` for step ``t`` (rows: request indices);
+        ``None`` when every row is greedy."""
+        if all(self.generators[r] is None for r in rows):
+            return None
         if self._noise is None or t - self._start >= self.chunk:
             uniform = torch.zeros(len(rows), self.chunk, self.vocab)
             for j, r in enumerate(rows):
@@ -626,7 +629,10 @@ class HFEngine(RolloutEngine):
                     idx = nucleus.nonzero().squeeze(1)
                     scaled[idx] = _top_p_filter(scaled[idx], b_top_p[idx])
                 logp = torch.log_softmax(scaled, dim=-1)
-                perturbed = torch.where(b_greedy[:, None], logp, logp + noise.step(t, rows))
+                gumbel = noise.step(t, rows)
+                perturbed = (
+                    logp if gumbel is None else torch.where(b_greedy[:, None], logp, logp + gumbel)
+                )
                 choice = perturbed.argmax(dim=-1)
                 chosen_lp = logp.gather(1, choice[:, None]).squeeze(1)
                 t += 1
