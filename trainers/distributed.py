@@ -130,12 +130,19 @@ def barrier(info: DistInfo) -> None:
         dist.barrier()
 
 
-def shutdown(info: DistInfo) -> None:
-    """Leave the process group (no-op on a single process)."""
+def shutdown(info: DistInfo, *, wait_for_all: bool = True) -> None:
+    """Leave the process group (no-op on a single process).
+
+    With ``wait_for_all`` every rank first meets the others at a barrier, so no rank
+    tears its connections down while a peer still talks to it (seen on gloo as an abort
+    at exit); after an error the barrier is skipped, since a peer may never arrive.
+    """
     if info.distributed:
         import torch.distributed as dist
 
         if dist.is_initialized():
+            if wait_for_all:
+                dist.barrier()
             dist.destroy_process_group()
 
 

@@ -105,16 +105,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     from agentgym.trainers.loop import DAPOTrainer
 
     trainer = DAPOTrainer(cfg, resume=args.resume)
+    ok = False
     try:
         if trainer.resumed_from is not None and trainer.dist.is_main:
             print(f"[agentgym train] resumed from {trainer.resumed_from} (step {trainer.step})")
         trainer.train()
-        if trainer.dist.is_main:
-            print(
-                f"[agentgym train] done: {cfg.run.output_dir} (metrics.jsonl, checkpoints/, plots/)"
-            )
+        ok = True
     finally:
-        shutdown(trainer.dist)
+        shutdown(trainer.dist, wait_for_all=ok)
+    if trainer.dist.is_main:
+        print(f"[agentgym train] done: {cfg.run.output_dir} (metrics.jsonl, checkpoints/, plots/)")
     return 0
 
 
