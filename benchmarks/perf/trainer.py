@@ -23,9 +23,8 @@ What is the same on both sides:
   clipping at 1.0, no activation recomputation (TRL's ``gradient_checkpointing``
   defaults to on, which recomputes the forward pass during the backward pass to save
   memory; agentgym does not recompute, so it is off here -- ``--trl-gradient-
-  checkpointing`` restores TRL's default, which measured about 1.4x slower per TRL
-  step); agentgym's dynamic sampling is off so that both generate exactly one round
-  per step;
+  checkpointing`` restores TRL's default); agentgym's dynamic sampling is off so that
+  both generate exactly one round per step;
 * the process: agentgym's ``keep_freed_memory`` malloc setting (process-wide, so TRL
   gets it too: without it both are several times slower on VMs with lazily backed
   memory), the same torch thread count, all torch work on the main thread.
