@@ -405,6 +405,46 @@ def merged_lora(model: nn.Module) -> Iterator[bool]:
             param.data = original
 
 
+class _DecodeMask:
+    """The attention mask of the lean loop's decode steps.
+
+    Fast path: an additive ``[rows, 1, 1, positions]`` mask preallocated for every
+    position the call can reach, opened one position per step (transformers passes a
+    4-D mask through unchanged, so no causal mask is rebuilt per step). Otherwise the
+    2-D padding mask, one column longer per step, from which the model builds its own.
+    """
+
+    def __init__(
+        self, padding: torch.Tensor, max_positions: int, dtype: torch.dtype, additive: bool
+    ) -> None:
+        self.length = padding.shape[1]
+        self.additive = additive
+        if additive:
+            lowest = torch.finfo(dtype).min
+            self.mask = torch.full((padding.shape[0], 1, 1, max_positions), lowest, dtype=dtype)
+            self.mask[:, 0, 0, : self.length] = torch.where(padding.bool(), 0.0, lowest)
+        else:
+            self.mask = padding
+
+    def to(self, device: torch.device) -> _DecodeMask:
+        self.mask = self.mask.to(device)
+        return self
+
+    def keep(self, index: torch.Tensor) -> None:
+        """Keep only these rows."""
+        self.mask = self.mask.index_select(0, index)
+
+    def next_step(self) -> torch.Tensor:
+        """The mask for a step that writes one more position for every row."""
+        if self.additive:
+            self.mask[:, :, :, self.length] = 0.0
+            self.length += 1
+            return self.mask[:, :, :, : self.length]
+        self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=1)
+        self.length += 1
+        return self.mask
+
+
 # ---------------------------------------------------------------------- the engine
 class HFEngine(RolloutEngine):
     """Batched generation on a Hugging Face causal LM (see the module docstring).
@@ -553,6 +593,7 @@ class HFEngine(RolloutEngine):
         seeds: list[int],
     ) -> tuple[list[list[int]], list[list[float]]]:
         from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
 
         dev, tok = self.device, self.tokenizer
         n = len(requests)
@@ -570,8 +611,6 @@ class HFEngine(RolloutEngine):
         input_ids, attention = self._left_padded([list(p) for p in distinct])
         width = input_ids.shape[1]
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        from transformers.cache_utils import DynamicLayer
-
         cache = DynamicCache(config=getattr(model, "config", None))
         fast = (
             self.fast_attention
@@ -594,19 +633,12 @@ class HFEngine(RolloutEngine):
         logits = out.logits[:, -1].index_select(0, expand.to(dev))
         cache.batch_select_indices(expand.to(dev))
         next_pos = (positions[:, -1:] + 1).index_select(0, expand).to(dev)
-        if fast:
-            # additive mask [rows, 1, 1, positions], filled as positions are written
-            dtype = next(model.parameters()).dtype
-            lowest = torch.finfo(dtype).min
-            mask = torch.full((n, 1, 1, width + max(limits)), lowest, dtype=dtype)
-            mask[:, 0, 0, :width] = torch.where(attention.bool(), 0.0, lowest).index_select(
-                0, expand
-            )
-            mask = mask.to(dev)
-            mask2d = None
-        else:
-            mask = None
-            mask2d = attention.index_select(0, expand).to(dev)
+        mask = _DecodeMask(
+            attention.index_select(0, expand),
+            width + max(limits),
+            next(model.parameters()).dtype,
+            additive=fast,
+        ).to(dev)
 
         rows = list(range(n))  # batch position -> request index
         live = [True] * n  # per batch position: still generating
@@ -616,7 +648,6 @@ class HFEngine(RolloutEngine):
         b_temp = inv_temp.to(dev)
         b_greedy = greedy.to(dev)
         b_top_p = top_ps.to(dev)
-        length = width
         t = 0
         attn_ctx = _attention_implementation(model, DECODE_ATTENTION) if fast else None
         if fast:
@@ -654,6 +685,8 @@ class HFEngine(RolloutEngine):
                 alive = sum(live)
                 if alive == 0:
                     break
+                # finished rows leave once they are 1/8 of the batch: leaving copies the
+                # cache, staying costs a row of compute per step
                 if len(rows) - alive >= max(1, len(rows) // 8):
                     keep = torch.tensor([j for j, on in enumerate(live) if on], dtype=torch.long)
                     keep_dev = keep.to(dev)
@@ -667,21 +700,10 @@ class HFEngine(RolloutEngine):
                         b_greedy[keep_dev],
                         b_top_p[keep_dev],
                     )
-                    if mask is not None:
-                        mask = mask[keep_dev]
-                    if mask2d is not None:
-                        mask2d = mask2d[keep_dev]
-                if mask is not None:
-                    mask[:, :, :, length] = 0.0
-                    step_mask = mask[:, :, :, : length + 1]
-                else:
-                    assert mask2d is not None
-                    mask2d = torch.cat([mask2d, mask2d.new_ones((len(rows), 1))], dim=1)
-                    step_mask = mask2d
-                length += 1
+                    mask.keep(keep_dev)
                 out = model(
                     input_ids=choice[:, None],
-                    attention_mask=step_mask,
+                    attention_mask=mask.next_step(),
                     position_ids=next_pos,
                     past_key_values=cache,
                     use_cache=True,
