@@ -204,24 +204,34 @@ def test_sampled_logprobs_reads_the_sampled_token_of_each_position():
         sampled_logprobs([5], None)
 
 
-def test_finish_completion_matches_the_hf_engine(tokenizer):
-    hf = HFEngine(_tiny(tokenizer), tokenizer)
+def test_finish_completion_applies_the_engines_conventions(tokenizer):
+    # shared by the HF and vLLM engines (engines/base.py): eos kept and ending the reply,
+    # max_tokens cap, stop strings cut from the text but their tokens kept
     eos = tokenizer.eos_token_id
-    words = tokenizer("Check: 12 + 30 = 42. Answer: 42", add_special_tokens=False)["input_ids"]
-    cases = [
-        ([*words, eos], SamplingParams(max_tokens=64)),  # stopped on eos
-        ([*words, eos, 5, 6], SamplingParams(max_tokens=64)),  # eos then padding
-        (words, SamplingParams(max_tokens=len(words))),  # length cap
-        (words, SamplingParams(max_tokens=10)),  # more ids than the cap
-        ([*words, eos], SamplingParams(max_tokens=64, stop=("Answer",))),  # stop string
-        (words, SamplingParams(max_tokens=64, stop=(" = ", "zzz"))),  # earliest stop wins
-    ]
-    for ids, sampling in cases:
+    text = "Check: 12 + 30 = 42. Answer: 42"
+    words = tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def finish(ids, **sampling):
         lps = [-0.1 * (i + 1) for i in range(len(ids))]
-        req = GenerationRequest((Message("user", "q"),), sampling)
-        want = hf._finish(list(ids), list(lps), req, 9)
-        got = finish_completion(tokenizer, ids, lps, sampling, 9, eos_ids=[eos])
-        assert got == want, (ids, sampling)
+        c = finish_completion(tokenizer, ids, lps, SamplingParams(**sampling), 9, eos_ids=[eos])
+        assert list(c.logprobs) == lps[: c.num_tokens] and c.prompt_tokens == 9
+        return c
+
+    c = finish([*words, eos], max_tokens=64)
+    assert (c.token_ids, c.finish_reason, c.text) == ((*words, eos), "stop", text)
+    c = finish([*words, eos, 5, 6], max_tokens=64)  # eos, then padding
+    assert (c.token_ids, c.finish_reason) == ((*words, eos), "stop")
+    c = finish(list(words), max_tokens=len(words))
+    assert (c.token_ids, c.finish_reason) == (tuple(words), "length")
+    c = finish(list(words), max_tokens=10)
+    assert (c.token_ids, c.finish_reason, c.num_tokens) == (tuple(words[:10]), "length", 10)
+    c = finish([*words, eos], max_tokens=64, stop=("Answer",))
+    assert (c.text, c.finish_reason) == ("Check: 12 + 30 = 42. ", "stop")
+    kept = tokenizer.decode(list(c.token_ids), skip_special_tokens=True)
+    assert "Answer" in kept  # the stop string's tokens stay
+    assert "Answer" not in tokenizer.decode(list(c.token_ids[:-1]), skip_special_tokens=True)
+    c = finish(list(words), max_tokens=64, stop=(" = ", "zzz"))  # the earliest stop wins
+    assert (c.text, c.finish_reason) == ("Check: 12 + 30", "stop")
     # an early end that neither eos nor a stop string explains keeps the engine's reason
     short = finish_completion(
         tokenizer, words[:3], [-1.0] * 3, SamplingParams(max_tokens=64), 9, engine_finish="length"

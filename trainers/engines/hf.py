@@ -62,7 +62,12 @@ import torch
 from torch import nn
 
 from agentgym.errors import ConfigError
-from agentgym.trainers.engines.base import GenerationRequest, RolloutEngine
+from agentgym.trainers.engines.base import (
+    GenerationRequest,
+    RolloutEngine,
+    finish_completion,
+    first_stop,
+)
 from agentgym.trainers.tokenizer import encode_prompt
 from agentgym.types import Completion
 
@@ -715,36 +720,9 @@ class HFEngine(RolloutEngine):
     def _finish(
         self, ids: list[int], logprobs: list[float], request: GenerationRequest, prompt_len: int
     ) -> Completion:
-        tok = self.tokenizer
-        eos = tok.eos_token_id
-        limit = request.sampling.max_tokens
-        finish = "length"
-        if eos in ids[:limit]:
-            n = ids.index(eos) + 1
-            finish = "stop"
-        else:
-            n = min(limit, len(ids))
-        ids, logprobs = ids[:n], logprobs[:n]
-        text = tok.decode(ids, skip_special_tokens=True)
-        if request.sampling.stop:
-            cut = _first_stop(text, request.sampling.stop)
-            if cut is not None:
-                # keep the fewest tokens whose text reaches the end of the stop string
-                end = cut[1]
-                for k in range(1, len(ids) + 1):
-                    if len(tok.decode(ids[:k], skip_special_tokens=True)) >= end:
-                        ids, logprobs = ids[:k], logprobs[:k]
-                        break
-                text, finish = text[: cut[0]], "stop"
-        self.generated_tokens += len(ids)
-        return Completion(
-            text=text,
-            token_ids=tuple(ids),
-            logprobs=tuple(logprobs),
-            finish_reason=finish,
-            num_tokens=len(ids),
-            prompt_tokens=prompt_len,
-        )
+        completion = finish_completion(self.tokenizer, ids, logprobs, request.sampling, prompt_len)
+        self.generated_tokens += completion.num_tokens
+        return completion
 
 
 def _stopped(tokenizer: Any, ids: list[int], stops: tuple[str, ...]) -> bool:
@@ -756,16 +734,4 @@ def _stopped(tokenizer: Any, ids: list[int], stops: tuple[str, ...]) -> bool:
     text = tokenizer.decode(ids, skip_special_tokens=True)
     if text.endswith("\ufffd"):
         return False
-    return _first_stop(text, stops) is not None
-
-
-def _first_stop(text: str, stops: tuple[str, ...]) -> tuple[int, int] | None:
-    """(start, end) of the earliest stop string in text, or None."""
-    best = None
-    for s in stops:
-        if not s:
-            continue
-        i = text.find(s)
-        if i >= 0 and (best is None or i < best[0]):
-            best = (i, i + len(s))
-    return best
+    return first_stop(text, stops) is not None
