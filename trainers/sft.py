@@ -4,9 +4,12 @@ Examples come from the environments themselves, reached by id: for each training
 the env is reset and asked for a worked solution of that task
 (``env.unwrapped.worked_solution(**data.solution_kwargs)``), which becomes the reply to
 the first observation; or the env's oracle policy is played and every one of its turns
-(memory summaries included) becomes an example. The loss is cross-entropy on the reply
-tokens only (plus the end-of-sequence token), summed and divided by the batch's reply
-token count.
+(memory summaries included) becomes an example. The envs are made with the model
+tokenizer's exact token counter (``count_tokens``), as ``agentgym train`` and evaluation
+make them, so token-driven behaviour (budget-triggered memory summaries, memories cut to
+``summary_max_tokens``) is the same in the SFT data as at training and evaluation time.
+The loss is cross-entropy on the reply tokens only (plus the end-of-sequence token),
+summed and divided by the batch's reply token count.
 
 The result is a full Hugging Face model directory (``<output_dir>/model``, with the
 tokenizer) that ``agentgym train`` loads with ``model.path``.
@@ -30,6 +33,7 @@ from agentgym.errors import ConfigError
 from agentgym.rollouts import derive_seed
 from agentgym.trainers.common import (
     build_model_and_tokenizer,
+    env_kwargs,
     evaluate_async,
     resolve_envs,
     setup_torch,
@@ -42,8 +46,17 @@ from agentgym.types import Message, SamplingParams
 Example = tuple[tuple[Message, ...], str]
 
 
-def collect_examples(cfg: SFTConfig) -> list[Example]:
-    """(prompt messages, reply) pairs from the configured envs' seeds."""
+def collect_examples(cfg: SFTConfig, tokenizer: Any | None = None) -> list[Example]:
+    """(prompt messages, reply) pairs from the configured envs' seeds.
+
+    Args:
+        cfg: the SFT config (``envs`` and ``data``).
+        tokenizer: the model's tokenizer. Every env is then made with
+            :func:`~agentgym.trainers.common.env_kwargs` (the tokenizer's exact
+            ``count_tokens``), as DAPO training and evaluation make it. ``None``: the
+            envs' own default counter (bytes/4); only for the text a preset's tokenizer
+            learns its vocabulary from, before that tokenizer exists.
+    """
     ids = resolve_envs(cfg.envs)
     weights = [e.weight for e in cfg.envs]
     counts = [max(1, round(cfg.data.num_tasks * w / sum(weights))) for w in weights]
@@ -52,15 +65,37 @@ def collect_examples(cfg: SFTConfig) -> list[Example]:
     for env_id, spec, n in zip(ids, cfg.envs, counts, strict=True):
         seeds = list(range(seed, seed + n))
         seed += n
+        kwargs = dict(spec.kwargs) if tokenizer is None else env_kwargs(spec, tokenizer)
         if cfg.data.source == "worked_solution":
             examples.extend(
                 _worked_solutions(
-                    env_id, spec.kwargs, seeds, cfg.data.solution_kwargs, cfg.data.line_dropout
+                    env_id, kwargs, seeds, cfg.data.solution_kwargs, cfg.data.line_dropout
                 )
             )
         else:
-            examples.extend(_oracle_turns(env_id, spec.kwargs, seeds))
+            examples.extend(_oracle_turns(env_id, kwargs, seeds))
     return examples
+
+
+def example_corpus(examples: Sequence[Example]) -> list[str]:
+    """Every text of ``examples``: the prompt messages' contents, then the replies."""
+    return [m.content for msgs, _ in examples for m in msgs] + [r for _, r in examples]
+
+
+def build_model_and_examples(cfg: SFTConfig) -> tuple[torch.nn.Module, Any, list[Example]]:
+    """The model, its tokenizer, and the SFT examples collected with that tokenizer.
+
+    The examples are collected with the tokenizer's token counter (see
+    :func:`collect_examples`). A preset whose tokenizer learns a BPE vocabulary
+    (``model.tokenizer_vocab_size``) learns it from a first collection made with the envs'
+    default counter, since the tokenizer does not exist yet; the examples are then
+    collected again with the learned tokenizer, so where a token budget decides the turns
+    (memory summaries) they can differ from those of the first collection.
+    """
+    model, tok = build_model_and_tokenizer(
+        cfg.model, corpus=lambda: example_corpus(collect_examples(cfg))
+    )
+    return model, tok, collect_examples(cfg, tok)
 
 
 def drop_lines(text: str, p: float, rng: random.Random) -> str:
@@ -79,6 +114,7 @@ def _worked_solutions(
     sol_kwargs: dict[str, Any],
     line_dropout: float = 0.0,
 ) -> list[Example]:
+    """One (first observation, worked solution) pair per seed; ``kwargs`` go to ``gym.make``."""
     env = gym.make(env_id, **kwargs)
     try:
         fn = getattr(env.unwrapped, "worked_solution", None)
@@ -104,6 +140,7 @@ def _worked_solutions(
 
 
 def _oracle_turns(env_id: str, kwargs: dict[str, Any], seeds: Sequence[int]) -> list[Example]:
+    """Every turn (memory summaries included) of the oracle's episodes, one per seed."""
     from agentgym.policies import OraclePolicy
     from agentgym.rollouts import rollout
 
@@ -143,9 +180,7 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
     log = JsonlWriter(out / "metrics.jsonl", truncate_after_step=-1)
     t_start = time.monotonic()
 
-    examples = collect_examples(cfg)
-    corpus = [m.content for msgs, _ in examples for m in msgs] + [r for _, r in examples]
-    model, tok = build_model_and_tokenizer(cfg.model, corpus=lambda: corpus)
+    model, tok, examples = build_model_and_examples(cfg)
     if cfg.lora.enabled:
         from agentgym.trainers.models import apply_lora
 
