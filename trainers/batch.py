@@ -15,6 +15,7 @@ with the token ids it was sampled as (no re-tokenisation of generated text).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -93,49 +94,98 @@ def episodes_to_samples(
 
 @dataclass
 class MicroBatch:
-    """Right-padded tensors for one forward/backward pass.
+    """The tensors of one forward/backward pass, laid out around shared prompts.
 
-    ``targets[b, t]`` is the token predicted at position ``t`` (``input_ids[b, t + 1]``);
-    ``loss_mask[b, t]`` is 1 where that target is a sampled response token.
+    Samples with the same prompt (the ``G`` samples of a task's first turn) share one
+    row of ``prompt_ids``: a learner can run each distinct prompt through the model once
+    and only the replies per sample (:meth:`sequences` gives the plain one-row-per-sample
+    layout instead). Prompts are left-padded and replies right-padded, so every reply
+    starts right after the last token of its prompt.
+
+    ``targets[b, t]`` is the ``t``-th sampled token of sample ``b`` (the token predicted
+    after its prompt and the ``t`` tokens before it); ``loss_mask[b, t]`` is 1 where that
+    token is trained on.
     """
 
-    input_ids: torch.Tensor  # [B, T]
-    attention_mask: torch.Tensor  # [B, T]
-    targets: torch.Tensor  # [B, T-1]
-    loss_mask: torch.Tensor  # [B, T-1]
+    prompt_ids: torch.Tensor  # [U, P] left-padded distinct prompts
+    prompt_mask: torch.Tensor  # [U, P]
+    prompt_of: torch.Tensor  # [B] row of prompt_ids each sample continues
+    targets: torch.Tensor  # [B, R] right-padded sampled tokens
+    response_mask: torch.Tensor  # [B, R] 1 on real (not padding) reply tokens
+    loss_mask: torch.Tensor  # [B, R] float, 1 on trained tokens
     advantages: torch.Tensor  # [B]
-    sampler_logprobs: torch.Tensor  # [B, T-1] (0 where unknown)
-    has_sampler_logprobs: torch.Tensor  # [B, T-1] bool
+    sampler_logprobs: torch.Tensor  # [B, R] (0 where unknown)
+    has_sampler_logprobs: torch.Tensor  # [B, R] bool
     indices: list[int]  # positions of these samples in the input list
 
     @property
     def num_tokens(self) -> int:
         return int(self.loss_mask.sum().item())
 
+    @property
+    def num_prompts(self) -> int:
+        return int(self.prompt_ids.shape[0])
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.targets.shape[0])
+
+    def to(self, device: torch.device) -> MicroBatch:
+        """The same micro-batch with its tensors on ``device``."""
+        if self.targets.device == device:
+            return self
+        moved = {
+            f.name: getattr(self, f.name).to(device)
+            for f in dataclasses.fields(self)
+            if isinstance(getattr(self, f.name), torch.Tensor)
+        }
+        return dataclasses.replace(self, **moved)
+
+    def sequences(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One row per sample, prompt then reply: ``input_ids, attention_mask, position_ids``.
+
+        Row ``b``'s logits at positions ``P - 1 .. P + R - 2`` predict ``targets[b]``.
+        """
+        input_ids = torch.cat([self.prompt_ids[self.prompt_of], self.targets], dim=1)
+        attention = torch.cat([self.prompt_mask[self.prompt_of], self.response_mask], dim=1)
+        return input_ids, attention, positions(attention)
+
+
+def positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that count only the attended tokens (0 on left padding)."""
+    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
 
 def collate(samples: Sequence[Sample], indices: Sequence[int], pad_id: int) -> MicroBatch:
-    """Pad ``samples`` (right padding) into a :class:`MicroBatch`."""
-    width = max(s.length for s in samples)
+    """Pad ``samples`` into a :class:`MicroBatch`, one prompt row per distinct prompt."""
+    distinct: dict[tuple[int, ...], int] = {}
+    prompt_of = [distinct.setdefault(s.prompt_ids, len(distinct)) for s in samples]
+    p_width = max(len(p) for p in distinct)
+    prompt_ids = torch.full((len(distinct), p_width), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros((len(distinct), p_width), dtype=torch.long)
+    for row, p in enumerate(distinct):
+        prompt_ids[row, p_width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        prompt_mask[row, p_width - len(p) :] = 1
     b = len(samples)
-    input_ids = torch.full((b, width), pad_id, dtype=torch.long)
-    attention = torch.zeros((b, width), dtype=torch.long)
-    loss_mask = torch.zeros((b, width - 1), dtype=torch.float32)
-    sampler = torch.zeros((b, width - 1), dtype=torch.float32)
-    has_sampler = torch.zeros((b, width - 1), dtype=torch.bool)
+    r_width = max(len(s.response_ids) for s in samples)
+    targets = torch.full((b, r_width), pad_id, dtype=torch.long)
+    response_mask = torch.zeros((b, r_width), dtype=torch.long)
+    sampler = torch.zeros((b, r_width), dtype=torch.float32)
+    has_sampler = torch.zeros((b, r_width), dtype=torch.bool)
     for row, s in enumerate(samples):
-        seq = [*s.prompt_ids, *s.response_ids]
-        input_ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-        attention[row, : len(seq)] = 1
-        start = len(s.prompt_ids) - 1  # target index of the first response token
-        loss_mask[row, start : start + len(s.response_ids)] = 1.0
-        if len(s.sampler_logprobs) == len(s.response_ids):
-            sampler[row, start : start + len(s.response_ids)] = torch.tensor(s.sampler_logprobs)
-            has_sampler[row, start : start + len(s.response_ids)] = True
+        n = len(s.response_ids)
+        targets[row, :n] = torch.tensor(s.response_ids, dtype=torch.long)
+        response_mask[row, :n] = 1
+        if len(s.sampler_logprobs) == n:
+            sampler[row, :n] = torch.tensor(s.sampler_logprobs)
+            has_sampler[row, :n] = True
     return MicroBatch(
-        input_ids=input_ids,
-        attention_mask=attention,
-        targets=input_ids[:, 1:].clone(),
-        loss_mask=loss_mask,
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        prompt_of=torch.tensor(prompt_of, dtype=torch.long),
+        targets=targets,
+        response_mask=response_mask,
+        loss_mask=response_mask.float(),
         advantages=torch.tensor([s.advantage for s in samples], dtype=torch.float32),
         sampler_logprobs=sampler,
         has_sampler_logprobs=has_sampler,
@@ -146,8 +196,21 @@ def collate(samples: Sequence[Sample], indices: Sequence[int], pad_id: int) -> M
 def make_microbatches(
     samples: Sequence[Sample], micro_batch_size: int, pad_id: int
 ) -> list[MicroBatch]:
-    """Split samples into micro-batches of similar length (less padding), deterministically."""
-    order = sorted(range(len(samples)), key=lambda i: (samples[i].length, i))
+    """Split samples into micro-batches of at most ``micro_batch_size``, deterministically.
+
+    Samples are ordered by prompt (length, then ids) and reply length before they are
+    cut, so that samples sharing a prompt land together (their prompt is computed once)
+    and lengths within a micro-batch are close (less padding).
+    """
+    order = sorted(
+        range(len(samples)),
+        key=lambda i: (
+            len(samples[i].prompt_ids),
+            samples[i].prompt_ids,
+            len(samples[i].response_ids),
+            i,
+        ),
+    )
     out = []
     for k in range(0, len(order), micro_batch_size):
         idx = order[k : k + micro_batch_size]

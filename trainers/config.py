@@ -237,6 +237,11 @@ class AlgorithmConfig:
         overlong_mask: exclude episodes with a truncated completion from the loss.
         length_reward_coef: weight of Kimi k1.5's group-relative length reward (0: off).
         micro_batch_size: sequences per forward/backward pass.
+        share_prompts: in a micro-batch, run a prompt that several samples share (the
+            ``G`` samples of a task's first turn) through the model once, and only the
+            replies per sample. Loss and gradients are the same either way; ``false``
+            runs one full sequence per sample (for models whose forward cannot take a
+            KV cache with gradients).
         updates_per_batch: optimizer steps per batch (mini-batches). 1 is strictly
             on-policy (the ratio is exactly 1 and only clipping-free gradients flow).
     """
@@ -254,6 +259,7 @@ class AlgorithmConfig:
     overlong_mask: bool = False
     length_reward_coef: float = 0.0
     micro_batch_size: int = 32
+    share_prompts: bool = True
     updates_per_batch: int = 1
 
     def __post_init__(self) -> None:

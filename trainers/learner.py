@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from agentgym.trainers.algorithm import dapo_policy_loss, selected_logprobs, token_entropy
-from agentgym.trainers.batch import MicroBatch, Sample, make_microbatches
+from agentgym.trainers.batch import MicroBatch, Sample, make_microbatches, positions
 from agentgym.trainers.config import AlgorithmConfig, OptimConfig
 from agentgym.trainers.distributed import SINGLE, DistInfo, all_reduce_sum
 
@@ -71,6 +71,8 @@ class Learner:
         self.pad_id = pad_id
         self.lora = lora
         self.dist = dist
+        #: run a prompt shared by several samples once (``algorithm.share_prompts``)
+        self.share_prompts = algo.share_prompts
         self.optimizer = self._setup()
         self.updates = 0
 
@@ -108,10 +110,58 @@ class Learner:
 
     # ------------------------------------------------------------------ forward
     def _logits(self, mb: MicroBatch) -> torch.Tensor:
-        out = self._forward_module()(
-            input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False
-        )
-        return out.logits[:, :-1].float()
+        """Logits predicting each sampled token: ``[B, R, V]``, aligned with ``mb.targets``.
+
+        With :attr:`share_prompts`, each distinct prompt of the micro-batch runs through
+        the model once, filling a KV cache; the cache rows are then copied to the samples
+        that continue that prompt and the replies run on top of it. Gradients flow back
+        through the copied cache into the one prompt pass, so loss and gradients are those
+        of the plain layout (:meth:`MicroBatch.sequences`, one full row per sample), with
+        the prompt computed once instead of ``G`` times.
+        """
+        module = self._forward_module()
+        if not (self.share_prompts and mb.num_prompts < mb.num_samples):
+            input_ids, attention, position_ids = mb.sequences()
+            out = module(
+                input_ids=input_ids,
+                attention_mask=attention,
+                position_ids=position_ids,
+                use_cache=False,
+            )
+            p = mb.prompt_ids.shape[1]
+            return out.logits[:, p - 1 : p - 1 + mb.targets.shape[1]].float()
+        from transformers import DynamicCache
+
+        prompt_pos = positions(mb.prompt_mask)
+        cache = DynamicCache(config=self.model.config)
+        first = module(
+            input_ids=mb.prompt_ids,
+            attention_mask=mb.prompt_mask,
+            position_ids=prompt_pos,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1:]
+        first = first.index_select(0, mb.prompt_of).float()  # predicts each reply's token 0
+        r = mb.targets.shape[1]
+        if r == 1:
+            return first
+        cache.batch_select_indices(mb.prompt_of)
+        # the last sampled token predicts nothing that is trained: leave it out
+        start = prompt_pos[:, -1:].index_select(0, mb.prompt_of) + 1
+        rest = module(
+            input_ids=mb.targets[:, :-1],
+            attention_mask=torch.cat(
+                [mb.prompt_mask.index_select(0, mb.prompt_of), mb.response_mask[:, :-1]], dim=1
+            ),
+            position_ids=start + torch.arange(r - 1, device=start.device),
+            past_key_values=cache,
+            use_cache=True,
+        ).logits
+        return torch.cat([first, rest.float()], dim=1)
+
+    def _device(self) -> torch.device:
+        return next(self.model.parameters()).device
 
     def _my_microbatches(self, mbs: list[MicroBatch]) -> list[MicroBatch]:
         """This rank's share of a mini-batch's micro-batches (padded to equal counts)."""
@@ -132,6 +182,7 @@ class Learner:
         ctx = self.model.disable_adapter() if reference and self.lora else _nullcontext()
         with ctx:
             for mb in mbs:
+                mb = mb.to(self._device())
                 outs.append(selected_logprobs(self._logits(mb), mb.targets, self.temperature))
         return outs
 
@@ -186,6 +237,7 @@ class Learner:
                 g["lr"] = self._lr()
             self.optimizer.zero_grad(set_to_none=True)
             for j, mb in enumerate(mbs):
+                mb = mb.to(self._device())
                 logits = self._logits(mb)
                 logp = selected_logprobs(logits, mb.targets, self.temperature)
                 old_logp = old[m][j] if old is not None else logp.detach()

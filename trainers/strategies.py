@@ -66,11 +66,18 @@ class DeepSpeedLearner(Learner):
     (no DeepSpeed CPU-Adam build). Gradient accumulation is ours
     (``managed_gradient_accumulation: false``): every micro-batch's ``backward`` adds
     to the gradients and one ``engine.step()`` per mini-batch reduces, clips and steps.
+
+    Under ZeRO-3 every micro-batch runs as one full sequence per sample
+    (``share_prompts`` is off): ZeRO-3 prefetches parameters in the module order it
+    traced on the first forward pass, and the shared-prompt layout's two passes (prompt,
+    then replies) change that order between micro-batches, which it rejects.
     """
 
     def __init__(self, *args: Any, zero_stage: int = 3, **kwargs: Any) -> None:
         self.zero_stage = zero_stage
         super().__init__(*args, **kwargs)
+        if zero_stage == 3:
+            self.share_prompts = False
 
     def _setup(self) -> torch.optim.Optimizer:
         os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(extensions_dir()))
