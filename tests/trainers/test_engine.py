@@ -224,6 +224,7 @@ def _lora_model(tokenizer, preset: str, overrides=None):
         {"merge_lora": False},
         {"fast_attention": False},
         {"merge_lora": False, "fast_attention": False},
+        {"fused": False},
     ],
 )
 def test_lean_decode_matches_the_generate_path(tokenizer, preset, overrides, options):

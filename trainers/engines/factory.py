@@ -28,6 +28,8 @@ from agentgym.trainers.engines.base import RolloutEngine
 
 #: engine names accepted by :func:`make_engine`
 ENGINE_KINDS: tuple[str, ...] = ("hf", "vllm")
+#: ``rollout.engine_options`` the ``hf`` engine takes (see :class:`HFEngine`)
+HF_OPTIONS: tuple[str, ...] = ("decode", "merge_lora", "fast_attention", "fused")
 
 
 def make_engine(
@@ -54,10 +56,12 @@ def make_engine(
             temporary directory deleted when the engine is closed.
         options: engine keyword arguments: for ``vllm``, those of
             :class:`~agentgym.trainers.engines.vllm.VLLMEngine` (``gpu_memory_utilization``,
-            ``max_model_len``, ``dtype``, ``enforce_eager``, ...); ``hf`` takes none.
+            ``max_model_len``, ``dtype``, ``enforce_eager``, ...); for ``hf``,
+            :data:`HF_OPTIONS` (``decode: generate`` selects the reference decode path).
 
     Raises:
         UnknownNameError: unknown ``kind`` or option name.
+        ConfigError: a bad option value.
         ConfigError: ``vllm`` without vLLM installed, or for a model without a LoRA
             adapter (vLLM follows training through adapters only).
     """
@@ -65,12 +69,10 @@ def make_engine(
     if kind == "hf":
         from agentgym.trainers.engines.hf import HFEngine
 
-        if options:
-            raise ConfigError(
-                f"the hf engine takes no options; got {sorted(options)}. Engine options apply "
-                "to rollout.engine: vllm."
-            )
-        return HFEngine(model, tokenizer, shares_weights=True, seed=seed)
+        for name in options:
+            if name not in HF_OPTIONS:
+                raise UnknownNameError("hf engine option", name, HF_OPTIONS)
+        return HFEngine(model, tokenizer, shares_weights=True, seed=seed, **options)
     if kind == "vllm":
         return _make_vllm(model, tokenizer, seed, model_path, workdir, options)
     raise UnknownNameError("rollout engine", kind, ENGINE_KINDS)

@@ -26,7 +26,9 @@ Two decode paths produce the same tokens for the same seeds:
   concatenated every step, the decode-step mask is built incrementally, and
   single-query attention is computed by :func:`decode_attention` (grouped-query
   attention without copying the K/V heads); other models use ``DynamicCache`` and
-  their own attention. With a LoRA adapter (peft), the adapter is folded into copies
+  their own attention. On Llama-family models the decode step itself is computed by
+  :class:`~agentgym.trainers.engines.fused.FusedDecoder` (a few fused tensor
+  operations per layer instead of the model's general ``forward``). With a LoRA adapter (peft), the adapter is folded into copies
   of the adapted weights for the duration of the call (:func:`merged_lora`) so that an
   adapted layer runs one matmul instead of three and no peft wrapper code; the
   trainer's weights and modules are put back untouched afterwards (the original
@@ -68,6 +70,7 @@ from agentgym.trainers.engines.base import (
     finish_completion,
     first_stop,
 )
+from agentgym.trainers.engines.fused import FusedDecoder
 from agentgym.trainers.tokenizer import encode_prompt
 from agentgym.types import Completion
 
@@ -467,6 +470,9 @@ class HFEngine(RolloutEngine):
             for the duration of a call (:func:`merged_lora`).
         fast_attention: in the lean loop, use the preallocated cache and
             :func:`decode_attention` on models that allow it (:data:`FAST_MODEL_TYPES`).
+        fused: with ``fast_attention``, run decode steps through
+            :class:`~agentgym.trainers.engines.fused.FusedDecoder` on the Llama-family
+            models it supports (the model's ``forward`` otherwise).
     """
 
     def __init__(
@@ -479,6 +485,7 @@ class HFEngine(RolloutEngine):
         decode: str = "lean",
         merge_lora: bool = True,
         fast_attention: bool = True,
+        fused: bool = True,
     ) -> None:
         super().__init__()
         if decode not in ("lean", "generate"):
@@ -489,6 +496,7 @@ class HFEngine(RolloutEngine):
         self.decode = decode
         self.merge_lora = merge_lora
         self.fast_attention = fast_attention
+        self.fused = fused
         self._rng = random.Random(seed)
         self.device = next(model.parameters()).device
         self.generated_tokens = 0
@@ -654,6 +662,7 @@ class HFEngine(RolloutEngine):
         b_greedy = greedy.to(dev)
         b_top_p = top_ps.to(dev)
         t = 0
+        fused = FusedDecoder.build(model, width + max(limits)) if fast and self.fused else None
         attn_ctx = _attention_implementation(model, DECODE_ATTENTION) if fast else None
         if fast:
             _register_decode_attention()
@@ -706,14 +715,17 @@ class HFEngine(RolloutEngine):
                         b_top_p[keep_dev],
                     )
                     mask.keep(keep_dev)
-                out = model(
-                    input_ids=choice[:, None],
-                    attention_mask=mask.next_step(),
-                    position_ids=next_pos,
-                    past_key_values=cache,
-                    use_cache=True,
-                )
-                logits = out.logits[:, -1]
+                step_mask = mask.next_step()
+                if fused is not None:
+                    logits = fused.step(choice, next_pos, cache, step_mask)
+                else:
+                    logits = model(
+                        input_ids=choice[:, None],
+                        attention_mask=step_mask,
+                        position_ids=next_pos,
+                        past_key_values=cache,
+                        use_cache=True,
+                    ).logits[:, -1]
                 next_pos = next_pos + 1
         return ids, lps
 
