@@ -162,11 +162,13 @@ class RolloutConfig:
         concurrency: episodes in flight at once.
         max_batch: most requests per engine ``generate`` call.
         gather_window_s: how long the engine waits for more requests before a batch.
-        engine: ``hf`` (embedded ``generate`` on the trainer's own model, the default) or
+        engine: ``hf`` (embedded generation on the trainer's own model, the default) or
             ``vllm`` (GPU; LoRA adapters hot-swapped per step, asleep while training;
             see docs/vllm.md).
         engine_options: keyword arguments of the engine (for ``vllm``:
-            ``gpu_memory_utilization``, ``max_model_len``, ``dtype``, ...).
+            ``gpu_memory_utilization``, ``max_model_len``, ``dtype``, ...; for ``hf``:
+            ``decode`` (``lean`` or the reference ``generate``), ``merge_lora``,
+            ``fast_attention``, ``fused``, all on by default).
         rollout_workers: ``0``: env work (make, reset, step, grading, sandboxes) in
             this process's thread pool. ``N``: in ``N`` Ray actors (docs/ray.md); the
             episodes are the same.
