@@ -265,8 +265,12 @@ def test_engine_factory_and_default_sleep_wake(tokenizer):
     assert engine.generate([_req(1, seed=1)])[0].num_tokens > 0
     with pytest.raises(UnknownNameError, match="vllm"):
         make_engine("vlm", model=model, tokenizer=tokenizer)
-    with pytest.raises(ConfigError, match="no options"):
-        make_engine("hf", model=model, tokenizer=tokenizer, options={"dtype": "bfloat16"})
+    with pytest.raises(UnknownNameError, match="fast_attention"):
+        make_engine("hf", model=model, tokenizer=tokenizer, options={"fast_attn": False})
+    ref = make_engine("hf", model=model, tokenizer=tokenizer, options={"decode": "generate"})
+    assert ref.decode == "generate" and ref.fused  # options reach the engine
+    with pytest.raises(ConfigError, match="'lean' or 'generate'"):
+        make_engine("hf", model=model, tokenizer=tokenizer, options={"decode": "fast"})
     with pytest.raises(ConfigError, match="LoRA adapter"):
         make_engine("vllm", model=model, tokenizer=tokenizer)
     peft = apply_lora(_tiny(tokenizer), r=4)
