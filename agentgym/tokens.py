@@ -60,10 +60,36 @@ def truncate_to_tokens(text: str, max_tokens: int, count: TokenCounter = approx_
     return cut
 
 
+class TokenizerCounter:
+    """A tokenizer's exact token count as a ``count_tokens`` callable.
+
+    Two counters of the same tokenizer object compare equal, so env configurations
+    that hold one (``gym.make(..., count_tokens=...)``) stay equal from one call of
+    :func:`counter_from_tokenizer` to the next, and reusable envs can be matched to them.
+    A Hugging Face fast tokenizer is asked through its Rust backend directly (the same
+    ids as ``encode`` without special tokens, with less Python around it).
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        self._backend = backend if callable(getattr(backend, "encode", None)) else None
+
+    def __call__(self, text: str) -> int:
+        if self._backend is not None:
+            return len(self._backend.encode(text, add_special_tokens=False).ids)
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TokenizerCounter) and other.tokenizer is self.tokenizer
+
+    def __hash__(self) -> int:
+        return id(self.tokenizer)
+
+    def __repr__(self) -> str:
+        return f"TokenizerCounter({type(self.tokenizer).__name__})"
+
+
 def counter_from_tokenizer(tokenizer: Any) -> TokenCounter:
     """Wrap a Hugging Face tokenizer (or anything with ``encode``) as a token counter."""
-
-    def count(text: str) -> int:
-        return len(tokenizer.encode(text, add_special_tokens=False))
-
-    return count
+    return TokenizerCounter(tokenizer)

@@ -63,6 +63,7 @@ __all__ = [
     "RayEnvWorkers",
     "RemoteEnv",
     "check_temp_dir",
+    "config_index",
     "default_temp_dir",
     "env_id_of",
 ]
@@ -97,6 +98,24 @@ def env_id_of(env: gym.Env, source: Any) -> str:
     if isinstance(source, gym.envs.registration.EnvSpec):
         return source.id
     return type(env.unwrapped).__name__
+
+
+def config_index(
+    configs: list[tuple[Any, dict[str, Any]]], env: Any, kwargs: dict[str, Any]
+) -> int:
+    """Index of the env configuration ``(env, kwargs)`` in ``configs``, appended if new.
+
+    Configurations are compared by equality (kwargs may hold lists or callables, which
+    do not hash); envs made from equal configurations are interchangeable.
+    """
+    for i, (src, kw) in enumerate(configs):
+        try:
+            if (src is env or src == env) and kw == kwargs:
+                return i
+        except Exception:  # objects whose == does not give a bool
+            continue
+    configs.append((env, kwargs))
+    return len(configs) - 1
 
 
 def default_temp_dir() -> str:
@@ -735,14 +754,7 @@ class RayEnvWorkers:
 
     def _config_key(self, env: EnvSource, kwargs: dict[str, Any]) -> int:
         with self._lock:
-            for i, (src, kw) in enumerate(self._configs):
-                try:
-                    if (src is env or src == env) and kw == kwargs:
-                        return i
-                except Exception:  # objects whose == does not give a bool
-                    continue
-            self._configs.append((env, kwargs))
-            return len(self._configs) - 1
+            return config_index(self._configs, env, kwargs)
 
     def _binder_payload(self, policy: Any) -> tuple[str, bytes]:
         with self._lock:

@@ -184,12 +184,16 @@ async def evaluate_async(
     seeds: Sequence[int] | None = None,
     concurrency: int = 256,
     workers: Any = None,
+    executor: Any = None,
+    env_cache: Any = None,
 ) -> tuple[dict[str, float], list[list[Episode]]]:
     """One episode per held-out seed and env.
 
     Args:
         seeds: the held-out seeds; default ``seed_start .. seed_start + num_tasks - 1``.
         workers: Ray env workers for the env work (``None``: in this process).
+        executor / env_cache: the thread pool and :class:`~agentgym.rollouts.EnvCache`
+            for env work in this process (``None``: a pool and new envs per call).
 
     Returns:
         summary metrics under ``eval/`` and the episodes, one list per env.
@@ -212,6 +216,8 @@ async def evaluate_async(
                 concurrency=concurrency,
                 env_kwargs=env_kwargs(spec, tokenizer),
                 workers=workers,
+                executor=executor,
+                env_cache=env_cache,
             )
             if seeds
             else _no_episodes()

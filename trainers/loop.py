@@ -58,7 +58,7 @@ import numpy as np
 import torch
 
 from agentgym.errors import ConfigError
-from agentgym.rollouts import derive_seed, rollout_async
+from agentgym.rollouts import EnvCache, derive_seed, rollout_async
 from agentgym.trainers.algorithm import (
     group_advantages,
     informative_groups,
@@ -201,6 +201,7 @@ class DAPOTrainer:
         self.env_pool = ThreadPoolExecutor(
             max_workers=max(1, min(8, cfg.rollout.concurrency)), thread_name_prefix="agentgym-env"
         )
+        self.env_cache = EnvCache()  # env instances reused from step to step
         self.workers = None
         if cfg.rollout.rollout_workers > 0:
             from agentgym.workers import RayEnvWorkers
@@ -315,6 +316,7 @@ class DAPOTrainer:
                     on_episode=lambda _ep, i=stream: self.policy.episode_done(i),
                     workers=self.workers,
                     executor=self.env_pool,
+                    env_cache=self.env_cache,
                 )
             )
         self.policy.expect(streams)
@@ -323,6 +325,17 @@ class DAPOTrainer:
         finally:
             self.policy.expect(None)
         return [ep for eps in results for ep in eps]
+
+    def close(self) -> None:
+        """Stop the policy and engine, close the envs kept for reuse and the workers."""
+        self.policy.close()
+        close = getattr(self.engine, "close", None)
+        if callable(close):
+            close()
+        if self.workers is not None:
+            self.workers.close()
+        self.env_cache.close()
+        self.env_pool.shutdown(wait=False)
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, Any]:
@@ -449,6 +462,8 @@ class DAPOTrainer:
                     sampling=sampling,
                     concurrency=self.cfg.rollout.concurrency,
                     workers=self.workers,
+                    executor=self.env_pool,
+                    env_cache=self.env_cache,
                 )
             )
         if self.dist.world_size > 1:  # every rank played its share of the seeds
@@ -555,13 +570,7 @@ class DAPOTrainer:
                 eval_rows.append(row)
         finally:
             progress.close()
-            self.policy.close()
-            close = getattr(self.engine, "close", None)
-            if callable(close):
-                close()
-            if self.workers is not None:
-                self.workers.close()
-            self.env_pool.shutdown(wait=False)
+            self.close()
         if self.dist.world_size > 1 and cfg.lora.enabled:
             self.check_ranks_agree()
         if cfg.run.plots and self.dist.is_main:

@@ -20,6 +20,9 @@ Chat format (special tokens are single tokens)::
 
 from __future__ import annotations
 
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -85,22 +88,50 @@ def build_tokenizer(corpus: Iterable[str] | None = None, vocab_size: int | None 
     return fast
 
 
+#: prompts remembered per tokenizer by :func:`encode_prompt`
+PROMPT_CACHE_SIZE = 4096
+_prompt_caches: weakref.WeakKeyDictionary[Any, OrderedDict[Any, tuple[int, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
+_prompt_lock = threading.Lock()
+
+
 def encode_prompt(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
     """Token ids of a chat prompt, ending with the assistant header (generation prompt).
 
     The rollout engine and the trainer both call this, so the prompt a completion was
-    sampled from is exactly the prompt it is trained with.
+    sampled from is exactly the prompt it is trained with. The last
+    :data:`PROMPT_CACHE_SIZE` prompts of each tokenizer are remembered (keyed by the
+    messages and the chat template), so the trainer's encoding of a turn it just
+    generated costs a lookup.
     """
-    if not getattr(tokenizer, "chat_template", None):
+    template = getattr(tokenizer, "chat_template", None)
+    if not template:
         raise ConfigError(
             "The tokenizer has no chat template; agentgym needs one to turn observations "
             "(message lists) into prompts. Set tokenizer.chat_template (a Jinja string) "
             "and save it with the model."
         )
+    key = (template, tuple(messages))
+    try:
+        with _prompt_lock:
+            cache = _prompt_caches.setdefault(tokenizer, OrderedDict())
+            hit = cache.get(key)
+            if hit is not None:
+                cache.move_to_end(key)
+                return list(hit)
+    except TypeError:  # a tokenizer that cannot be weakly referenced: no cache
+        cache = None
     text = tokenizer.apply_chat_template(
         to_openai(messages), add_generation_prompt=True, tokenize=False
     )
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    ids = tuple(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if cache is not None:
+        with _prompt_lock:
+            cache[key] = ids
+            if len(cache) > PROMPT_CACHE_SIZE:
+                cache.popitem(last=False)
+    return list(ids)
 
 
 def encode_completion(tokenizer: Any, text: str) -> list[int]:

@@ -143,7 +143,7 @@ class _Agentgym:
         self.metrics.append(m)
 
     def close(self) -> None:
-        self.trainer.policy.close()
+        self.trainer.close()
 
     def summary(self, warmup: int) -> dict[str, float]:
         m = self.metrics[warmup:]

@@ -157,3 +157,16 @@ def test_render_ansi_returns_the_transcript():
     env.step("next")
     text = env.render()
     assert "conversation 0" in text and "[assistant]\nnext" in text
+
+
+def test_tokenizer_counter_counts_like_encode_and_compares_by_tokenizer():
+    from agentgym.tokens import counter_from_tokenizer
+    from agentgym.trainers.tokenizer import build_tokenizer
+
+    tok = build_tokenizer()
+    count = counter_from_tokenizer(tok)
+    for text in ["", "What is 12 + 30?", "  spaces\n\nand é unicode ∑", "<|assistant|> 42"]:
+        assert count(text) == len(tok.encode(text, add_special_tokens=False))
+    assert count == counter_from_tokenizer(tok)  # equal configs: envs can be reused
+    assert hash(count) == hash(counter_from_tokenizer(tok))
+    assert count != counter_from_tokenizer(build_tokenizer())

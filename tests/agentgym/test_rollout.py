@@ -9,7 +9,7 @@ from toy_envs import CounterEnv
 
 from agentgym.errors import EnvStateError
 from agentgym.policies import OraclePolicy, ScriptedPolicy
-from agentgym.rollouts import derive_seed, rollout, rollout_async
+from agentgym.rollouts import EnvCache, derive_seed, rollout, rollout_async
 from agentgym.types import Completion, SamplingParams, read_episodes
 
 
@@ -91,3 +91,65 @@ def test_rollout_inside_a_running_loop_points_to_the_async_version():
         return await rollout_async(lambda: CounterEnv(), OraclePolicy(), num_tasks=2)
 
     assert len(asyncio.run(inner())) == 2
+
+
+def test_env_cache_reuses_envs_across_rollouts_with_the_same_episodes():
+    made, closed = [], []
+
+    class Tracked(CounterEnv):
+        def close(self):
+            closed.append(self)
+            super().close()
+
+    def make():
+        made.append(Tracked(target=3, memory={"every_k_turns": 2}))
+        return made[-1]
+
+    fresh = rollout(make, OraclePolicy(), seeds=[4, 5], group_size=2, concurrency=3)
+    assert len(made) == 3 and len(closed) == 3  # without a cache every env is closed
+    made.clear()
+    closed.clear()
+    cache = EnvCache()
+    first = rollout(
+        make, OraclePolicy(), seeds=[4, 5], group_size=2, concurrency=3, env_cache=cache
+    )
+    again = rollout(
+        make, OraclePolicy(), seeds=[4, 5], group_size=2, concurrency=3, env_cache=cache
+    )
+    assert len(made) == 3 and not closed and len(cache) == 3  # made once, then reused
+    for eps in (first, again):
+        assert [e.to_json() for e in _without_times(eps)] == [
+            e.to_json() for e in _without_times(fresh)
+        ]
+    # another configuration gets envs of its own
+    other = rollout(lambda: CounterEnv(target=9), OraclePolicy(), seeds=[1], env_cache=cache)
+    assert other[0].reward == 1.0 and len(cache) == 4
+    cache.close()
+    assert len(closed) == 3 and len(cache) == 0
+
+
+def test_env_cache_never_keeps_an_env_whose_episode_failed():
+    closed = []
+
+    class Fragile(CounterEnv):
+        def _act(self, action):
+            if action == "boom":
+                raise RuntimeError("env broke")
+            return super()._act(action)
+
+        def close(self):
+            closed.append(self)
+
+    cache = EnvCache()
+    with pytest.raises(RuntimeError, match="env broke"):
+        rollout(Fragile, ScriptedPolicy(lambda m: "boom"), seeds=[0], env_cache=cache)
+    assert len(cache) == 0 and len(closed) == 1
+
+
+def _without_times(eps):
+    from dataclasses import replace
+
+    return [
+        replace(e, metrics={k: v for k, v in e.metrics.items() if not k.startswith("time/")})
+        for e in eps
+    ]

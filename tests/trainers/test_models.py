@@ -152,3 +152,23 @@ def test_adapter_state_round_trip_into_a_separate_copy(tokenizer):
     load_adapter_state_dict(b, adapter_state_dict(a))
     with torch.no_grad():
         assert torch.allclose(a(input_ids=x).logits, b(input_ids=x).logits, atol=1e-6)
+
+
+def test_encode_prompt_remembers_prompts_and_follows_the_chat_template():
+    tok = build_tokenizer()
+    msgs = [Message("system", "Be brief."), Message("user", "What is 2 + 3?")]
+    first = encode_prompt(tok, msgs)
+    first.append(-1)  # callers get their own list
+    again = encode_prompt(tok, msgs)
+    assert again == first[:-1]
+    text = tok.apply_chat_template(
+        [{"role": m.role, "content": m.content} for m in msgs],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    assert again == tok(text, add_special_tokens=False)["input_ids"]
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    assert (
+        encode_prompt(tok, msgs)
+        == tok("Be brief.What is 2 + 3?", add_special_tokens=False)["input_ids"]
+    )  # a new template is not answered from the cache
