@@ -11,6 +11,10 @@ token the policy produced in that episode.
 A turn's earlier replies appear again inside later prompts of the same conversation but
 only as context; each reply is trained exactly once, in the sequence of its own turn,
 with the token ids it was sampled as (no re-tokenisation of generated text).
+
+A micro-batch stores each distinct prompt once: the ``G`` samples of a task's first turn
+share theirs, and the learner computes it once for all of them
+(:meth:`~agentgym.trainers.learner.Learner._logits`).
 """
 
 from __future__ import annotations

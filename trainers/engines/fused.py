@@ -88,15 +88,22 @@ class FusedDecoder:
         self.final_norm = inner.norm.weight
         self.lm_head = model.lm_head.weight
         self.lm_head_bias = getattr(model.lm_head, "bias", None)
-        self.scaling = float(inner.layers[0].self_attn.scaling)
         self.layers = []
+        q_rows = self.heads * self.head_dim
         for layer in inner.layers:
             a, m = layer.self_attn, layer.mlp
+            # the attention scale is folded into the query rows (RoPE is linear, so
+            # scaling before it is the same as scaling the scores after it)
+            qkv = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
+            qkv[:q_rows] *= a.scaling
+            qkv_bias = _cat_bias(a.q_proj, a.k_proj, a.v_proj)
+            if qkv_bias is not None:
+                qkv_bias[:q_rows] *= a.scaling
             self.layers.append(
                 _Layer(
                     norm_in=layer.input_layernorm.weight,
-                    qkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
-                    qkv_bias=_cat_bias(a.q_proj, a.k_proj, a.v_proj),
+                    qkv=qkv,
+                    qkv_bias=qkv_bias,
                     o=a.o_proj.weight,
                     o_bias=a.o_proj.bias,
                     norm_post=layer.post_attention_layernorm.weight,
@@ -146,16 +153,12 @@ class FusedDecoder:
         for i, lw in enumerate(self.layers):
             hn = F.rms_norm(x, (width,), lw.norm_in, self.eps)
             qkv = F.linear(hn, lw.qkv, lw.qkv_bias)
-            q = qkv[:, : h * d].view(rows, h, d)
-            k = qkv[:, h * d : (h + hkv) * d].view(rows, hkv, d)
+            qk = qkv[:, : (h + hkv) * d].view(rows, h + hkv, d)
+            qk = qk * cos + qk.roll(d // 2, dims=-1) * sin  # RoPE on queries and keys at once
             v = qkv[:, (h + hkv) * d :].view(rows, hkv, 1, d)
-            q = q * cos + q.roll(d // 2, dims=-1) * sin
-            k = k * cos + k.roll(d // 2, dims=-1) * sin
-            keys, values = cache.layers[i].update(k[:, :, None], v)
-            scores = torch.matmul(
-                q.view(rows, hkv, h // hkv, d) * self.scaling, keys.transpose(-1, -2)
-            )
-            probs = torch.softmax(scores + mask, dim=-1, dtype=torch.float32).to(q.dtype)
+            keys, values = cache.layers[i].update(qk[:, h:, None], v)
+            scores = torch.matmul(qk[:, :h].view(rows, hkv, h // hkv, d), keys.transpose(-1, -2))
+            probs = torch.softmax(scores + mask, dim=-1, dtype=torch.float32).to(qk.dtype)
             attn = torch.matmul(probs, values).reshape(rows, h * d)
             x = (
                 torch.addmm(x, attn, lw.o.t())
