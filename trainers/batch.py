@@ -154,6 +154,12 @@ class MicroBatch:
         attention = torch.cat([self.prompt_mask[self.prompt_of], self.response_mask], dim=1)
         return input_ids, attention, positions(attention)
 
+    def reply_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """From the logits of a forward pass over :meth:`sequences` (``[B, P + R, V]``),
+        the ``[B, R, V]`` that predict ``targets``."""
+        start = self.prompt_ids.shape[1] - 1
+        return logits[:, start : start + self.targets.shape[1]]
+
 
 def positions(attention_mask: torch.Tensor) -> torch.Tensor:
     """Position ids that count only the attended tokens (0 on left padding)."""

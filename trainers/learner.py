@@ -128,8 +128,7 @@ class Learner:
                 position_ids=position_ids,
                 use_cache=False,
             )
-            p = mb.prompt_ids.shape[1]
-            return out.logits[:, p - 1 : p - 1 + mb.targets.shape[1]].float()
+            return mb.reply_logits(out.logits).float()
         from transformers import DynamicCache
 
         prompt_pos = positions(mb.prompt_mask)

@@ -63,10 +63,9 @@ def test_engine_logprobs_are_the_sampling_distribution(engine, tokenizer):
     (mb,) = make_microbatches([sample], 4, tokenizer.pad_token_id)
     input_ids, attention, _ = mb.sequences()
     with torch.no_grad():
-        logits = engine.model(input_ids=input_ids, attention_mask=attention).logits[:, :-1]
-    p = mb.prompt_ids.shape[1]
-    logits = logits[:, p - 1 :]  # the positions that predict the sampled tokens
-    logp = selected_logprobs(logits, mb.targets, temperature=0.7)[mb.loss_mask > 0]
+        logits = engine.model(input_ids=input_ids, attention_mask=attention).logits
+    logp = selected_logprobs(mb.reply_logits(logits), mb.targets, temperature=0.7)
+    logp = logp[mb.loss_mask > 0]
     assert logp.tolist() == pytest.approx(list(c.logprobs), abs=1e-4)
 
 

@@ -376,13 +376,14 @@ def logprob_mismatch(
     try:
         with torch.no_grad():
             for mb in make_microbatches(samples, micro_batch_size, pad):
+                mb = mb.to(device)
+                input_ids, attention, position_ids = mb.sequences()
                 logits = model(
-                    input_ids=mb.input_ids.to(device),
-                    attention_mask=mb.attention_mask.to(device),
-                ).logits[:, :-1]
-                logp = selected_logprobs(logits.float(), mb.targets.to(device), temperature)
-                has = (mb.has_sampler_logprobs & (mb.loss_mask > 0)).to(device)
-                diffs.append((logp - mb.sampler_logprobs.to(device))[has].cpu())
+                    input_ids=input_ids, attention_mask=attention, position_ids=position_ids
+                ).logits
+                logp = selected_logprobs(mb.reply_logits(logits).float(), mb.targets, temperature)
+                has = mb.has_sampler_logprobs & (mb.loss_mask > 0)
+                diffs.append((logp - mb.sampler_logprobs)[has].cpu())
     finally:
         if was_training:
             model.train()
