@@ -29,6 +29,7 @@ from agentgym.trainers.algorithm import dapo_policy_loss, selected_logprobs, tok
 from agentgym.trainers.batch import MicroBatch, Sample, make_microbatches, positions
 from agentgym.trainers.config import AlgorithmConfig, OptimConfig
 from agentgym.trainers.distributed import SINGLE, DistInfo, all_reduce_sum
+from agentgym.trainers.fused_lora import fused_lora_forward
 
 
 def make_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
@@ -227,49 +228,28 @@ class Learner:
             "mismatch_tokens": 0.0,
         }
         grad_norms = []
-        self.model.train()
-        for m, mbs in enumerate(all_mbs):
-            total_tokens = totals[m]
-            if total_tokens == 0:
-                continue
-            for g in self.optimizer.param_groups:
-                g["lr"] = self._lr()
-            self.optimizer.zero_grad(set_to_none=True)
-            for j, mb in enumerate(mbs):
-                mb = mb.to(self._device())
-                logits = self._logits(mb)
-                logp = selected_logprobs(logits, mb.targets, self.temperature)
-                old_logp = old[m][j] if old is not None else logp.detach()
-                terms = dapo_policy_loss(
-                    logp,
-                    old_logp,
-                    mb.advantages,
-                    mb.loss_mask,
-                    total_tokens=total_tokens,
-                    eps_low=algo.eps_low,
-                    eps_high=algo.eps_high,
-                    ref_logp=ref[m][j] if ref is not None else None,
-                    kl_coef=algo.kl_coef,
-                )
-                self._backward(terms.loss * scale if scale != 1.0 else terms.loss)
-                with torch.no_grad():
-                    ent = token_entropy(logits.detach(), self.temperature)
-                    sums["entropy"] += float((ent * mb.loss_mask).sum())
-                    has = mb.has_sampler_logprobs & (mb.loss_mask > 0)
-                    sums["mismatch"] += float(
-                        (logp.detach() - mb.sampler_logprobs).abs()[has].sum()
+        if not self.model.training:
+            self.model.train()
+        # LoRA layers as one matmul each while training (same loss and gradients)
+        fused = fused_lora_forward(self.model) if self.lora else contextlib.nullcontext(0)
+        with fused:
+            for m, mbs in enumerate(all_mbs):
+                if totals[m] == 0:
+                    continue
+                for g in self.optimizer.param_groups:
+                    g["lr"] = self._lr()
+                self.optimizer.zero_grad(set_to_none=True)
+                for j, mb in enumerate(mbs):
+                    self._accumulate(
+                        mb.to(self._device()),
+                        totals[m],
+                        scale,
+                        old[m][j] if old is not None else None,
+                        ref[m][j] if ref is not None else None,
+                        sums,
                     )
-                    sums["mismatch_tokens"] += float(has.sum())
-                sums["loss"] += float(terms.loss.detach()) * total_tokens
-                sums["policy_loss"] += float(terms.policy_loss) * total_tokens
-                sums["kl_loss"] += float(terms.kl_loss) * total_tokens
-                sums["clip_low"] += float(terms.clipped_low_tokens)
-                sums["clip_high"] += float(terms.clipped_high_tokens)
-                sums["ratio"] += float(terms.ratio_sum)
-                sums["kl"] += float(terms.kl_sum)
-                sums["tokens"] += float(terms.tokens)
-            grad_norms.append(self._optimizer_step())
-            self.updates += 1
+                grad_norms.append(self._optimizer_step())
+                self.updates += 1
         if self.dist.world_size > 1:  # each rank summed over its own micro-batches
             keys = sorted(sums)
             sums = dict(zip(keys, all_reduce_sum([sums[k] for k in keys], self.dist), strict=True))
@@ -290,6 +270,46 @@ class Learner:
             "charts/lr": self._lr(),
             "charts/optimizer_steps": float(len(grad_norms)),
         }
+
+    def _accumulate(
+        self,
+        mb: MicroBatch,
+        total_tokens: int,
+        scale: float,
+        old_logp: torch.Tensor | None,
+        ref_logp: torch.Tensor | None,
+        sums: dict[str, float],
+    ) -> None:
+        """Forward and backward of one micro-batch (gradients add up); metrics into ``sums``."""
+        algo = self.algo
+        logits = self._logits(mb)
+        logp = selected_logprobs(logits, mb.targets, self.temperature)
+        terms = dapo_policy_loss(
+            logp,
+            old_logp if old_logp is not None else logp.detach(),
+            mb.advantages,
+            mb.loss_mask,
+            total_tokens=total_tokens,
+            eps_low=algo.eps_low,
+            eps_high=algo.eps_high,
+            ref_logp=ref_logp,
+            kl_coef=algo.kl_coef,
+        )
+        self._backward(terms.loss * scale if scale != 1.0 else terms.loss)
+        with torch.no_grad():
+            ent = token_entropy(logits.detach(), self.temperature)
+            sums["entropy"] += float((ent * mb.loss_mask).sum())
+            has = mb.has_sampler_logprobs & (mb.loss_mask > 0)
+            sums["mismatch"] += float((logp.detach() - mb.sampler_logprobs).abs()[has].sum())
+            sums["mismatch_tokens"] += float(has.sum())
+        sums["loss"] += float(terms.loss.detach()) * total_tokens
+        sums["policy_loss"] += float(terms.policy_loss) * total_tokens
+        sums["kl_loss"] += float(terms.kl_loss) * total_tokens
+        sums["clip_low"] += float(terms.clipped_low_tokens)
+        sums["clip_high"] += float(terms.clipped_high_tokens)
+        sums["ratio"] += float(terms.ratio_sum)
+        sums["kl"] += float(terms.kl_sum)
+        sums["tokens"] += float(terms.tokens)
 
     def adapter_state(self) -> dict[str, torch.Tensor]:
         """The LoRA weights only (full tensors, on every rank), peft naming."""

@@ -121,3 +121,31 @@ def test_micro_batches_keep_samples_of_one_prompt_together(tokenizer):
             prompt_row = mb.prompt_ids[mb.prompt_of[row]][mb.prompt_mask[mb.prompt_of[row]] > 0]
             assert tuple(prompt_row.tolist()) == s.prompt_ids
             assert mb.targets[row][mb.loss_mask[row] > 0].tolist() == list(s.response_ids)
+
+
+@pytest.mark.parametrize(("preset", "overrides"), PRESETS)
+def test_lora_as_one_matmul_gives_peft_gradients(tokenizer, preset, overrides):
+    from agentgym.trainers.fused_lora import fused_lora_forward
+
+    samples = _samples(len(tokenizer), seed=4)
+    learner = _learner(preset, overrides, tokenizer, share=True)
+    model = learner.model
+    logp_peft, grads_peft = _grads(learner, samples)
+    forwards = {n: m.forward for n, m in model.named_modules()}
+    with fused_lora_forward(model) as n_fused:
+        logp_fused, grads_fused = _grads(learner, samples)
+    # every attention projection is fused; MoE expert parameters keep peft's path
+    assert n_fused == 4 * model.config.num_hidden_layers if preset == "tiny-qwen2" else n_fused > 0
+    assert {n: m.forward for n, m in model.named_modules()} == forwards  # put back
+    assert torch.allclose(logp_fused, logp_peft, atol=1e-5)
+    assert grads_fused.keys() == grads_peft.keys()
+    for name in grads_peft:
+        assert torch.allclose(grads_fused[name], grads_peft[name], atol=1e-5, rtol=1e-4), name
+
+
+def test_lora_layers_with_dropout_keep_peft_forward(tokenizer):
+    from agentgym.trainers.fused_lora import fused_lora_forward
+
+    model = apply_lora(build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), r=4, dropout=0.1)
+    with fused_lora_forward(model) as n_fused:
+        assert n_fused == 0
