@@ -318,7 +318,7 @@ class ConversationEnv(gym.Env[list[Message], str]):
 
     def _end(self, reason: str, *, terminated: bool):
         reward, breakdown = self._score(reason)
-        breakdown = copy.deepcopy(dict(breakdown))
+        breakdown = _detached(dict(breakdown))
         breakdown.setdefault("end_reason", reason)
         breakdown.setdefault("turns", self._turns)
         breakdown.setdefault("conversations", len(self._conversations))
@@ -338,3 +338,21 @@ class ConversationEnv(gym.Env[list[Message], str]):
             "turn": self._turns,
             "task_id": self.task.task_id,
         }
+
+
+def _detached(value: Any) -> Any:
+    """A copy of ``value`` that shares no container with it (dicts, lists, tuples and
+    sets are copied all the way down; other objects are kept, or deep-copied when they
+    are not plain scalars). What ``copy.deepcopy`` gives for a reward breakdown, at a
+    fraction of its cost on the usual dict of numbers and strings."""
+    if value is None or isinstance(value, (str, int, float, bool, bytes)):
+        return value
+    if isinstance(value, dict):
+        return {k: _detached(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_detached(v) for v in value]
+    if isinstance(value, tuple) and type(value) is tuple:
+        return tuple(_detached(v) for v in value)
+    if isinstance(value, (set, frozenset)) and type(value) in (set, frozenset):
+        return type(value)(_detached(v) for v in value)
+    return copy.deepcopy(value)

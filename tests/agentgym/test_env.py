@@ -170,3 +170,26 @@ def test_tokenizer_counter_counts_like_encode_and_compares_by_tokenizer():
     assert count == counter_from_tokenizer(tok)  # equal configs: envs can be reused
     assert hash(count) == hash(counter_from_tokenizer(tok))
     assert count != counter_from_tokenizer(build_tokenizer())
+
+
+def test_reward_breakdown_shares_no_container_with_the_env():
+    from agentgym.env import _detached
+
+    class Keeps(CounterEnv):
+        def _begin(self, seed, options):
+            self.history = {"counts": [1, 2], "meta": ({"k": 1},)}
+            return super()._begin(seed, options)
+
+        def _score(self, end_reason):
+            return 1.0, {"history": self.history, "ratio": 0.5}
+
+    env = Keeps()
+    env.reset(seed=0)
+    *_, info = env.step("done")
+    got = info["reward_breakdown"]["history"]
+    assert got == {"counts": [1, 2], "meta": ({"k": 1},)}
+    got["counts"].append(3)
+    got["meta"][0]["k"] = 2
+    assert env.history == {"counts": [1, 2], "meta": ({"k": 1},)}
+    obj = object()
+    assert _detached({"a": [obj]})["a"][0] is not obj  # other objects are deep-copied
