@@ -192,11 +192,13 @@ class _EnvCalls:
                     return
                 loop, fut, fn = self.queue.popleft()
             try:
-                result = fn()
+                result, error = fn(), None
             except BaseException as e:  # handed to the awaiting episode
-                loop.call_soon_threadsafe(_resolve, fut, None, e)
-            else:
-                loop.call_soon_threadsafe(_resolve, fut, result, None)
+                result, error = None, e
+            try:
+                loop.call_soon_threadsafe(_resolve, fut, result, error)
+            except RuntimeError:  # the loop is closed: the rollout ended without this call
+                pass
 
 
 def _resolve(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -325,11 +327,18 @@ class _LocalEnvs:
         self.idle.put_nowait(e)
 
     async def close(self) -> None:
-        to_close = [e.env for e in self.made if self.cache is None or id(e) in self.broken]
+        # only envs that are idle and whose episodes went well go back to a cache; one
+        # still in an episode (the rollout failed while it ran) is closed like the rest
+        idle = set()
+        while not self.idle.empty():
+            idle.add(id(self.idle.get_nowait()))
+        keep: set[int] = set()
         if self.cache is not None:
+            keep = {id(e) for e in self.made if id(e) in idle and id(e) not in self.broken}
             for e in self.made:
-                if id(e) not in self.broken:
+                if id(e) in keep:
                     self.cache.give(self.cache_key, e.env)
+        to_close = [e.env for e in self.made if id(e) not in keep]
         if to_close:
             await self.calls.call(lambda: _close_all(to_close))
         if self.own_pool:

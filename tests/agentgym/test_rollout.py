@@ -146,6 +146,34 @@ def test_env_cache_never_keeps_an_env_whose_episode_failed():
     assert len(cache) == 0 and len(closed) == 1
 
 
+def test_env_cache_does_not_keep_an_env_still_in_an_episode_when_the_rollout_fails():
+    import time
+
+    closed = []
+
+    class Fragile(CounterEnv):
+        def _begin(self, seed, options):
+            self.bad = seed == 0
+            return super()._begin(seed, options)
+
+        def _act(self, action):
+            if self.bad:
+                raise RuntimeError("env broke")
+            time.sleep(0.3)  # the other episode is still stepping when this one fails
+            return super()._act(action)
+
+        def close(self):
+            closed.append(self)
+
+    cache = EnvCache()
+    with pytest.raises(RuntimeError, match="env broke"):
+        rollout(
+            Fragile, ScriptedPolicy(lambda m: "next"), seeds=[0, 1], concurrency=2, env_cache=cache
+        )
+    assert len(cache) == 0  # one env broke, the other was mid-episode: neither is kept
+    assert len(closed) == 2
+
+
 def _without_times(eps):
     from dataclasses import replace
 
