@@ -48,7 +48,7 @@ def __getattr__(name: str):
         from agentgym.checker import check_env
 
         return check_env
-    if name in ("rollout", "rollout_async"):
+    if name in ("rollout", "rollout_async", "EnvCache"):
         from agentgym import rollouts
 
         return getattr(rollouts, name)
@@ -65,6 +65,7 @@ __all__ = [
     "ChatObservation",
     "Completion",
     "ConfigError",
+    "EnvCache",
     "ConversationEnv",
     "DataError",
     "EnvStateError",
