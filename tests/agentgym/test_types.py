@@ -88,3 +88,11 @@ def test_bad_jsonl_line_names_file_and_line(tmp_path):
     path.write_text(make_episode().to_json() + "\n{not json}\n" + make_episode().to_json() + "\n")
     with pytest.raises(DataError, match=r"bad\.jsonl:2"):
         read_episodes(path)
+
+
+def test_every_public_name_of_the_package_resolves():
+    import agentgym
+
+    missing = [name for name in agentgym.__all__ if getattr(agentgym, name, None) is None]
+    assert not missing
+    assert agentgym.EnvCache.__module__ == "agentgym.rollouts"
