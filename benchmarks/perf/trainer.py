@@ -33,7 +33,8 @@ What is not the same: each side samples with its own RNG (agentgym per request f
 derived seeds, TRL from torch's global RNG), so the completions -- and so their lengths
 and rewards -- differ; both are reported (``*_completion_tokens``). Each side runs its own
 implementation: agentgym its engine's decode loop (finished rows leave the batch, the
-LoRA adapter folded into the weights while generating) and learner; TRL ``generate``
+LoRA adapter folded into the weights while generating, the fused decode step) and
+learner (a shared prompt computed once, LoRA layers as one matmul); TRL ``generate``
 on the peft model and its own loss code, with its defaults for everything not listed
 above. A step is timed from TRL's ``on_step_begin`` to ``on_step_end`` callbacks
 (generation, reward, loss, backward, optimizer; not the logging after it) and, for
