@@ -21,18 +21,33 @@ from agentgym.errors import (
     PolicyError,
     SandboxError,
     UnknownNameError,
+    did_you_mean,
 )
 from agentgym.memory import MemoryConfig
-from agentgym.registration import agentgym_env_ids, load_plugins, make, register_builtin_envs
+from agentgym.registration import (
+    agentgym_env_ids,
+    load_plugins,
+    make,
+    plugin_of,
+    register_builtin_envs,
+    resolve_env_id,
+)
 from agentgym.spaces import ChatObservation, UnicodeText
-from agentgym.tokens import approx_tokens
+from agentgym.tokens import (
+    TokenCounter,
+    approx_tokens,
+    count_message_tokens,
+    counter_from_tokenizer,
+)
 from agentgym.types import (
     Completion,
     Episode,
     Message,
     SamplingParams,
     Turn,
+    iter_episodes,
     read_episodes,
+    to_openai,
     write_episodes,
 )
 
@@ -42,20 +57,29 @@ register_builtin_envs()
 load_plugins()
 
 
+#: names loaded on first use, so that `import agentgym` stays fast: name -> module
+_LAZY = {
+    "check_env": "agentgym.checker",
+    "EnvCheckError": "agentgym.checker",
+    "rollout": "agentgym.rollouts",
+    "rollout_async": "agentgym.rollouts",
+    "EnvCache": "agentgym.rollouts",
+    "derive_seed": "agentgym.rollouts",
+    "RayEnvWorkers": "agentgym.workers",
+    "Policy": "agentgym.policies",
+    "ScriptedPolicy": "agentgym.policies",
+    "OraclePolicy": "agentgym.policies",
+    "RandomPolicy": "agentgym.policies",
+    "OpenAIPolicy": "agentgym.policies",
+    "make_policy": "agentgym.policies",
+}
+
+
 def __getattr__(name: str):
-    # Heavier pieces load on first use so `import agentgym` stays fast.
-    if name == "check_env":
-        from agentgym.checker import check_env
+    if name in _LAZY:
+        import importlib
 
-        return check_env
-    if name in ("rollout", "rollout_async", "EnvCache"):
-        from agentgym import rollouts
-
-        return getattr(rollouts, name)
-    if name == "RayEnvWorkers":
-        from agentgym.workers import RayEnvWorkers
-
-        return RayEnvWorkers
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'agentgym' has no attribute {name!r}")
 
 
@@ -68,15 +92,22 @@ __all__ = [
     "ConversationEnv",
     "DataError",
     "EnvCache",
+    "EnvCheckError",
     "EnvStateError",
     "Episode",
     "MemoryConfig",
     "Message",
+    "OpenAIPolicy",
+    "OraclePolicy",
+    "Policy",
     "PolicyError",
+    "RandomPolicy",
     "RayEnvWorkers",
     "SamplingParams",
     "SandboxError",
+    "ScriptedPolicy",
     "Task",
+    "TokenCounter",
     "Turn",
     "UnicodeText",
     "UnknownNameError",
@@ -84,11 +115,20 @@ __all__ = [
     "agentgym_env_ids",
     "approx_tokens",
     "check_env",
+    "count_message_tokens",
+    "counter_from_tokenizer",
+    "derive_seed",
+    "did_you_mean",
+    "iter_episodes",
     "load_plugins",
     "make",
+    "make_policy",
+    "plugin_of",
     "read_episodes",
     "register_builtin_envs",
+    "resolve_env_id",
     "rollout",
     "rollout_async",
+    "to_openai",
     "write_episodes",
 ]

@@ -28,10 +28,15 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from agentgym.errors import PolicyError
-from agentgym.policies import OraclePolicy, ScriptedPolicy
-from agentgym.tokens import approx_tokens
-from agentgym.types import Completion, Message, SamplingParams
+from agentgym import (
+    Completion,
+    Message,
+    OraclePolicy,
+    PolicyError,
+    SamplingParams,
+    ScriptedPolicy,
+    approx_tokens,
+)
 
 _FACT = re.compile(r"(?:The code of )?locker (\d+)\s*(?:is|:|=)\s*(\d{4})", re.IGNORECASE)
 

@@ -24,9 +24,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentgym import ConfigError, DataError
 from agentgym.benchmarks.metrics import LOWER_IS_BETTER
 from agentgym.benchmarks.runner import RESULT_FILE, RESULT_SCHEMA
-from agentgym.errors import ConfigError, DataError
 
 
 def collect_results(results_dir: str | Path, *, include_partial: bool = False) -> list[dict]:

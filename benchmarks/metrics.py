@@ -30,9 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from agentgym.errors import ConfigError
-from agentgym.tokens import approx_tokens
-from agentgym.types import Episode
+from agentgym import ConfigError, Episode, approx_tokens
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0

@@ -42,6 +42,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import gymnasium as gym
 
+from agentgym import ConfigError, DataError, Episode, SamplingParams, iter_episodes
 from agentgym.benchmarks.metrics import (
     TaskOutcome,
     compute_metrics,
@@ -50,8 +51,6 @@ from agentgym.benchmarks.metrics import (
     metric_label,
 )
 from agentgym.benchmarks.suites import Suite, iter_tasks
-from agentgym.errors import ConfigError, DataError
-from agentgym.types import Episode, SamplingParams, iter_episodes
 
 RESULT_SCHEMA = "agentgym.bench.result/1"
 EPISODES_FILE = "episodes.jsonl"
@@ -237,7 +236,7 @@ class _Progress:
 
 
 def _sampling_for(suite: Suite, entry_name: str, sample: int) -> SamplingParams:
-    from agentgym.rollouts import derive_seed
+    from agentgym import derive_seed
 
     return SamplingParams(
         max_tokens=suite.max_tokens,
@@ -275,8 +274,7 @@ async def run_suite_async(
         max_episodes: stop after this many new episodes (the result is then partial);
             used to demonstrate and test resuming.
     """
-    from agentgym.policies import make_policy
-    from agentgym.rollouts import rollout_async
+    from agentgym import make_policy, rollout_async
 
     if concurrency < 1:
         raise ConfigError(f"concurrency must be >= 1, got {concurrency}.")

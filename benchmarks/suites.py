@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentgym.errors import ConfigError, UnknownNameError
+from agentgym import ConfigError, UnknownNameError
 
 #: Version of the scoring code (success rules, metric definitions). Bump it whenever a
 #: metric's definition changes; it is part of every suite hash.

@@ -5,9 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
-from agentgym.env import ActResult, ConversationEnv, Task
-from agentgym.errors import ConfigError
-from agentgym.types import Message
+from agentgym import ActResult, ConfigError, ConversationEnv, Message, Task
 
 SYSTEM_PROMPT = (
     "You are a careful assistant with a small context window. Long documents arrive in "
@@ -214,7 +212,7 @@ class MemoryRecallEnv(ConversationEnv):
         """
         if not self.memory.enabled:
             return
-        from agentgym.tokens import count_message_tokens
+        from agentgym import count_message_tokens
 
         saved = (self._np_random, getattr(self, "_task", None))
         self.reset(seed=0)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from agentgym.errors import ConfigError, SandboxError
+from agentgym import ConfigError, SandboxError
 from agentgym.sandbox.base import (
     DEFAULT_OUTPUT_LIMIT,
     ExecResult,
@@ -105,7 +105,7 @@ def open_sandbox(
     """
     lim = SandboxLimits.from_kwargs(limits, **limit_overrides)
     if backend not in BACKENDS:
-        from agentgym.errors import did_you_mean
+        from agentgym import did_you_mean
 
         raise ConfigError(
             f"Unknown sandbox backend {backend!r}.{did_you_mean(backend, BACKENDS)} "

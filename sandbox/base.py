@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentgym.errors import ConfigError, SandboxError, did_you_mean
+from agentgym import ConfigError, SandboxError, did_you_mean
 
 __all__ = [
     "DEFAULT_OUTPUT_LIMIT",

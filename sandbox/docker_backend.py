@@ -54,7 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentgym.errors import SandboxError
+from agentgym import SandboxError
 from agentgym.sandbox.base import (
     CappedBuffer,
     ExecResult,

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agentgym.errors import SandboxError
+from agentgym import SandboxError
 from agentgym.sandbox.base import SandboxUnavailableError
 
 __all__ = [

@@ -65,7 +65,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 
-from agentgym.errors import ConfigError, SandboxError
+from agentgym import ConfigError, SandboxError
 from agentgym.sandbox.base import (
     CappedBuffer,
     ExecResult,

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from agentgym.errors import ConfigError, SandboxError
+from agentgym import ConfigError, SandboxError
 from agentgym.sandbox.base import Sandbox, SandboxLimits
 
 log = logging.getLogger("agentgym.sandbox")

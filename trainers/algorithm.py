@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from agentgym.errors import ConfigError, UnknownNameError
+from agentgym import ConfigError, UnknownNameError
 
 ADVANTAGE_ESTIMATORS: tuple[str, ...] = ("grpo", "rloo", "apo")
 

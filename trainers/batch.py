@@ -26,9 +26,8 @@ from typing import Any
 
 import torch
 
-from agentgym.errors import DataError
+from agentgym import DataError, Episode
 from agentgym.trainers.tokenizer import encode_prompt
-from agentgym.types import Episode
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentgym.errors import ConfigError
+from agentgym import ConfigError
 from agentgym.trainers.distributed import SINGLE, DistInfo, barrier
 
 LATEST = "latest"

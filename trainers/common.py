@@ -10,11 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentgym.errors import ConfigError
-from agentgym.registration import resolve_env_id
-from agentgym.tokens import counter_from_tokenizer
+from agentgym import ConfigError, Episode, SamplingParams, counter_from_tokenizer, resolve_env_id
 from agentgym.trainers.config import EnvSpec, ModelConfig
-from agentgym.types import Episode, SamplingParams
 
 
 def keep_freed_memory() -> bool:
@@ -198,7 +195,7 @@ async def evaluate_async(
     Returns:
         summary metrics under ``eval/`` and the episodes, one list per env.
     """
-    from agentgym.rollouts import rollout_async
+    from agentgym import rollout_async
 
     if seeds is None:
         if num_tasks is None:

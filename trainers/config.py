@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from agentgym.errors import ConfigError, UnknownNameError
+from agentgym import ConfigError, UnknownNameError
 
 T = TypeVar("T")
 

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from agentgym.errors import ConfigError
+from agentgym import ConfigError
 
 T = TypeVar("T")
 

@@ -57,8 +57,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentgym.errors import ConfigError
-from agentgym.rollouts import EnvCache, derive_seed, rollout_async
+from agentgym import ConfigError, EnvCache, Episode, SamplingParams, derive_seed, rollout_async
 from agentgym.trainers.algorithm import (
     group_advantages,
     informative_groups,
@@ -91,7 +90,6 @@ from agentgym.trainers.engines.factory import make_engine
 from agentgym.trainers.logging import JsonlWriter, Progress, plot_run
 from agentgym.trainers.strategies import make_learner
 from agentgym.trainers.timeline import Timeline
-from agentgym.types import Episode, SamplingParams
 
 Group = list[Episode]
 
@@ -204,7 +202,7 @@ class DAPOTrainer:
         self.env_cache = EnvCache()  # env instances reused from step to step
         self.workers = None
         if cfg.rollout.rollout_workers > 0:
-            from agentgym.workers import RayEnvWorkers
+            from agentgym import RayEnvWorkers
 
             self.workers = RayEnvWorkers(
                 cfg.rollout.rollout_workers, address=cfg.rollout.ray_address

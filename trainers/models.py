@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from agentgym.errors import ConfigError, UnknownNameError
+from agentgym import ConfigError, UnknownNameError
 
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny-qwen2": {

@@ -29,8 +29,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from agentgym.errors import ConfigError
-from agentgym.rollouts import derive_seed
+from agentgym import ConfigError, Message, SamplingParams, derive_seed
 from agentgym.trainers.common import (
     build_model_and_tokenizer,
     env_kwargs,
@@ -41,7 +40,6 @@ from agentgym.trainers.common import (
 from agentgym.trainers.config import SFTConfig, save_config
 from agentgym.trainers.logging import JsonlWriter, Progress
 from agentgym.trainers.tokenizer import encode_completion, encode_prompt
-from agentgym.types import Message, SamplingParams
 
 Example = tuple[tuple[Message, ...], str]
 
@@ -141,8 +139,7 @@ def _worked_solutions(
 
 def _oracle_turns(env_id: str, kwargs: dict[str, Any], seeds: Sequence[int]) -> list[Example]:
     """Every turn (memory summaries included) of the oracle's episodes, one per seed."""
-    from agentgym.policies import OraclePolicy
-    from agentgym.rollouts import rollout
+    from agentgym import OraclePolicy, rollout
 
     episodes = rollout(env_id, OraclePolicy(), seeds=seeds, env_kwargs=kwargs, concurrency=8)
     return [(t.messages, t.completion.text) for ep in episodes for t in ep.turns]

@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from agentgym.errors import ConfigError
+from agentgym import ConfigError
 from agentgym.trainers.learner import Learner, make_optimizer
 
 

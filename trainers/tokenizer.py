@@ -26,8 +26,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from agentgym.errors import ConfigError
-from agentgym.types import Message, to_openai
+from agentgym import ConfigError, Message, to_openai
 
 PAD, EOS, UNK = "<|pad|>", "<|end|>", "<|unk|>"
 ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")

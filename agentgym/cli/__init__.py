@@ -12,6 +12,8 @@ import argparse
 import importlib
 import sys
 
+__all__ = ["build_parser", "main"]
+
 #: subcommand module names, in help order
 SUBCOMMANDS: tuple[str, ...] = (
     "envs",  # list, info, check-env, play
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from agentgym.errors import AgentGymError
+    from agentgym import AgentGymError
 
     try:
         return int(args.func(args) or 0)

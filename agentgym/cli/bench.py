@@ -63,7 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from agentgym.errors import ConfigError
+    from agentgym import ConfigError
 
     if args.list:
         return _list_suites()

@@ -42,7 +42,7 @@ def add_env_args(p: argparse.ArgumentParser) -> None:
 
 def parse_env_args(items: list[str]) -> dict[str, Any]:
     """``["k=v", ...]`` -> kwargs; values are JSON where they parse, else strings."""
-    from agentgym.errors import ConfigError
+    from agentgym import ConfigError
 
     out: dict[str, Any] = {}
     for item in items:
@@ -59,7 +59,7 @@ def parse_env_args(items: list[str]) -> dict[str, Any]:
 def cmd_list(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
-    from agentgym.registration import agentgym_env_ids, plugin_of
+    from agentgym import agentgym_env_ids, plugin_of
 
     ids = agentgym_env_ids()
     rows = []
@@ -89,7 +89,7 @@ def _env_class(env_id: str):
 
     import gymnasium as gym
 
-    from agentgym.registration import resolve_env_id
+    from agentgym import resolve_env_id
 
     env_id = resolve_env_id(env_id)
     spec = gym.registry[env_id]
@@ -112,8 +112,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_check_env(args: argparse.Namespace) -> int:
-    from agentgym.checker import EnvCheckError, check_env
-    from agentgym.registration import make
+    from agentgym import EnvCheckError, check_env, make
 
     env = make(args.env_id, **parse_env_args(args.env_arg))
     try:
@@ -140,7 +139,7 @@ def cmd_check_env(args: argparse.Namespace) -> int:
 
 def cmd_play(args: argparse.Namespace) -> int:
     """A person plays: the observation is printed, the reply is typed (end with a line '.')."""
-    from agentgym.registration import make
+    from agentgym import make
 
     env = make(args.env_id, **parse_env_args(args.env_arg))
     obs, info = env.reset(seed=args.seed)

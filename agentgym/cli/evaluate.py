@@ -54,11 +54,7 @@ def summarise(env_id: str, policy: str, episodes: list) -> dict:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from agentgym.errors import ConfigError
-    from agentgym.policies import make_policy
-    from agentgym.registration import resolve_env_id
-    from agentgym.rollouts import rollout
-    from agentgym.types import SamplingParams
+    from agentgym import ConfigError, SamplingParams, make_policy, resolve_env_id, rollout
 
     if args.episodes < 1:
         raise ConfigError("--episodes must be >= 1.")

@@ -183,7 +183,7 @@ def names(raw: str) -> dict[str, str]:
     """Derive package, class, distribution and env id names from a free-form NAME."""
     words = [w for w in re.split(r"[^A-Za-z0-9]+", raw) if w]
     if not words or not words[0][0].isalpha():
-        from agentgym.errors import ConfigError
+        from agentgym import ConfigError
 
         raise ConfigError(
             f"new-env NAME must start with a letter and contain letters/digits, got {raw!r} "
@@ -204,7 +204,7 @@ def names(raw: str) -> dict[str, str]:
 
 def write_package(name: str, directory: str | Path | None = None, *, force: bool = False) -> Path:
     """Write the package; returns its directory. Refuses to overwrite unless ``force``."""
-    from agentgym.errors import ConfigError
+    from agentgym import ConfigError
 
     n = names(name)
     root = Path(directory) if directory else Path.cwd() / n["dist"]

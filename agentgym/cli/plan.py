@@ -35,7 +35,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from agentgym.errors import ConfigError
+    from agentgym import ConfigError
     from agentgym.trainers.plan import format_plans, plan_both, plan_config_from_dict
 
     path = Path(args.config)

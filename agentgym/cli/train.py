@@ -94,7 +94,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     sharded = cfg.distributed.strategy != "none"
     if not under_torchrun() and (sharded or (args.nproc or 1) > 1 or args.nnodes > 1):
         if not sharded:
-            from agentgym.errors import ConfigError
+            from agentgym import ConfigError
 
             raise ConfigError(
                 "--nproc/--nnodes need a sharded strategy: add distributed.strategy=deepspeed "

@@ -62,8 +62,7 @@ def _direct(n: int) -> tuple[float, int]:
 
 
 def _rollout(n: int, concurrency: int) -> tuple[float, int]:
-    from agentgym.policies import ScriptedPolicy
-    from agentgym.rollouts import rollout
+    from agentgym import ScriptedPolicy, rollout
 
     policy = ScriptedPolicy(_reply)
     t0 = time.perf_counter()

@@ -179,7 +179,7 @@ def _trl(
     from trl import GRPOConfig, GRPOTrainer
 
     import agentgym  # noqa: F401  (registers the envs)
-    from agentgym.tokens import counter_from_tokenizer
+    from agentgym import counter_from_tokenizer
     from agentgym.trainers.models import resolve_lora_targets
 
     torch.set_num_threads(s["threads"])

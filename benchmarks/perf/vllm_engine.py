@@ -74,8 +74,8 @@ def unavailable() -> str | None:
 
 
 def _requests(s: dict[str, Any]) -> list[Any]:
+    from agentgym import Message, SamplingParams
     from agentgym.trainers.engines import GenerationRequest
-    from agentgym.types import Message, SamplingParams
 
     out = []
     for p in range(s["prompts"]):

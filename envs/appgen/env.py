@@ -5,7 +5,17 @@ from __future__ import annotations
 import time
 from typing import Any, ClassVar
 
-from agentgym.env import ActResult, ConversationEnv, Task
+from agentgym import (
+    ActResult,
+    ConfigError,
+    ConversationEnv,
+    EnvStateError,
+    Message,
+    SandboxError,
+    Task,
+    UnknownNameError,
+    count_message_tokens,
+)
 from agentgym.envs.appgen import protocol
 from agentgym.envs.appgen.grading import MAX_FILE_BYTES, MAX_PROJECT_FILES, drop_reason, grade
 from agentgym.envs.appgen.sandboxes import (
@@ -15,9 +25,6 @@ from agentgym.envs.appgen.sandboxes import (
     resolve_backend,
 )
 from agentgym.envs.appgen.taskset import VISIBLE_TESTS_DIR, AppTask, load_tasks
-from agentgym.errors import ConfigError, EnvStateError, SandboxError, UnknownNameError
-from agentgym.tokens import count_message_tokens
-from agentgym.types import Message
 
 #: The command the system prompt suggests (and the oracle uses) to run the visible tests.
 VISIBLE_TEST_COMMAND = f"python3 -m pytest -qq -p no:cacheprovider {VISIBLE_TESTS_DIR}"

@@ -13,7 +13,7 @@ import atexit
 import threading
 from typing import Any
 
-from agentgym.errors import ConfigError
+from agentgym import ConfigError
 
 BACKENDS = ("auto", "docker", "local")
 #: Sandboxes per pool (handed out plus idle). Raise it for more concurrent episodes.
@@ -26,7 +26,7 @@ _lock = threading.Lock()
 
 def check_backend(name: str) -> str:
     if name not in BACKENDS:
-        from agentgym.errors import did_you_mean
+        from agentgym import did_you_mean
 
         raise ConfigError(
             f"Unknown sandbox backend {name!r}.{did_you_mean(name, BACKENDS)} "

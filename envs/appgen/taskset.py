@@ -44,7 +44,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from agentgym.errors import DataError, UnknownNameError
+from agentgym import DataError, UnknownNameError
 
 #: Where the built-in tasks live (shipped as package data).
 BUILTIN_TASKS_DIR = Path(__file__).resolve().parent / "tasks"

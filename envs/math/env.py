@@ -6,17 +6,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from agentgym.env import ActResult, ConversationEnv, Task
+from agentgym import (
+    ActResult,
+    ConfigError,
+    ConversationEnv,
+    MemoryConfig,
+    Message,
+    Task,
+    TokenCounter,
+    UnknownNameError,
+)
 from agentgym.envs.math import generator as gen
 from agentgym.envs.math.extract import extract_answer, remove_boxes
 from agentgym.envs.math.grading import DEFAULT_TIMEOUT_S, grade
 from agentgym.envs.math.pool import warm_up
 from agentgym.envs.math.rewards import RewardConfig
 from agentgym.envs.math.sources import MathItem, load_hard, load_problems
-from agentgym.errors import ConfigError, UnknownNameError
-from agentgym.memory import MemoryConfig
-from agentgym.tokens import TokenCounter
-from agentgym.types import Message
 
 __all__ = ["CONTINUE_MESSAGE", "DEFAULT_TEMPLATES", "BalancedMathEnv"]
 
@@ -327,7 +332,7 @@ class BalancedMathEnv(ConversationEnv):
     def current(self) -> _Current:
         """The current problem (task id, statement, gold answer)."""
         if self._current is None:
-            from agentgym.errors import EnvStateError
+            from agentgym import EnvStateError
 
             raise EnvStateError("No problem yet: call reset() first.")
         return self._current

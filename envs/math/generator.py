@@ -36,7 +36,7 @@ from math import lcm
 
 import sympy
 
-from agentgym.errors import ConfigError, UnknownNameError
+from agentgym import ConfigError, UnknownNameError
 
 __all__ = [
     "ANSWER_FORMATS",

@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentgym.errors import ConfigError, UnknownNameError
+from agentgym import ConfigError, UnknownNameError
 
 __all__ = ["REWARD_SCHEMES", "TOKEN_COSTS", "RewardConfig"]
 

@@ -30,8 +30,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from agentgym import ConfigError, DataError
 from agentgym.envs.math.extract import find_boxed
-from agentgym.errors import ConfigError, DataError
 
 __all__ = [
     "ANSWER_FIELDS",

@@ -53,8 +53,7 @@ from typing import Any
 
 import torch
 
-from agentgym.errors import ConfigError
-from agentgym.types import Completion, Message, SamplingParams
+from agentgym import Completion, ConfigError, Message, SamplingParams
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any
 
 from torch import nn
 
-from agentgym.errors import ConfigError, UnknownNameError
+from agentgym import ConfigError, UnknownNameError
 from agentgym.trainers.engines.base import RolloutEngine
 
 #: engine names accepted by :func:`make_engine`

@@ -63,7 +63,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from agentgym.errors import ConfigError
+from agentgym import Completion, ConfigError
 from agentgym.trainers.engines.base import (
     GenerationRequest,
     RolloutEngine,
@@ -72,7 +72,6 @@ from agentgym.trainers.engines.base import (
 )
 from agentgym.trainers.engines.fused import FusedDecoder
 from agentgym.trainers.tokenizer import encode_prompt
-from agentgym.types import Completion
 
 #: Model types whose attention the lean loop's fast path (preallocated cache, additive
 #: decode mask, :func:`decode_attention`) is known to reproduce: full causal attention,

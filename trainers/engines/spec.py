@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agentgym.errors import ConfigError
+from agentgym import ConfigError
 
 
 def policy_from_spec(spec: str, *, seed: int = 0, **kwargs: Any) -> Any:

@@ -88,10 +88,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from agentgym.errors import ConfigError
+from agentgym import Completion, ConfigError, SamplingParams
 from agentgym.trainers.engines.base import GenerationRequest, RolloutEngine, finish_completion
 from agentgym.trainers.tokenizer import encode_prompt
-from agentgym.types import Completion, SamplingParams
 
 #: The message raised when vLLM is missing (tests match on the install hint).
 VLLM_MISSING = (
