@@ -12,6 +12,14 @@ namespace and loads third-party plugins (entry-point group ``agentgym.envs``)::
 
 from __future__ import annotations
 
+from agentgym.config import (
+    config_check,
+    config_from_dict,
+    config_to_dict,
+    config_to_yaml,
+    load_config,
+    save_config,
+)
 from agentgym.env import ActResult, ConversationEnv, Task
 from agentgym.errors import (
     AgentGymError,
@@ -115,11 +123,16 @@ __all__ = [
     "agentgym_env_ids",
     "approx_tokens",
     "check_env",
+    "config_check",
+    "config_from_dict",
+    "config_to_dict",
+    "config_to_yaml",
     "count_message_tokens",
     "counter_from_tokenizer",
     "derive_seed",
     "did_you_mean",
     "iter_episodes",
+    "load_config",
     "load_plugins",
     "make",
     "make_policy",
@@ -129,6 +142,7 @@ __all__ = [
     "resolve_env_id",
     "rollout",
     "rollout_async",
+    "save_config",
     "to_openai",
     "write_episodes",
 ]

@@ -1,4 +1,4 @@
-"""Trainer configuration: dataclasses with working defaults, YAML files, CLI overrides.
+"""The sections of ``agentgym train``'s config, shared in part by ``agentgym sft``.
 
 A config file is YAML whose keys mirror the dataclasses below (nested sections)::
 
@@ -8,33 +8,24 @@ A config file is YAML whose keys mirror the dataclasses below (nested sections):
     rollout: {group_size: 8, batch_tasks: 8, max_tokens: 128}
     algorithm: {advantage: grpo, eps_high: 0.28}
 
-Every field can be overridden on the command line as ``section.field=value`` (values are
-parsed as YAML: ``rollout.group_size=16``, ``lora.target_modules=[q_proj,v_proj]``,
-``envs=[{id: agentgym/MemoryRecall-v0}]``, ``envs.0.weight=2``). Unknown keys are
-rejected with the closest known names; values are checked in ``__post_init__`` so a bad
-config fails at start-up with a message that says what to change.
+Loading, ``section.field=value`` overrides, "did you mean" on unknown keys and
+``--print-config`` are the core's (:func:`agentgym.load_config`); each section checks
+its values in ``__post_init__``, so a bad config fails at start-up with a message that
+says what to change. The SFT stage's own sections live in :mod:`agentgym.trainers.sft`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import yaml
-
-from agentgym import ConfigError, UnknownNameError
-
-T = TypeVar("T")
-
-
-def _check(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ConfigError(msg)
-
+from agentgym import UnknownNameError
+from agentgym import config_check as _check
+from agentgym.trainers.engines.options import (
+    HFEngineOptions,
+    VLLMEngineOptions,
+    engine_options,
+)
 
 # ----------------------------------------------------------------------------- sections
 
@@ -165,10 +156,12 @@ class RolloutConfig:
         engine: ``hf`` (embedded generation on the trainer's own model, the default) or
             ``vllm`` (GPU; LoRA adapters hot-swapped per step, asleep while training;
             see docs/vllm.md).
-        engine_options: keyword arguments of the engine (for ``vllm``:
-            ``gpu_memory_utilization``, ``max_model_len``, ``dtype``, ...; for ``hf``:
-            ``decode`` (``lean`` or the reference ``generate``), ``merge_lora``,
-            ``fast_attention``, ``fused``, all on by default).
+        engine_options: the engine's options, written as a mapping, checked when the
+            config loads and read typed as :attr:`engine_settings`
+            (:class:`~agentgym.trainers.engines.HFEngineOptions`: ``decode``,
+            ``merge_lora``, ``fast_attention``, ``fused``;
+            :class:`~agentgym.trainers.engines.VLLMEngineOptions`:
+            ``gpu_memory_utilization``, ``max_model_len``, ``tensor_parallel_size``, ...).
         rollout_workers: ``0``: env work (make, reset, step, grading, sandboxes) in
             this process's thread pool. ``N``: in ``N`` Ray actors (docs/ray.md); the
             episodes are the same.
@@ -203,10 +196,7 @@ class RolloutConfig:
         _check(self.max_tokens >= 1, f"rollout.max_tokens must be >= 1, got {self.max_tokens}.")
         _check(self.temperature > 0, "rollout.temperature must be > 0 for RL (sampling).")
         _check(0 < self.top_p <= 1, f"rollout.top_p must be in (0, 1], got {self.top_p}.")
-        _check(
-            self.engine in ("hf", "vllm"),
-            f"rollout.engine must be hf or vllm, got {self.engine!r}.",
-        )
+        self.engine_settings  # noqa: B018  (checks the engine's options at load time)
         _check(
             self.rollout_workers >= 0,
             f"rollout.rollout_workers must be >= 0 (0: no Ray), got {self.rollout_workers}.",
@@ -218,6 +208,11 @@ class RolloutConfig:
         _check(self.concurrency >= 1, "rollout.concurrency must be >= 1.")
         _check(self.max_batch >= 1, "rollout.max_batch must be >= 1.")
         _check(self.gather_window_s >= 0, "rollout.gather_window_s must be >= 0.")
+
+    @property
+    def engine_settings(self) -> HFEngineOptions | VLLMEngineOptions:
+        """``engine_options`` as the engine's typed options (checked when the config loads)."""
+        return engine_options(self.engine, self.engine_options)
 
 
 @dataclass
@@ -481,209 +476,3 @@ class SFTConfig:
     def __post_init__(self) -> None:
         _check(len(self.envs) >= 1, "envs must list at least one environment.")
         _check(self.max_tokens >= 1, "max_tokens must be >= 1.")
-
-
-# ----------------------------------------------------------------------------- loading
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _strip_optional(tp: Any) -> tuple[Any, bool]:
-    args = typing.get_args(tp)
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType) and type(None) in args:
-        rest = [a for a in args if a is not type(None)]
-        return (rest[0] if len(rest) == 1 else tp), True
-    return tp, False
-
-
-def _convert(tp: Any, value: Any, where: str) -> Any:
-    tp, optional = _strip_optional(tp)
-    if value is None:
-        if optional:
-            return None
-        raise ConfigError(f"{where} must not be null.")
-    if dataclasses.is_dataclass(tp):
-        if isinstance(value, tp):
-            return value
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where} must be a mapping of {tp.__name__} fields, got {value!r}.")
-        return from_dict(tp, value, where)
-    origin = typing.get_origin(tp)
-    if origin is list:
-        (item,) = typing.get_args(tp) or (Any,)
-        if isinstance(value, tuple):
-            value = list(value)
-        if not isinstance(value, list):
-            raise ConfigError(f"{where} must be a list, got {value!r}.")
-        return [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where} must be a mapping, got {value!r}.")
-        return dict(value)
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where} must be true or false, got {value!r}.")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where} must be an integer, got {value!r}.")
-        return value
-    if tp is float:
-        if isinstance(value, str):  # YAML 1.1 reads "5e-3" (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{where} must be a number, got {value!r}.")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where} must be a string, got {value!r}.")
-        return value
-    return value
-
-
-def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
-    """Build dataclass ``cls`` from a nested dict; unknown keys raise with suggestions."""
-    hints = _hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
-    kwargs = {}
-    for key, value in data.items():
-        full = f"{where}.{key}" if where else str(key)
-        if key not in names:
-            known = [f"{where}.{n}" if where else n for n in names]
-            raise UnknownNameError("config key", full, known)
-        kwargs[key] = _convert(hints[key], value, full)
-    try:
-        return cls(**kwargs)
-    except TypeError as e:
-        raise ConfigError(f"{where or cls.__name__}: {e}") from e
-
-
-def to_dict(cfg: Any) -> dict[str, Any]:
-    """A config as plain nested dicts/lists (YAML-ready)."""
-    return dataclasses.asdict(cfg)
-
-
-def _schema_check(cls: type, path: list[str], full: str) -> None:
-    """Raise UnknownNameError if ``path`` does not name a field of ``cls``."""
-    tp: Any = cls
-    for i, part in enumerate(path):
-        tp, _ = _strip_optional(tp)
-        if typing.get_origin(tp) is list:
-            if not part.isdigit():
-                raise ConfigError(
-                    f"{'.'.join(path[:i])} is a list: index it with a number ({full})."
-                )
-            tp = typing.get_args(tp)[0]
-            continue
-        if typing.get_origin(tp) is dict:
-            return  # free-form mapping (kwargs): anything goes below
-        if not dataclasses.is_dataclass(tp):
-            raise ConfigError(f"{'.'.join(path[:i])} is a value, not a section ({full}).")
-        hints = _hints(tp)
-        if part not in hints:
-            prefix = ".".join(path[:i])
-            known = [f"{prefix}.{n}" if prefix else n for n in hints]
-            raise UnknownNameError(
-                "config key",
-                ".".join(path[: i + 1]),
-                known,
-                hint="See the config reference in docs/trainer.md.",
-            )
-        tp = hints[part]
-
-
-def apply_overrides(cls: type, data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``a.b.c=value`` overrides (values parsed as YAML) to a nested config dict.
-
-    ``data`` should hold every section (defaults merged in), as :func:`load_config`
-    prepares it; it is modified in place and returned.
-    """
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} must look like section.key=value.")
-        key, raw = item.split("=", 1)
-        key = key.strip()
-        if not key:
-            raise ConfigError(f"override {item!r} has an empty key.")
-        path = key.split(".")
-        _schema_check(cls, path, key)
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError as e:
-            raise ConfigError(f"override {item!r}: value is not valid YAML ({e}).") from e
-        node: Any = data
-        for i, part in enumerate(path[:-1]):
-            if isinstance(node, list):
-                idx = int(part)
-                if idx >= len(node):
-                    raise ConfigError(
-                        f"override {key}: index {idx} is out of range ({len(node)} items)."
-                    )
-                node = node[idx]
-            else:
-                if node.get(part) is None:
-                    node[part] = _default_section(cls, path[: i + 1])
-                node = node[part]
-        last = path[-1]
-        if isinstance(node, list):
-            idx = int(last)
-            if idx >= len(node):
-                raise ConfigError(
-                    f"override {key}: index {idx} is out of range ({len(node)} items)."
-                )
-            node[idx] = value
-        else:
-            node[last] = value
-    return data
-
-
-def _default_section(cls: type, path: list[str]) -> Any:
-    obj: Any = cls()
-    for part in path:
-        obj = obj[int(part)] if isinstance(obj, list) else getattr(obj, part)
-    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
-
-
-def load_config(
-    cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None
-) -> T:
-    """Read a YAML config (or the defaults when ``path`` is None) and apply overrides."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file {str(p)!r} does not exist.")
-        try:
-            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{p}: not valid YAML ({e}).") from e
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{p}: a config file must be a mapping of sections.")
-        data = loaded
-    if overrides:
-        base = dataclasses.asdict(cls())  # type: ignore[call-arg]
-        data = _deep_merge(base, data)
-        data = apply_overrides(cls, data, overrides)
-    return from_dict(cls, data)
-
-
-def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in top.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _deep_merge(out[k], v)
-        else:
-            out[k] = v
-    return out
-
-
-def save_config(cfg: Any, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")

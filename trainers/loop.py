@@ -57,7 +57,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentgym import ConfigError, EnvCache, Episode, SamplingParams, derive_seed, rollout_async
+from agentgym import (
+    ConfigError,
+    EnvCache,
+    Episode,
+    SamplingParams,
+    derive_seed,
+    rollout_async,
+    save_config,
+)
 from agentgym.trainers.algorithm import (
     group_advantages,
     informative_groups,
@@ -77,7 +85,7 @@ from agentgym.trainers.common import (
     resolve_envs,
     setup_torch,
 )
-from agentgym.trainers.config import TrainConfig, save_config
+from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.distributed import (
     SINGLE,
     DistInfo,
@@ -188,7 +196,7 @@ class DAPOTrainer:
             seed=cfg.run.seed,
             model_path=cfg.model.path,
             workdir=self.out / "engine" / f"rank{self.dist.rank}",
-            options=cfg.rollout.engine_options,
+            options=cfg.rollout.engine_settings,
         )
         self.policy = self.engine.as_policy(
             max_batch=cfg.rollout.max_batch, gather_window_s=cfg.rollout.gather_window_s

@@ -29,7 +29,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from agentgym import ConfigError, Message, SamplingParams, derive_seed
+from agentgym import ConfigError, Message, SamplingParams, derive_seed, save_config
 from agentgym.trainers.common import (
     build_model_and_tokenizer,
     env_kwargs,
@@ -37,7 +37,7 @@ from agentgym.trainers.common import (
     resolve_envs,
     setup_torch,
 )
-from agentgym.trainers.config import SFTConfig, save_config
+from agentgym.trainers.config import SFTConfig
 from agentgym.trainers.logging import JsonlWriter, Progress
 from agentgym.trainers.tokenizer import encode_completion, encode_prompt
 

@@ -74,15 +74,15 @@ def _split(args: argparse.Namespace) -> tuple[str | None, list[str]]:
 
 
 def _print_config(cfg: object) -> None:
-    import yaml
 
-    from agentgym.trainers.config import to_dict
+    from agentgym import config_to_yaml
 
-    print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
+    print(config_to_yaml(cfg), end="")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from agentgym.trainers.config import TrainConfig, load_config
+    from agentgym import load_config
+    from agentgym.trainers.config import TrainConfig
 
     config, overrides = _split(args)
     cfg = load_config(TrainConfig, config, overrides)
@@ -146,7 +146,8 @@ def _env_int(name: str, default: int) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from agentgym.trainers.config import SFTConfig, load_config
+    from agentgym import load_config
+    from agentgym.trainers.config import SFTConfig
 
     config, overrides = _split(args)
     cfg = load_config(SFTConfig, config, overrides)

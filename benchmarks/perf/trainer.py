@@ -106,7 +106,8 @@ class _Agentgym:
         env_id: str,
         env_kwargs: dict[str, Any],
     ) -> None:
-        from agentgym.trainers.config import TrainConfig, load_config
+        from agentgym import load_config
+        from agentgym.trainers.config import TrainConfig
         from agentgym.trainers.loop import DAPOTrainer
 
         steps = s["warmup_steps"] + s["measured_steps"]

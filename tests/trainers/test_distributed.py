@@ -22,9 +22,10 @@ import torch
 from conftest import TINY_QWEN
 from safetensors.torch import load_file
 
+from agentgym import load_config
 from agentgym.errors import ConfigError
 from agentgym.trainers.batch import Sample, make_microbatches
-from agentgym.trainers.config import TrainConfig, load_config
+from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.distributed import DistInfo, torchrun_command
 from agentgym.trainers.logging import read_jsonl
 from agentgym.trainers.loop import DAPOTrainer

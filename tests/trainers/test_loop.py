@@ -9,9 +9,10 @@ import torch
 import yaml
 from conftest import TINY_QWEN
 
+from agentgym import load_config
 from agentgym.cli import main
 from agentgym.errors import ConfigError, UnknownNameError
-from agentgym.trainers.config import TrainConfig, load_config
+from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.logging import read_jsonl
 from agentgym.trainers.loop import DAPOTrainer
 

@@ -14,7 +14,7 @@ take the trainer's model object; they differ in what they do with it:
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -25,11 +25,15 @@ from torch import nn
 
 from agentgym import ConfigError, UnknownNameError
 from agentgym.trainers.engines.base import RolloutEngine
+from agentgym.trainers.engines.options import (
+    ENGINE_OPTIONS,
+    EngineOptions,
+    VLLMEngineOptions,
+    engine_options,
+)
 
 #: engine names accepted by :func:`make_engine`
-ENGINE_KINDS: tuple[str, ...] = ("hf", "vllm")
-#: ``rollout.engine_options`` the ``hf`` engine takes (see :class:`HFEngine`)
-HF_OPTIONS: tuple[str, ...] = ("decode", "merge_lora", "fast_attention", "fused")
+ENGINE_KINDS: tuple[str, ...] = tuple(ENGINE_OPTIONS)
 
 
 def make_engine(
@@ -40,7 +44,7 @@ def make_engine(
     seed: int = 0,
     model_path: str | Path | None = None,
     workdir: str | Path | None = None,
-    options: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | EngineOptions | None = None,
 ) -> RolloutEngine:
     """Build the rollout engine ``kind`` for the trainer's ``model``.
 
@@ -54,10 +58,9 @@ def make_engine(
             weights are saved from ``model`` to ``workdir/vllm_base`` first.
         workdir: ``vllm`` only: where that copy and the per-step adapters go; ``None``: a
             temporary directory deleted when the engine is closed.
-        options: engine keyword arguments: for ``vllm``, those of
-            :class:`~agentgym.trainers.engines.vllm.VLLMEngine` (``gpu_memory_utilization``,
-            ``max_model_len``, ``dtype``, ``enforce_eager``, ...); for ``hf``,
-            :data:`HF_OPTIONS` (``decode: generate`` selects the reference decode path).
+        options: the engine's typed options (:class:`HFEngineOptions` or
+            :class:`VLLMEngineOptions`), or the mapping a config writes (checked by
+            :func:`~agentgym.trainers.engines.options.engine_options`).
 
     Raises:
         UnknownNameError: unknown ``kind`` or option name.
@@ -65,17 +68,16 @@ def make_engine(
         ConfigError: ``vllm`` without vLLM installed, or for a model without a LoRA
             adapter (vLLM follows training through adapters only).
     """
-    options = dict(options or {})
+    if kind not in ENGINE_KINDS:
+        raise UnknownNameError("rollout engine", kind, ENGINE_KINDS)
+    opts = engine_options(kind, options)
     if kind == "hf":
         from agentgym.trainers.engines.hf import HFEngine
 
-        for name in options:
-            if name not in HF_OPTIONS:
-                raise UnknownNameError("hf engine option", name, HF_OPTIONS)
-        return HFEngine(model, tokenizer, shares_weights=True, seed=seed, **options)
-    if kind == "vllm":
-        return _make_vllm(model, tokenizer, seed, model_path, workdir, options)
-    raise UnknownNameError("rollout engine", kind, ENGINE_KINDS)
+        return HFEngine(
+            model, tokenizer, shares_weights=True, seed=seed, **dataclasses.asdict(opts)
+        )
+    return _make_vllm(model, tokenizer, seed, model_path, workdir, opts)
 
 
 def _make_vllm(
@@ -84,7 +86,7 @@ def _make_vllm(
     seed: int,
     model_path: str | Path | None,
     workdir: str | Path | None,
-    options: dict[str, Any],
+    options: VLLMEngineOptions,
 ) -> RolloutEngine:
     from agentgym.trainers.engines.vllm import VLLMEngine, import_vllm, save_base_model
     from agentgym.trainers.models import adapter_state_dict
@@ -95,17 +97,6 @@ def _make_vllm(
             "follows training by loading the adapter each step and never receives full "
             "weights. Use rollout.engine: hf for full fine-tuning."
         )
-    allowed = set(inspect.signature(VLLMEngine.__init__).parameters) - {
-        "self",
-        "model_path",
-        "tokenizer",
-        "adapter_config",
-        "seed",
-        "adapter_dir",
-    }
-    for name in options:
-        if name not in allowed:
-            raise UnknownNameError("vLLM engine option", name, allowed)
     import_vllm()  # fail before writing anything when vLLM is missing
     owned: Path | None = None
     if workdir is None:
@@ -121,7 +112,7 @@ def _make_vllm(
             adapter_config=model,
             seed=seed,
             adapter_dir=workdir / "vllm_adapters",
-            **options,
+            **_vllm_engine_kwargs(options),
         )
     except BaseException:
         if owned is not None:
@@ -131,3 +122,24 @@ def _make_vllm(
         engine._owned_paths.append(owned)
     engine.load_adapter(adapter_state_dict(model))
     return engine
+
+
+def _vllm_engine_kwargs(options: VLLMEngineOptions) -> dict[str, Any]:
+    """:class:`VLLMEngine` keywords from the typed options; options that are ``vllm.LLM``
+    engine arguments without a keyword of their own go into ``llm_kwargs``."""
+    kw = dataclasses.asdict(options)
+    llm_kwargs = dict(kw.pop("llm_kwargs"))
+    for name in (
+        "max_num_seqs",
+        "kv_cache_dtype",
+        "pipeline_parallel_size",
+        "data_parallel_size",
+        "enable_expert_parallel",
+    ):
+        value = kw.pop(name)
+        default = VLLMEngineOptions.__dataclass_fields__[name].default
+        if value != default:
+            llm_kwargs.setdefault(name, value)
+    kw.pop("sleep_level")
+    kw["llm_kwargs"] = llm_kwargs
+    return kw
