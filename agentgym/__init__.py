@@ -32,6 +32,8 @@ from agentgym.errors import (
     did_you_mean,
 )
 from agentgym.memory import MemoryConfig
+from agentgym.metrics import episode_accuracy, episode_tokens
+from agentgym.progress import Progress
 from agentgym.registration import (
     agentgym_env_ids,
     load_plugins,
@@ -109,6 +111,7 @@ __all__ = [
     "OraclePolicy",
     "Policy",
     "PolicyError",
+    "Progress",
     "RandomPolicy",
     "RayEnvWorkers",
     "SamplingParams",
@@ -131,6 +134,8 @@ __all__ = [
     "counter_from_tokenizer",
     "derive_seed",
     "did_you_mean",
+    "episode_accuracy",
+    "episode_tokens",
     "iter_episodes",
     "load_config",
     "load_plugins",

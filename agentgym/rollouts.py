@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 
 from agentgym.errors import ConfigError, EnvStateError
+from agentgym.progress import Progress
 from agentgym.types import Episode, Message, SamplingParams, Turn
 from agentgym.workers import config_index, env_id_of
 
@@ -117,9 +118,11 @@ async def rollout_async(
         envs = _WorkerEnvs(workers, env, env_kwargs, n_envs)
     else:
         envs = _LocalEnvs(env, env_kwargs, n_envs, executor, env_cache)
-    bar = _Progress(len(jobs), enabled=progress)
+    bar = Progress(len(jobs), desc="rollout", unit="episode", enabled=progress)
+    reward_sum = 0.0
 
     async def run_one(k: int) -> None:
+        nonlocal reward_sum
         _ti, seed, sample = jobs[k]
         e = await envs.acquire()
         ok = False
@@ -136,7 +139,8 @@ async def rollout_async(
             r = on_episode(ep)
             if inspect.isawaitable(r):
                 await r
-        bar.update(ep)
+        reward_sum += ep.reward
+        bar.update(1, {"mean_reward": reward_sum / (bar.done + 1)})
 
     try:
         await asyncio.gather(*(run_one(k) for k in range(len(jobs))))
@@ -452,42 +456,3 @@ def rollout(env: EnvSource, policy: Any, **kwargs: Any) -> list[Episode]:
     raise EnvStateError(
         "rollout() was called inside a running event loop; use `await rollout_async(...)`."
     )
-
-
-class _Progress:
-    """A tqdm bar on a terminal; a plain line every 10% otherwise (CI logs)."""
-
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total, self.enabled, self.done, self.reward_sum = total, enabled, 0, 0.0
-        self._bar = None
-        self._next_pct = 10
-        if enabled:
-            import sys
-
-            if sys.stderr.isatty():
-                from tqdm import tqdm
-
-                self._bar = tqdm(total=total, desc="episodes", unit="ep")
-
-    def update(self, ep: Episode) -> None:
-        self.done += 1
-        self.reward_sum += ep.reward
-        if not self.enabled:
-            return
-        mean = self.reward_sum / self.done
-        if self._bar is not None:
-            self._bar.set_postfix(mean_reward=f"{mean:.3f}")
-            self._bar.update(1)
-        elif 100 * self.done >= self._next_pct * self.total or self.done == self.total:
-            import sys
-
-            print(
-                f"episodes {self.done}/{self.total}  mean_reward={mean:.3f}",
-                file=sys.stderr,
-                flush=True,
-            )
-            self._next_pct = (100 * self.done // self.total) // 10 * 10 + 10
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()

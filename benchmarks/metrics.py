@@ -30,24 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from agentgym import ConfigError, Episode, approx_tokens
+from agentgym import ConfigError, Episode, episode_accuracy, episode_tokens
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
 CONFIDENCE = 0.95
-
-
-def episode_tokens(ep: Episode) -> int:
-    """Tokens the policy generated in the episode, over every turn.
-
-    Uses each completion's ``num_tokens`` (a tokenizer's or an endpoint's count) and
-    falls back to :func:`~agentgym.tokens.approx_tokens` of the text where it is missing.
-    """
-    total = 0
-    for t in ep.turns:
-        n = t.completion.num_tokens
-        total += int(n) if n is not None else approx_tokens(t.completion.text)
-    return total
 
 
 def episode_prompt_tokens(ep: Episode) -> int:
@@ -78,13 +65,14 @@ def success(ep: Episode, rule: str) -> bool:
     """Whether an episode counts as solved under a suite's success rule.
 
     Rules:
-        ``correct``: ``reward_breakdown["correct"]`` is true (maths: the final answer is
-            right, whatever the token cost did to the reward).
+        ``correct``: the env's own correctness (:func:`agentgym.episode_accuracy`) is
+            full: ``reward_breakdown["correct"]`` is true (maths: the final answer is
+            right, whatever the token cost did to the reward), or counts every part.
         ``full_reward``: the reward is at least 1 (within 1e-9).
         ``all_tests``: every test passed (at least one test ran).
     """
     if rule == "correct":
-        return bool(ep.reward_breakdown.get("correct", False))
+        return (episode_accuracy(ep) or 0.0) >= 1.0 - 1e-9
     if rule == "full_reward":
         return ep.reward >= 1.0 - 1e-9
     if rule == "all_tests":

@@ -32,7 +32,6 @@ import json
 import os
 import platform
 import re
-import sys
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -42,7 +41,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import gymnasium as gym
 
-from agentgym import ConfigError, DataError, Episode, SamplingParams, iter_episodes
+from agentgym import ConfigError, DataError, Episode, Progress, SamplingParams, iter_episodes
 from agentgym.benchmarks.metrics import (
     TaskOutcome,
     compute_metrics,
@@ -196,45 +195,6 @@ class _Lease(gym.Wrapper):
         self._pool.append(self.env)
 
 
-class _Progress:
-    """Plain progress lines on stderr (every 10%), or a tqdm bar on a terminal."""
-
-    def __init__(self, total: int, already: int, enabled: bool, title: str) -> None:
-        self.total, self.done, self.enabled = total, already, enabled and total > 0
-        self.success_sum = 0.0
-        self.new = 0
-        self._next = 10
-        self._bar = None
-        if self.enabled and sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self._bar = tqdm(total=total, initial=already, desc=title, unit="ep")
-        elif self.enabled:
-            print(f"{title}: {already}/{total} episodes already done", file=sys.stderr)
-
-    def update(self, ep: Episode) -> None:
-        self.done += 1
-        self.new += 1
-        self.success_sum += ep.reward
-        if not self.enabled:
-            return
-        if self._bar is not None:
-            self._bar.set_postfix(mean_reward=f"{self.success_sum / self.new:.3f}")
-            self._bar.update(1)
-        elif 100 * self.done >= self._next * self.total or self.done == self.total:
-            print(
-                f"episodes {self.done}/{self.total}  "
-                f"mean_reward(new)={self.success_sum / self.new:.3f}",
-                file=sys.stderr,
-                flush=True,
-            )
-            self._next = (100 * self.done // self.total) // 10 * 10 + 10
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-
-
 def _sampling_for(suite: Suite, entry_name: str, sample: int) -> SamplingParams:
     from agentgym import derive_seed
 
@@ -308,7 +268,14 @@ async def run_suite_async(
         jobs = jobs[: max(0, max_episodes)]
 
     t0 = time.monotonic()
-    bar = _Progress(len(jobs) + resumed, resumed, progress, f"{suite.name} / {policy_slug(spec)}")
+    bar = Progress(
+        len(jobs) + resumed,
+        desc=f"{suite.name} / {policy_slug(spec)}",
+        unit="episode",
+        start=resumed,
+        enabled=progress,
+    )
+    new_reward = 0.0
     pools: dict[int, list[gym.Env]] = {i: [] for i in range(len(suite.entries))}
     queue: asyncio.Queue[TaskKey] = asyncio.Queue()
     for job in jobs:
@@ -345,12 +312,14 @@ async def run_suite_async(
             entry = suite.entries[i]
 
             def tag(ep: Episode, i: int = i, s: int = s, name: str = entry.name) -> None:
+                nonlocal new_reward
                 ep.sample = s
                 ep.metrics[ENTRY_KEY] = i
                 ep.metrics[ENTRY_NAME_KEY] = name
                 save(ep)
                 done[(i, int(ep.seed or 0), s)] = ep
-                bar.update(ep)
+                new_reward += ep.reward
+                bar.update(1, {"mean_reward(new)": new_reward / (bar.done + 1 - resumed)})
                 if on_episode is not None:
                     on_episode(ep)
 

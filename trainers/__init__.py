@@ -1,16 +1,18 @@
 """agentgym.trainers: all-sync DAPO with LoRA (see ``docs/trainer.md``).
 
-* :mod:`.algorithm` -- DAPO's pieces as pure functions on tensors.
-* :mod:`.loop` -- :class:`DAPOTrainer`, the all-sync loop (``agentgym train``).
-* :mod:`.sft` -- supervised warm start (``agentgym sft``).
-* :mod:`.engines` -- rollout engines behind one interface (HF ``generate`` built in).
-* :mod:`.learner` -- the trainable model, optimizer and update.
-* :mod:`.models`, :mod:`.tokenizer` -- tiny presets, local loading, LoRA with checked
-  targets, the in-process tokenizer.
-* :mod:`.config` -- dataclass configs, YAML and ``key=value`` overrides.
-* :mod:`.plan` -- the memory planner (``agentgym plan``).
+What the layers above (benchmarks, the CLI) and users take from here; everything else
+is internal to the package. Heavy modules (torch, transformers, peft) load on first
+attribute access, so ``import agentgym.trainers`` is cheap.
 
-Heavy modules (torch, transformers, peft) load on first attribute access.
+* the DAPO run: :class:`DAPOTrainer` and its config :class:`TrainConfig` (sections in
+  :mod:`.config`);
+* the SFT warm start: :func:`run_sft`, :class:`SFTConfig` (the :mod:`.sft` package);
+* models: :data:`PRESETS`, :func:`build_preset`, :func:`load_model`, :func:`save_model`,
+  :func:`apply_lora` and the adapter state helpers; the in-process tokenizer
+  (:func:`build_tokenizer`);
+* multi-process runs: :func:`under_torchrun`, :func:`torchrun_command`, :func:`shutdown`;
+* sub-packages with their own public names: :mod:`.engines` (rollout engines),
+  :mod:`.plan` (the memory planner), :mod:`.sft`.
 """
 
 from __future__ import annotations
@@ -18,15 +20,40 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+#: public name -> the module that defines it (imported on first use)
 _LAZY = {
+    # the DAPO run and its config
     "DAPOTrainer": "agentgym.trainers.loop",
     "TrainConfig": "agentgym.trainers.config",
-    "SFTConfig": "agentgym.trainers.config",
-    "load_config": "agentgym.trainers.config",
-    "run_sft": "agentgym.trainers.sft",
-    "HFEngine": "agentgym.trainers.engines.hf",
-    "RolloutEngine": "agentgym.trainers.engines.base",
+    "EnvSpec": "agentgym.trainers.config",
+    "LoraSettings": "agentgym.trainers.config",
+    "ModelConfig": "agentgym.trainers.config",
     "Learner": "agentgym.trainers.learner",
+    "env_corpus": "agentgym.trainers.env_setup",
+    "evaluate_async": "agentgym.trainers.evaluation",
+    "eval_table": "agentgym.trainers.evaluation",
+    "read_jsonl": "agentgym.trainers.logging",
+    # the SFT stage
+    "SFTConfig": "agentgym.trainers.sft",
+    "run_sft": "agentgym.trainers.sft",
+    # models, LoRA, tokenizer
+    "PRESETS": "agentgym.trainers.models",
+    "build_preset": "agentgym.trainers.models",
+    "load_model": "agentgym.trainers.models",
+    "save_model": "agentgym.trainers.models",
+    "apply_lora": "agentgym.trainers.models",
+    "resolve_lora_targets": "agentgym.trainers.models",
+    "adapter_state_dict": "agentgym.trainers.models",
+    "load_adapter_state_dict": "agentgym.trainers.models",
+    "build_tokenizer": "agentgym.trainers.tokenizer",
+    # engines (also in agentgym.trainers.engines)
+    "HFEngine": "agentgym.trainers.engines",
+    "RolloutEngine": "agentgym.trainers.engines",
+    "make_engine": "agentgym.trainers.engines",
+    # several processes
+    "under_torchrun": "agentgym.trainers.distributed",
+    "torchrun_command": "agentgym.trainers.distributed",
+    "shutdown": "agentgym.trainers.distributed",
 }
 
 

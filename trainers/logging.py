@@ -1,10 +1,9 @@
-"""Metrics to JSONL, a progress line per step, and PNG plots at the end of a run."""
+"""Metrics to JSONL, and PNG plots at the end of a run."""
 
 from __future__ import annotations
 
 import json
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -62,46 +61,6 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return rows
-
-
-class Progress:
-    """A tqdm bar on a terminal; one plain line per step otherwise (CI logs)."""
-
-    KEYS = (
-        ("losses/sft", "loss"),
-        ("charts/reward", "reward"),
-        ("charts/accuracy", "acc"),
-        ("charts/response_tokens_mean", "tok"),
-        ("charts/idle_share", "idle"),
-        ("time/step_s", "s/step"),
-    )
-
-    def __init__(
-        self, total: int, start: int = 0, enabled: bool = True, desc: str = "dapo"
-    ) -> None:
-        self.enabled = enabled
-        self._bar = None
-        self.desc = desc
-        self.total = total
-        if enabled and sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self._bar = tqdm(total=total, initial=start, desc=desc, unit="step")
-
-    def update(self, step: int, metrics: Mapping[str, Any]) -> None:
-        if not self.enabled:
-            return
-        parts = {short: metrics[k] for k, short in self.KEYS if metrics.get(k) is not None}
-        if self._bar is not None:
-            self._bar.set_postfix({k: f"{v:.3g}" for k, v in parts.items()})
-            self._bar.update(1)
-        else:
-            text = "  ".join(f"{k}={v:.4g}" for k, v in parts.items())
-            print(f"[{self.desc}] step {step}/{self.total}  {text}", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
 
 
 def plot_run(run_dir: str | Path) -> list[Path]:

@@ -61,8 +61,10 @@ from agentgym import (
     ConfigError,
     EnvCache,
     Episode,
+    Progress,
     SamplingParams,
     derive_seed,
+    episode_accuracy,
     rollout_async,
     save_config,
 )
@@ -74,17 +76,6 @@ from agentgym.trainers.algorithm import (
 )
 from agentgym.trainers.batch import episodes_to_samples
 from agentgym.trainers.checkpoint import latest_checkpoint, read_checkpoint, save_checkpoint
-from agentgym.trainers.common import (
-    build_model_and_tokenizer,
-    env_corpus,
-    env_kwargs,
-    episode_accuracy,
-    episode_summary,
-    eval_metrics,
-    evaluate_async,
-    resolve_envs,
-    setup_torch,
-)
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.distributed import (
     SINGLE,
@@ -93,9 +84,17 @@ from agentgym.trainers.distributed import (
     init_distributed,
     under_torchrun,
 )
-from agentgym.trainers.engines.base import RolloutEngine
-from agentgym.trainers.engines.factory import make_engine
-from agentgym.trainers.logging import JsonlWriter, Progress, plot_run
+from agentgym.trainers.engines import RolloutEngine, make_engine
+from agentgym.trainers.env_setup import env_corpus, env_kwargs, resolve_envs
+from agentgym.trainers.evaluation import (
+    episode_summary,
+    eval_metrics,
+    eval_table,
+    evaluate_async,
+)
+from agentgym.trainers.logging import JsonlWriter, plot_run
+from agentgym.trainers.models import apply_lora, build_model_and_tokenizer
+from agentgym.trainers.runtime import setup_torch
 from agentgym.trainers.strategies import make_learner
 from agentgym.trainers.timeline import Timeline
 
@@ -143,7 +142,7 @@ class DAPOTrainer:
         resume: continue from the run directory's latest checkpoint.
         engine: a rollout engine; default the one ``rollout.engine`` names (the HF
             engine sharing the model, or vLLM), built by
-            :func:`~agentgym.trainers.engines.factory.make_engine`.
+            :func:`~agentgym.trainers.engines.make_engine`.
     """
 
     def __init__(
@@ -161,8 +160,6 @@ class DAPOTrainer:
             cfg.model, corpus=lambda: env_corpus(cfg.envs, seed_start=cfg.train_seed_start)
         )
         if cfg.lora.enabled:
-            from agentgym.trainers.models import apply_lora
-
             model = apply_lora(
                 model,
                 r=cfg.lora.r,
@@ -538,7 +535,10 @@ class DAPOTrainer:
         cfg = self.cfg
         history = []
         progress = Progress(
-            cfg.run.max_steps, start=self.step, enabled=cfg.run.progress and self.dist.is_main
+            cfg.run.max_steps,
+            desc="dapo",
+            start=self.step,
+            enabled=cfg.run.progress and self.dist.is_main,
         )
         eval_rows = []
         try:
@@ -564,7 +564,7 @@ class DAPOTrainer:
                     m["time/checkpoint_s"] = time.monotonic() - t0
                 self.metrics_log.write(m)
                 history.append(m)
-                progress.update(self.step, m)
+                progress.update(1, progress_stats(m))
             if (
                 cfg.eval.at_ends
                 and not (cfg.eval.every and self.step % cfg.eval.every == 0)
@@ -602,25 +602,19 @@ class DAPOTrainer:
         print(text)
 
 
-def eval_table(before: dict[str, Any], after: dict[str, Any]) -> str:
-    """A Markdown before/after table of held-out metrics."""
-    rows = [
-        ("accuracy", "eval/accuracy", "{:.1%}"),
-        ("mean reward", "eval/reward", "{:.3f}"),
-        ("mean response tokens", "eval/response_tokens_mean", "{:.1f}"),
-        ("truncated share", "eval/truncated_share", "{:.1%}"),
-    ]
-    lines = [
-        f"| held-out ({int(before.get('eval/episodes', 0))} tasks) | step {before['step']} | step {after['step']} | ratio |",
-        "|---|---|---|---|",
-    ]
-    for label, key, fmt in rows:
-        a, b = before.get(key), after.get(key)
-        if a is None or b is None:
-            continue
-        ratio = f"{b / a:.2f}" if a else "-"
-        lines.append(f"| {label} | {fmt.format(a)} | {fmt.format(b)} | {ratio} |")
-    return "\n".join(lines)
+#: the step metrics shown beside the progress bar (or in its log lines), short names
+PROGRESS_KEYS = (
+    ("charts/reward", "reward"),
+    ("charts/accuracy", "acc"),
+    ("charts/response_tokens_mean", "tok"),
+    ("charts/idle_share", "idle"),
+    ("time/step_s", "s/step"),
+)
+
+
+def progress_stats(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`PROGRESS_KEYS` present in a step's metrics, under their short names."""
+    return {short: metrics[k] for k, short in PROGRESS_KEYS if metrics.get(k) is not None}
 
 
 def _start_distributed(cfg: TrainConfig) -> DistInfo:

@@ -19,15 +19,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from agentgym import ConfigError, UnknownNameError
+
+if TYPE_CHECKING:
+    from agentgym.trainers.config import ModelConfig
 
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny-qwen2": {
@@ -317,3 +320,22 @@ def load_adapter_state_dict(model: Any, state: Mapping[str, torch.Tensor]) -> No
         raise ConfigError(
             f"adapter weights do not fit this model: unexpected keys {unexpected[:5]}"
         )
+
+
+def build_model_and_tokenizer(
+    cfg: ModelConfig, corpus: Callable[[], Iterable[str]] | None = None
+) -> tuple[torch.nn.Module, Any]:
+    """Load ``cfg.path`` or build ``cfg.preset`` (tokenizer from ``corpus`` if sized)."""
+    from agentgym.trainers.tokenizer import build_tokenizer
+
+    if cfg.path is not None:
+        return load_model(cfg.path)
+    if cfg.tokenizer_vocab_size is not None:
+        if corpus is None:
+            raise ConfigError("model.tokenizer_vocab_size needs a text corpus (the envs').")
+        tokenizer = build_tokenizer(corpus(), cfg.tokenizer_vocab_size)
+    else:
+        tokenizer = build_tokenizer()
+    assert cfg.preset is not None  # guaranteed by ModelConfig validation
+    model = build_preset(cfg.preset, tokenizer, seed=cfg.init_seed, overrides=cfg.preset_overrides)
+    return model, tokenizer

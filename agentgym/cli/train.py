@@ -82,14 +82,14 @@ def _print_config(cfg: object) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from agentgym import load_config
-    from agentgym.trainers.config import TrainConfig
+    from agentgym.trainers import TrainConfig
 
     config, overrides = _split(args)
     cfg = load_config(TrainConfig, config, overrides)
     if args.print_config:
         _print_config(cfg)
         return 0
-    from agentgym.trainers.distributed import shutdown, under_torchrun
+    from agentgym.trainers import shutdown, under_torchrun
 
     sharded = cfg.distributed.strategy != "none"
     if not under_torchrun() and (sharded or (args.nproc or 1) > 1 or args.nnodes > 1):
@@ -102,7 +102,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             )
         return _launch(args, config, overrides)
 
-    from agentgym.trainers.loop import DAPOTrainer
+    from agentgym.trainers import DAPOTrainer
 
     trainer = DAPOTrainer(cfg, resume=args.resume)
     ok = False
@@ -120,7 +120,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _launch(args: argparse.Namespace, config: str | None, overrides: list[str]) -> int:
     """Run this same command under torchrun; returns torchrun's exit status."""
-    from agentgym.trainers.distributed import torchrun_command
+    from agentgym.trainers import torchrun_command
 
     argv = ["train", *([config] if config else []), *overrides]
     if args.resume:
@@ -147,14 +147,14 @@ def _env_int(name: str, default: int) -> int:
 
 def cmd_sft(args: argparse.Namespace) -> int:
     from agentgym import load_config
-    from agentgym.trainers.config import SFTConfig
+    from agentgym.trainers import SFTConfig
 
     config, overrides = _split(args)
     cfg = load_config(SFTConfig, config, overrides)
     if args.print_config:
         _print_config(cfg)
         return 0
-    from agentgym.trainers.sft import run_sft
+    from agentgym.trainers import run_sft
 
     run_sft(cfg)
     return 0

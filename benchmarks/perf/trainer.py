@@ -84,10 +84,7 @@ def _settings(quick: bool, measured_steps: int | None = None) -> dict[str, Any]:
 
 
 def _build_model(workdir: Path, env_id: str, env_kwargs: dict[str, Any]) -> Path:
-    from agentgym.trainers.common import env_corpus
-    from agentgym.trainers.config import EnvSpec
-    from agentgym.trainers.models import build_preset, save_model
-    from agentgym.trainers.tokenizer import build_tokenizer
+    from agentgym.trainers import EnvSpec, build_preset, build_tokenizer, env_corpus, save_model
 
     corpus = env_corpus([EnvSpec(id=env_id, kwargs=env_kwargs)], num_tasks=300)
     tok = build_tokenizer(corpus, vocab_size=512)
@@ -107,8 +104,7 @@ class _Agentgym:
         env_kwargs: dict[str, Any],
     ) -> None:
         from agentgym import load_config
-        from agentgym.trainers.config import TrainConfig
-        from agentgym.trainers.loop import DAPOTrainer
+        from agentgym.trainers import DAPOTrainer, TrainConfig
 
         steps = s["warmup_steps"] + s["measured_steps"]
         cfg = load_config(
@@ -181,7 +177,7 @@ def _trl(
 
     import agentgym  # noqa: F401  (registers the envs)
     from agentgym import counter_from_tokenizer
-    from agentgym.trainers.models import resolve_lora_targets
+    from agentgym.trainers import resolve_lora_targets
 
     torch.set_num_threads(s["threads"])
     tok = AutoTokenizer.from_pretrained(str(model_dir))

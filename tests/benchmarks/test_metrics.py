@@ -10,7 +10,6 @@ from agentgym.benchmarks.metrics import (
     TaskOutcome,
     compute_metrics,
     efficiency,
-    episode_tokens,
     mean_with_ci,
     pass_at_k,
     success,
@@ -18,6 +17,7 @@ from agentgym.benchmarks.metrics import (
 from agentgym.benchmarks.metrics import (
     tests_counts as count_tests,
 )
+from agentgym import episode_accuracy, episode_tokens
 from agentgym.errors import ConfigError
 from agentgym.types import Completion, Episode, Message, Turn
 
@@ -113,3 +113,17 @@ def test_compute_metrics_averages_over_tasks_not_episodes():
     )
     assert m["accuracy"]["value"] == pytest.approx(0.5)
     assert m["accuracy"]["n"] == 2  # the task without episodes is not scored
+
+
+def test_episode_accuracy_and_the_correct_rule_read_the_breakdown_alike():
+    """The trainer's accuracy and the benchmarks' ``correct`` rule share one reading."""
+    assert episode_accuracy(ep(breakdown={"correct": True})) == 1.0
+    assert episode_accuracy(ep(breakdown={"correct": False})) == 0.0
+    assert episode_accuracy(ep(breakdown={"correct": 3, "asked": 4})) == 0.75
+    assert episode_accuracy(ep(breakdown={"correct": 2, "total": 2})) == 1.0
+    assert episode_accuracy(ep(breakdown={})) is None
+    assert success(ep(breakdown={"correct": True}), "correct")
+    assert success(ep(breakdown={"correct": 2, "total": 2}), "correct")
+    # a count counts as solved only when every part is right
+    assert not success(ep(breakdown={"correct": 3, "asked": 4}), "correct")
+    assert not success(ep(breakdown={}), "correct")

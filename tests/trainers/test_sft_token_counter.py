@@ -15,16 +15,11 @@ from conftest import TINY_QWEN
 from agentgym.policies import OraclePolicy
 from agentgym.rollouts import rollout
 from agentgym.trainers import sft
-from agentgym.trainers.common import env_kwargs
-from agentgym.trainers.config import (
-    EnvSpec,
-    EvalConfig,
-    ModelConfig,
-    RunConfig,
-    SFTConfig,
-    SFTData,
-    SFTTrain,
-)
+from agentgym.trainers.config import EnvSpec, EvalConfig, ModelConfig, RunConfig
+from agentgym.trainers.env_setup import env_kwargs
+from agentgym.trainers.sft import SFTConfig, SFTData, SFTTrain
+from agentgym.trainers.sft import data as sft_data
+from agentgym.trainers.sft import train as sft_train
 from agentgym.types import Episode
 
 MEMORY_RECALL = "agentgym/MemoryRecall-v0"
@@ -75,7 +70,7 @@ def _summary_turns(examples: list[tuple[tuple[Any, ...], str]]) -> list[int]:
 def test_run_sft_trains_on_oracle_turns_played_with_the_tokenizers_counter(tmp_path, monkeypatch):
     seen: list[tuple[Any, tuple[Any, ...]]] = []
     replies: list[str] = []
-    encode_prompt, encode_completion = sft.encode_prompt, sft.encode_completion
+    encode_prompt, encode_completion = sft_train.encode_prompt, sft_train.encode_completion
 
     def spy_prompt(tok: Any, msgs: Any) -> list[int]:
         seen.append((tok, tuple(msgs)))
@@ -85,8 +80,8 @@ def test_run_sft_trains_on_oracle_turns_played_with_the_tokenizers_counter(tmp_p
         replies.append(reply)
         return encode_completion(tok, reply)
 
-    monkeypatch.setattr(sft, "encode_prompt", spy_prompt)
-    monkeypatch.setattr(sft, "encode_completion", spy_completion)
+    monkeypatch.setattr(sft_train, "encode_prompt", spy_prompt)
+    monkeypatch.setattr(sft_train, "encode_completion", spy_completion)
     sft.run_sft(_config(tmp_path))
 
     tok = seen[0][0]
@@ -117,13 +112,13 @@ def test_build_model_and_examples_learns_the_vocabulary_then_recollects(tmp_path
 
 def test_worked_solutions_get_the_tokenizers_counter(tmp_path, toy_envs_registered, monkeypatch):
     made: list[dict[str, Any]] = []
-    worked_solutions = sft._worked_solutions
+    worked_solutions = sft_data._worked_solutions
 
     def spy(env_id: str, kwargs: dict[str, Any], *args: Any, **kw: Any) -> list[Any]:
         made.append(kwargs)
         return worked_solutions(env_id, kwargs, *args, **kw)
 
-    monkeypatch.setattr(sft, "_worked_solutions", spy)
+    monkeypatch.setattr(sft_data, "_worked_solutions", spy)
     cfg = _config(tmp_path, source="worked_solution")
     cfg.envs = [EnvSpec(id="agentgym-test/EvenChars-v0")]
     cfg.model = ModelConfig(preset="tiny-qwen2", preset_overrides=dict(TINY_QWEN))

@@ -1,18 +1,9 @@
-"""Supervised warm start on worked solutions (or oracle turns) offered by the envs.
+"""The SFT loop: cross-entropy on the reply tokens, AdamW with warm-up and cosine decay.
 
-Examples come from the environments themselves, reached by id: for each training seed
-the env is reset and asked for a worked solution of that task
-(``env.unwrapped.worked_solution(**data.solution_kwargs)``), which becomes the reply to
-the first observation; or the env's oracle policy is played and every one of its turns
-(memory summaries included) becomes an example. The envs are made with the model
-tokenizer's exact token counter (``count_tokens``), as ``agentgym train`` and evaluation
-make them, so token-driven behaviour (budget-triggered memory summaries, memories cut to
-``summary_max_tokens``) is the same in the SFT data as at training and evaluation time.
 The loss is cross-entropy on the reply tokens only (plus the end-of-sequence token),
-summed and divided by the batch's reply token count.
-
-The result is a full Hugging Face model directory (``<output_dir>/model``, with the
-tokenizer) that ``agentgym train`` loads with ``model.path``.
+summed and divided by the batch's reply token count. The result is a full Hugging Face
+model directory (``<output_dir>/model``, with the tokenizer) that ``agentgym train``
+loads with ``model.path``.
 """
 
 from __future__ import annotations
@@ -22,62 +13,20 @@ import math
 import random
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import torch
 
-from agentgym import ConfigError, Message, SamplingParams, derive_seed, save_config
-from agentgym.trainers.common import (
-    build_model_and_tokenizer,
-    env_kwargs,
-    evaluate_async,
-    resolve_envs,
-    setup_torch,
-)
-from agentgym.trainers.config import SFTConfig
-from agentgym.trainers.logging import JsonlWriter, Progress
+from agentgym import Progress, SamplingParams, derive_seed, save_config
+from agentgym.trainers.engines import HFEngine
+from agentgym.trainers.evaluation import eval_table, evaluate_async
+from agentgym.trainers.logging import JsonlWriter
+from agentgym.trainers.models import apply_lora, build_model_and_tokenizer, save_model
+from agentgym.trainers.runtime import setup_torch
+from agentgym.trainers.sft.config import SFTConfig
+from agentgym.trainers.sft.data import Example, collect_examples, example_corpus
 from agentgym.trainers.tokenizer import encode_completion, encode_prompt
-
-Example = tuple[tuple[Message, ...], str]
-
-
-def collect_examples(cfg: SFTConfig, tokenizer: Any | None = None) -> list[Example]:
-    """(prompt messages, reply) pairs from the configured envs' seeds.
-
-    Args:
-        cfg: the SFT config (``envs`` and ``data``).
-        tokenizer: the model's tokenizer. Every env is then made with
-            :func:`~agentgym.trainers.common.env_kwargs` (the tokenizer's exact
-            ``count_tokens``), as DAPO training and evaluation make it. ``None``: the
-            envs' own default counter (bytes/4); only for the text a preset's tokenizer
-            learns its vocabulary from, before that tokenizer exists.
-    """
-    ids = resolve_envs(cfg.envs)
-    weights = [e.weight for e in cfg.envs]
-    counts = [max(1, round(cfg.data.num_tasks * w / sum(weights))) for w in weights]
-    examples: list[Example] = []
-    seed = cfg.data.seed_start
-    for env_id, spec, n in zip(ids, cfg.envs, counts, strict=True):
-        seeds = list(range(seed, seed + n))
-        seed += n
-        kwargs = dict(spec.kwargs) if tokenizer is None else env_kwargs(spec, tokenizer)
-        if cfg.data.source == "worked_solution":
-            examples.extend(
-                _worked_solutions(
-                    env_id, kwargs, seeds, cfg.data.solution_kwargs, cfg.data.line_dropout
-                )
-            )
-        else:
-            examples.extend(_oracle_turns(env_id, kwargs, seeds))
-    return examples
-
-
-def example_corpus(examples: Sequence[Example]) -> list[str]:
-    """Every text of ``examples``: the prompt messages' contents, then the replies."""
-    return [m.content for msgs, _ in examples for m in msgs] + [r for _, r in examples]
 
 
 def build_model_and_examples(cfg: SFTConfig) -> tuple[torch.nn.Module, Any, list[Example]]:
@@ -94,55 +43,6 @@ def build_model_and_examples(cfg: SFTConfig) -> tuple[torch.nn.Module, Any, list
         cfg.model, corpus=lambda: example_corpus(collect_examples(cfg))
     )
     return model, tok, collect_examples(cfg, tok)
-
-
-def drop_lines(text: str, p: float, rng: random.Random) -> str:
-    """``text`` with each line but the last removed with probability ``p``."""
-    lines = text.split("\n")
-    if p <= 0 or len(lines) < 2:
-        return text
-    kept = [line for line in lines[:-1] if rng.random() >= p]
-    return "\n".join([*kept, lines[-1]])
-
-
-def _worked_solutions(
-    env_id: str,
-    kwargs: dict[str, Any],
-    seeds: Sequence[int],
-    sol_kwargs: dict[str, Any],
-    line_dropout: float = 0.0,
-) -> list[Example]:
-    """One (first observation, worked solution) pair per seed; ``kwargs`` go to ``gym.make``."""
-    env = gym.make(env_id, **kwargs)
-    try:
-        fn = getattr(env.unwrapped, "worked_solution", None)
-        if not callable(fn):
-            raise ConfigError(
-                f"{env_id} offers no worked solutions (env.unwrapped.worked_solution); use "
-                "data.source=oracle if it has an oracle."
-            )
-        out = []
-        for s in seeds:
-            obs, _ = env.reset(seed=s)
-            try:
-                text = fn(**sol_kwargs)
-            except TypeError as e:
-                raise ConfigError(f"{env_id}.worked_solution(**{sol_kwargs}): {e}") from e
-            text = drop_lines(
-                str(text), line_dropout, random.Random(derive_seed("line_dropout", s))
-            )
-            out.append((tuple(obs), text))
-        return out
-    finally:
-        env.close()
-
-
-def _oracle_turns(env_id: str, kwargs: dict[str, Any], seeds: Sequence[int]) -> list[Example]:
-    """Every turn (memory summaries included) of the oracle's episodes, one per seed."""
-    from agentgym import OraclePolicy, rollout
-
-    episodes = rollout(env_id, OraclePolicy(), seeds=seeds, env_kwargs=kwargs, concurrency=8)
-    return [(t.messages, t.completion.text) for ep in episodes for t in ep.turns]
 
 
 def _batches(
@@ -179,8 +79,6 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
 
     model, tok, examples = build_model_and_examples(cfg)
     if cfg.lora.enabled:
-        from agentgym.trainers.models import apply_lora
-
         model = apply_lora(
             model,
             r=cfg.lora.r,
@@ -218,8 +116,6 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
         frac = (step - t.warmup_steps) / max(1, total_steps - t.warmup_steps)
         return t.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
-    from agentgym.trainers.engines.hf import HFEngine
-
     engine = HFEngine(model, tok, seed=cfg.run.seed)
     policy = engine.as_policy()
     eval_sampling = SamplingParams(
@@ -247,7 +143,7 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
         log.write({"step": 0, **results["before"]})
     rng = random.Random(cfg.run.seed)
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    progress = Progress(total_steps, enabled=cfg.run.progress, desc="sft")
+    progress = Progress(total_steps, desc="sft", enabled=cfg.run.progress)
     step = 0
     model.train()
     while step < total_steps:
@@ -285,22 +181,18 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
                 row.update(evaluate())
                 model.train()
             log.write(row)
-            progress.update(step, {"losses/sft": row["losses/sft"]})
+            progress.update(1, {"loss": row["losses/sft"]})
     progress.close()
     if cfg.eval.at_ends:
         results["after"] = evaluate()
         log.write({"step": step, **results["after"]})
     model_dir = out / "model"
     to_save = model.merge_and_unload() if cfg.lora.enabled else model
-    from agentgym.trainers.models import save_model
-
     save_model(to_save, tok, model_dir)
     policy.close()
     results["model_dir"] = str(model_dir)
     results["seconds"] = time.monotonic() - t_start
     if "before" in results:
-        from agentgym.trainers.loop import eval_table
-
         text = eval_table({"step": 0, **results["before"]}, {"step": step, **results["after"]})
         (out / "eval_table.md").write_text(text + "\n", encoding="utf-8")
         print(text)

@@ -1,0 +1,50 @@
+"""What one episode says about itself: correctness and tokens, read the same way everywhere.
+
+The trainer's charts, its held-out evaluation and the benchmark scores all ask an episode
+the same questions; the answers live here so that they cannot drift apart.
+
+* :func:`episode_accuracy`: the env's own correctness, from
+  ``reward_breakdown["correct"]``: a bool (maths: the final answer is right, whatever
+  the token cost did to the reward), or a count over ``asked`` / ``total`` (MemoryRecall:
+  facts recalled of those asked).
+* :func:`episode_tokens`: the tokens the policy generated, over every turn of every
+  conversation.
+"""
+
+from __future__ import annotations
+
+from agentgym.tokens import approx_tokens
+from agentgym.types import Episode
+
+
+def episode_accuracy(ep: Episode) -> float | None:
+    """The env's correctness of an episode in [0, 1], or ``None`` when it reports none.
+
+    ``reward_breakdown["correct"]`` may be a bool, or a count: then ``asked`` (else
+    ``total``) is the denominator; a count without one is returned as it is.
+    """
+    b = ep.reward_breakdown
+    if "correct" not in b:
+        return None
+    c = b["correct"]
+    if isinstance(c, bool):
+        return float(c)
+    if isinstance(c, int | float):
+        denom = b.get("asked", b.get("total"))
+        if isinstance(denom, int | float) and not isinstance(denom, bool) and denom > 0:
+            return float(c) / float(denom)
+        return float(c)
+    return None
+
+
+def episode_tokens(ep: Episode) -> int:
+    """Tokens the policy generated in the episode, over every turn.
+
+    Uses each completion's ``num_tokens`` (a tokenizer's or an endpoint's count) and
+    falls back to :func:`~agentgym.tokens.approx_tokens` of the text where it is missing.
+    """
+    total = 0
+    for t in ep.turns:
+        n = t.completion.num_tokens
+        total += int(n) if n is not None else approx_tokens(t.completion.text)
+    return total

@@ -1,0 +1,129 @@
+"""Held-out evaluation and the episode summaries that the trainer logs.
+
+* :func:`evaluate_async`: one episode per held-out seed and env, with any policy;
+* :func:`episode_summary` / :func:`eval_metrics`: mean reward, accuracy (the env's own,
+  :func:`agentgym.episode_accuracy`), policy tokens and truncation share, under a prefix;
+* :func:`eval_table`: the Markdown before/after table a run prints at its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from agentgym import ConfigError, Episode, SamplingParams, episode_accuracy, episode_tokens
+from agentgym.trainers.config import EnvSpec
+from agentgym.trainers.env_setup import env_kwargs, resolve_envs
+
+
+def episode_summary(episodes: Sequence[Episode], prefix: str) -> dict[str, float]:
+    """Mean reward, accuracy (where reported), policy tokens, truncation share."""
+    if not episodes:
+        return {}
+    accs = [a for a in (episode_accuracy(e) for e in episodes) if a is not None]
+    toks = [episode_tokens(e) for e in episodes]
+    out = {
+        f"{prefix}/reward": float(np.mean([e.reward for e in episodes])),
+        f"{prefix}/response_tokens_mean": float(np.mean(toks)),
+        f"{prefix}/response_tokens_max": float(np.max(toks)),
+        f"{prefix}/truncated_share": float(
+            np.mean([any(t.completion.truncated for t in e.turns) for e in episodes])
+        ),
+        f"{prefix}/episodes": float(len(episodes)),
+    }
+    if accs:
+        out[f"{prefix}/accuracy"] = float(np.mean(accs))
+    return out
+
+
+def eval_metrics(env_ids: Sequence[str], per_env: Sequence[Sequence[Episode]]) -> dict[str, float]:
+    """Summary metrics under ``eval/`` (and ``eval/<EnvName>/`` with several envs)."""
+    episodes = [ep for eps in per_env for ep in eps]
+    metrics = episode_summary(episodes, "eval")
+    if len(env_ids) > 1:
+        for env_id, eps in zip(env_ids, per_env, strict=True):
+            metrics.update(episode_summary(eps, f"eval/{env_id.split('/')[-1]}"))
+    return metrics
+
+
+async def evaluate_async(
+    policy: Any,
+    envs: Sequence[EnvSpec],
+    tokenizer: Any,
+    *,
+    sampling: SamplingParams,
+    num_tasks: int | None = None,
+    seed_start: int = 0,
+    seeds: Sequence[int] | None = None,
+    concurrency: int = 256,
+    workers: Any = None,
+    executor: Any = None,
+    env_cache: Any = None,
+) -> tuple[dict[str, float], list[list[Episode]]]:
+    """One episode per held-out seed and env.
+
+    Args:
+        seeds: the held-out seeds; default ``seed_start .. seed_start + num_tasks - 1``.
+        workers: Ray env workers for the env work (``None``: in this process).
+        executor / env_cache: the thread pool and :class:`~agentgym.rollouts.EnvCache`
+            for env work in this process (``None``: a pool and new envs per call).
+
+    Returns:
+        summary metrics under ``eval/`` and the episodes, one list per env.
+    """
+    from agentgym import rollout_async
+
+    if seeds is None:
+        if num_tasks is None:
+            raise ConfigError("evaluate_async needs seeds or num_tasks.")
+        seeds = range(seed_start, seed_start + num_tasks)
+    ids = resolve_envs(envs)
+    results = await asyncio.gather(
+        *(
+            rollout_async(
+                env_id,
+                policy,
+                seeds=list(seeds),
+                group_size=1,
+                sampling=sampling,
+                concurrency=concurrency,
+                env_kwargs=env_kwargs(spec, tokenizer),
+                workers=workers,
+                executor=executor,
+                env_cache=env_cache,
+            )
+            if seeds
+            else _no_episodes()
+            for env_id, spec in zip(ids, envs, strict=True)
+        )
+    )
+    per_env = [list(eps) for eps in results]
+    return eval_metrics(ids, per_env), per_env
+
+
+async def _no_episodes() -> list[Episode]:
+    return []
+
+
+def eval_table(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """A Markdown before/after table of held-out metrics."""
+    rows = [
+        ("accuracy", "eval/accuracy", "{:.1%}"),
+        ("mean reward", "eval/reward", "{:.3f}"),
+        ("mean response tokens", "eval/response_tokens_mean", "{:.1f}"),
+        ("truncated share", "eval/truncated_share", "{:.1%}"),
+    ]
+    lines = [
+        f"| held-out ({int(before.get('eval/episodes', 0))} tasks) | step {before['step']} | step {after['step']} | ratio |",
+        "|---|---|---|---|",
+    ]
+    for label, key, fmt in rows:
+        a, b = before.get(key), after.get(key)
+        if a is None or b is None:
+            continue
+        ratio = f"{b / a:.2f}" if a else "-"
+        lines.append(f"| {label} | {fmt.format(a)} | {fmt.format(b)} | {ratio} |")
+    return "\n".join(lines)

@@ -1,0 +1,96 @@
+"""The sections of ``agentgym sft``'s config: where examples come from and how to fit them.
+
+The run, model, LoRA, envs and eval sections are the trainer's
+(:mod:`agentgym.trainers.config`), with SFT's own defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentgym import UnknownNameError
+from agentgym import config_check as _check
+from agentgym.trainers.config import EnvSpec, EvalConfig, LoraSettings, ModelConfig, RunConfig
+
+
+@dataclass
+class SFTData:
+    """Where SFT examples come from.
+
+    Attributes:
+        source: ``worked_solution`` (reset each env on a seed and ask
+            ``env.unwrapped.worked_solution(**solution_kwargs)`` for the reply to the
+            first observation) or ``oracle`` (play the env's oracle policy and train on
+            every turn, memory summaries included).
+        solution_kwargs: keyword arguments of ``worked_solution`` (e.g. ``style``).
+        num_tasks: training tasks (seeds ``seed_start ...``).
+        seed_start: first training seed.
+        line_dropout: worked solutions only: drop each line but the last (the final
+            answer) with this probability, independently per example (seeded). A
+            warm start trained on one fixed template puts probability ~1 on every
+            structural token, leaving RL nothing shorter to sample; a little line
+            dropout keeps the structure uncertain. 0 turns it off.
+    """
+
+    source: str = "worked_solution"
+    solution_kwargs: dict[str, Any] = field(default_factory=dict)
+    num_tasks: int = 2000
+    seed_start: int = 0
+    line_dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.source not in ("worked_solution", "oracle"):
+            raise UnknownNameError("data.source", self.source, ("worked_solution", "oracle"))
+        _check(self.num_tasks >= 1, "data.num_tasks must be >= 1.")
+        _check(
+            0 <= self.line_dropout < 1,
+            f"data.line_dropout must be in [0, 1), got {self.line_dropout}.",
+        )
+
+
+@dataclass
+class SFTTrain:
+    """Supervised optimisation.
+
+    Attributes:
+        epochs: passes over the examples (``max_steps`` wins when set).
+        max_steps: optimizer steps (``null``: from ``epochs``).
+        batch_size: examples per optimizer step.
+        lr / warmup_steps / weight_decay / max_grad_norm: AdamW with linear warm-up
+            and cosine decay to 10%.
+    """
+
+    epochs: float = 3.0
+    max_steps: int | None = None
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup_steps: int = 20
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check(self.epochs > 0, "train.epochs must be > 0.")
+        _check(
+            self.max_steps is None or self.max_steps >= 1, "train.max_steps must be >= 1 or null."
+        )
+        _check(self.batch_size >= 1, "train.batch_size must be >= 1.")
+        _check(self.lr > 0, "train.lr must be > 0.")
+
+
+@dataclass
+class SFTConfig:
+    """``agentgym sft``: supervised warm start on worked solutions or oracle turns."""
+
+    run: RunConfig = field(default_factory=lambda: RunConfig(output_dir="runs/sft", save_every=0))
+    model: ModelConfig = field(default_factory=ModelConfig)
+    lora: LoraSettings = field(default_factory=lambda: LoraSettings(enabled=False))
+    envs: list[EnvSpec] = field(default_factory=lambda: [EnvSpec()])
+    data: SFTData = field(default_factory=SFTData)
+    train: SFTTrain = field(default_factory=SFTTrain)
+    eval: EvalConfig = field(default_factory=lambda: EvalConfig(at_ends=True, num_tasks=64))
+    max_tokens: int = 256
+
+    def __post_init__(self) -> None:
+        _check(len(self.envs) >= 1, "envs must list at least one environment.")
+        _check(self.max_tokens >= 1, "max_tokens must be >= 1.")
