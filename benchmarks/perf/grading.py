@@ -65,7 +65,7 @@ _COMPETITION = [
 
 def _pairs(n: int) -> list[tuple[str, str, str]]:
     """``n`` (response, gold, group) pairs; group is "generated" or "competition"."""
-    from agentgym.envs.math.generator import KINDS, LEVELS, generate
+    from agentgym.envs.math import KINDS, LEVELS, generate
 
     out: list[tuple[str, str, str]] = []
     seed = 0
@@ -127,21 +127,36 @@ def _time_math_verify(pairs: list[tuple[str, str, str]]) -> tuple[list[float], l
 
 
 def _env_step_overhead(episodes: int) -> dict[str, float]:
+    """Time ``reset`` and the one ``step`` of ``episodes`` BalancedMath episodes.
+
+    The env is the bare one under ``gym.make``'s wrappers (``.unwrapped``), as in a
+    rollout's inner loop; the oracle's reply (:class:`agentgym.OraclePolicy`) is made
+    before the clock starts, so only the env's own work is timed.
+    """
+    import asyncio
+
     import gymnasium as gym
 
-    import agentgym  # noqa: F401
+    from agentgym import OraclePolicy, SamplingParams
 
     env = gym.make("agentgym/BalancedMath-v0").unwrapped
+    oracle = OraclePolicy().for_env(env)
+    sampling = SamplingParams()
+    loop = asyncio.new_event_loop()
     step_s, grade_s, reset_s = [], [], []
-    for seed in range(episodes):
-        t = time.perf_counter()
-        obs, _ = env.reset(seed=seed)
-        reset_s.append(time.perf_counter() - t)
-        action = env.oracle_action(obs)
-        t = time.perf_counter()
-        env.step(action)
-        step_s.append(time.perf_counter() - t)
-        grade_s.append(env.episode_metrics["grading_time_s"])
+    try:
+        for seed in range(episodes):
+            t = time.perf_counter()
+            obs, _ = env.reset(seed=seed)
+            reset_s.append(time.perf_counter() - t)
+            action = loop.run_until_complete(oracle(obs, sampling)).text
+            t = time.perf_counter()
+            env.step(action)
+            step_s.append(time.perf_counter() - t)
+            grade_s.append(env.episode_metrics["grading_time_s"])
+    finally:
+        loop.close()
+        env.close()
     overhead = [s - g for s, g in zip(step_s, grade_s, strict=True)]
     return {
         "env_step_us_median": 1e6 * statistics.median(step_s),
@@ -155,7 +170,7 @@ def _env_step_overhead(episodes: int) -> dict[str, float]:
 def run(quick: bool = False) -> dict[str, Any]:
     quick = quick or os.environ.get("AGENTGYM_PERF_QUICK") == "1"
     logging.getLogger("math_verify").setLevel(logging.ERROR)
-    from agentgym.envs.math.pool import get_pool, warm_up
+    from agentgym.envs.math import get_pool, warm_up
 
     n = 400 if quick else 3000
     pairs = _pairs(n)

@@ -1,8 +1,11 @@
 """BalancedMath: maths problems rewarded for a correct answer with few reasoning tokens.
 
-* :func:`grade` -- robust, time-bounded answer checking (math-verify + sympy, extended).
+* :func:`grade` -- robust, time-bounded answer checking (math-verify + sympy, extended);
+  :func:`warm_up` / :func:`get_pool` start and return the grading process pool.
 * :class:`BalancedMathEnv` -- the environment ``agentgym/BalancedMath-v0``.
-* :mod:`~agentgym.envs.math.generator` -- procedural problems with worked solutions.
+* :func:`generate` -- procedural problems with worked solutions, of the :data:`KINDS`
+  and :data:`LEVELS` of the package :mod:`~agentgym.envs.math.generator` (one module per
+  problem family).
 * :mod:`~agentgym.envs.math.sources` -- JSONL/Parquet loaders and the bundled hard set.
 * :mod:`~agentgym.envs.math.rewards` -- correctness rewards and token costs.
 
@@ -14,26 +17,33 @@ from __future__ import annotations
 from typing import Any
 
 from agentgym.envs.math.grading import DEFAULT_TIMEOUT_S, GradeResult, grade, normalize_gold
+from agentgym.envs.math.pool import get_pool, warm_up
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
+    "KINDS",
+    "LEVELS",
     "BalancedMathEnv",
     "GradeResult",
     "Problem",
     "generate",
+    "get_pool",
     "grade",
     "normalize_gold",
+    "warm_up",
 ]
+
+#: names loaded on first use (the env and the generator import gymnasium/sympy)
+_GENERATOR_NAMES = ("KINDS", "LEVELS", "Problem", "generate")
 
 
 def __getattr__(name: str) -> Any:
-    # the env and the generator import gymnasium/sympy; load them on first use
     if name == "BalancedMathEnv":
         from agentgym.envs.math.env import BalancedMathEnv
 
         return BalancedMathEnv
-    if name in ("Problem", "generate"):
-        from agentgym.envs.math import generator
+    if name in _GENERATOR_NAMES:
+        import agentgym.envs.math.generator as generator
 
         return getattr(generator, name)
     raise AttributeError(f"module 'agentgym.envs.math' has no attribute {name!r}")

@@ -16,8 +16,16 @@ from agentgym import (
     TokenCounter,
     UnknownNameError,
 )
-from agentgym.envs.math import generator as gen
 from agentgym.envs.math.extract import extract_answer, remove_boxes
+from agentgym.envs.math.generator import (
+    ANSWER_FORMATS,
+    KINDS,
+    LEVELS,
+    Problem,
+    format_answer,
+    generate,
+    parse_task_id,
+)
 from agentgym.envs.math.grading import DEFAULT_TIMEOUT_S, grade
 from agentgym.envs.math.pool import warm_up
 from agentgym.envs.math.rewards import RewardConfig
@@ -55,7 +63,7 @@ class _Current:
     task_id: str
     problem: str
     answer: str
-    generated: gen.Problem | None = None
+    generated: Problem | None = None
     item: MathItem | None = None
 
 
@@ -183,8 +191,8 @@ class BalancedMathEnv(ConversationEnv):
             max_total_tokens=max_total_tokens,
             render_mode=render_mode,
         )
-        if answer_format not in gen.ANSWER_FORMATS:
-            raise UnknownNameError("answer_format", str(answer_format), gen.ANSWER_FORMATS)
+        if answer_format not in ANSWER_FORMATS:
+            raise UnknownNameError("answer_format", str(answer_format), ANSWER_FORMATS)
         self.answer_format = answer_format
         self.strict_format = bool(strict_format)
         self.system_prompt = _optional_str("system_prompt", system_prompt)
@@ -265,12 +273,12 @@ class BalancedMathEnv(ConversationEnv):
             if "index" in options:
                 raise ConfigError("reset option 'index' applies to data sources; use task_id.")
             if "task_id" in options:
-                kind, level, seed = gen.parse_task_id(str(options["task_id"]))
+                kind, level, seed = parse_task_id(str(options["task_id"]))
             else:
                 kind = self.kinds[int(self.np_random.integers(len(self.kinds)))]
                 level = self.levels[int(self.np_random.integers(len(self.levels)))]
                 seed = int(self.np_random.integers(0, 2**31 - 1))
-            p = gen.generate(seed, level, kind, answer_format=self.answer_format)
+            p = generate(seed, level, kind, answer_format=self.answer_format)
             return _Current(p.task_id, p.problem, p.answer, generated=p)
         if "task_id" in options:
             tid = str(options["task_id"])
@@ -354,7 +362,7 @@ class BalancedMathEnv(ConversationEnv):
         cur = self.current
         if cur.generated is not None:
             return cur.generated.solution(style, self.answer_format)
-        final = gen.format_answer(cur.answer, self.answer_format)
+        final = format_answer(cur.answer, self.answer_format)
         body = remove_boxes(cur.item.solution).strip() if cur.item and cur.item.solution else ""
         return f"{body}\n{final}" if body else final
 
@@ -392,29 +400,29 @@ def _split(value: Any) -> list[Any]:
 
 def _parse_kinds(kinds: Any) -> tuple[str, ...]:
     if kinds is None:
-        return gen.KINDS
+        return KINDS
     out = []
     for k in _split(kinds):
-        if k not in gen.KINDS:
-            raise UnknownNameError("problem kind", str(k), gen.KINDS)
+        if k not in KINDS:
+            raise UnknownNameError("problem kind", str(k), KINDS)
         out.append(k)
     if not out:
-        raise ConfigError(f"kinds must name at least one of {', '.join(gen.KINDS)}.")
+        raise ConfigError(f"kinds must name at least one of {', '.join(KINDS)}.")
     return tuple(dict.fromkeys(out))
 
 
 def _parse_levels(levels: Any) -> tuple[int, ...]:
     if levels is None:
-        return gen.LEVELS
+        return LEVELS
     out = []
     for v in _split(levels):
         try:
             level = int(v)
         except (TypeError, ValueError):
             level = -1
-        if isinstance(v, bool) or level not in gen.LEVELS:
-            raise ConfigError(f"levels must be among {gen.LEVELS}, got {v!r}.")
+        if isinstance(v, bool) or level not in LEVELS:
+            raise ConfigError(f"levels must be among {LEVELS}, got {v!r}.")
         out.append(level)
     if not out:
-        raise ConfigError(f"levels must name at least one of {gen.LEVELS}.")
+        raise ConfigError(f"levels must name at least one of {LEVELS}.")
     return tuple(dict.fromkeys(out))
