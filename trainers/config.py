@@ -26,6 +26,7 @@ from agentgym.trainers.engines.options import (
     VLLMEngineOptions,
     engine_options,
 )
+from agentgym.trainers.plan import PlanSettings
 
 # ----------------------------------------------------------------------------- sections
 
@@ -74,6 +75,10 @@ class ModelConfig:
         init_seed: weight init seed of a preset.
         tokenizer_vocab_size: presets only: learn BPE merges up to this size from the
             envs' text (``null``: byte-level, one token per character).
+        architecture: the model's ``config.json`` fields (``hidden_size``,
+            ``num_hidden_layers``, ...), for ``agentgym plan`` to size a model without
+            downloading it (empty: it reads ``config.json`` in ``path``). Training ignores
+            it; the weights' own config wins.
     """
 
     path: str | None = None
@@ -81,6 +86,7 @@ class ModelConfig:
     preset_overrides: dict[str, Any] = field(default_factory=dict)
     init_seed: int = 0
     tokenizer_vocab_size: int | None = None
+    architecture: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check(
@@ -385,6 +391,7 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     train_seed_start: int = 0
+    plan: PlanSettings = field(default_factory=PlanSettings)  # agentgym plan's (docs/plan.md)
 
     def __post_init__(self) -> None:
         _check(len(self.envs) >= 1, "envs must list at least one environment.")

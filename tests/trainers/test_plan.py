@@ -18,18 +18,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentgym.errors import ConfigError, UnknownNameError
+from agentgym import ConfigError, UnknownNameError, load_config
+from agentgym.trainers import TrainConfig
 from agentgym.trainers.plan import (
     GIB,
     Architecture,
     Hardware,
     LoraSpec,
     ParallelSpec,
+    PlanInputs,
     TrainSpec,
     count_lora_parameters,
     count_parameters,
     plan_both,
-    plan_config_from_dict,
+    plan_inputs,
     plan_lora,
 )
 
@@ -37,8 +39,18 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG_671B = ROOT / "configs" / "deepseek_v3_671b_48xh100.yaml"
 
 
-def raw_671b() -> dict:
-    return yaml.safe_load(CONFIG_671B.read_text())
+def inputs_671b(*overrides: str, **hardware) -> PlanInputs:
+    """The 671B config as the trainer loads it, with ``section.key=value`` overrides."""
+    return plan_inputs(load_config(TrainConfig, CONFIG_671B, list(overrides)), **hardware)
+
+
+def write_671b(tmp_path: Path, edit) -> Path:
+    """A copy of the 671B YAML after ``edit(raw_dict)``."""
+    raw = yaml.safe_load(CONFIG_671B.read_text())
+    edit(raw)
+    path = tmp_path / "edited.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
 
 
 # --------------------------------------------------------------------------- counting
@@ -124,7 +136,7 @@ def test_counts_match_real_models(tiny_models, name: str) -> None:
 
 
 def test_deepseek_v3_is_671b_with_37b_activated() -> None:
-    arch = plan_config_from_dict(raw_671b()).arch
+    arch = inputs_671b().arch
     counts = count_parameters(arch)
     assert counts.total == pytest.approx(671e9, rel=0.01)
     assert counts.activated == pytest.approx(37e9, rel=0.03)
@@ -135,7 +147,7 @@ def test_deepseek_v3_is_671b_with_37b_activated() -> None:
 
 
 def test_671b_lora_fits_and_full_finetune_does_not() -> None:
-    config = plan_config_from_dict(raw_671b())
+    config = inputs_671b()
     assert config.hardware.gpus == 48 and config.hardware.gpu_mem_gib == 80
     lora, full = plan_both(config)
     assert lora.fits and lora.total_gib <= 80 and lora.headroom_gib > 0
@@ -148,7 +160,7 @@ def test_671b_lora_fits_and_full_finetune_does_not() -> None:
 
 
 def test_rollout_kv_cache_is_mla_latent() -> None:
-    config = plan_config_from_dict(raw_671b())
+    config = inputs_671b()
     lora, _ = plan_both(config)
     r = config.rollout
     layers = 10  # the heaviest rollout stage of 61 layers over pp=6 (11 of them hold 3 dense)
@@ -158,36 +170,28 @@ def test_rollout_kv_cache_is_mla_latent() -> None:
 
 
 def test_small_gpus_do_not_fit_but_are_reported() -> None:
-    config = plan_config_from_dict(raw_671b()).with_hardware(gpu_mem_gib=40)
+    config = inputs_671b(gpu_mem_gib=40)
     lora, full = plan_both(config)
     assert not lora.fits and not full.fits
 
 
 def test_sleep_mode_off_keeps_engine_memory_in_training() -> None:
-    raw = raw_671b()
-    raw["rollout"]["sleep_level"] = 0
-    lora, _ = plan_both(plan_config_from_dict(raw))
-    asleep, _ = plan_both(plan_config_from_dict(raw_671b()))
+    lora, _ = plan_both(inputs_671b("rollout.engine_options.enable_sleep_mode=false"))
+    asleep, _ = plan_both(inputs_671b())
     assert lora.train_gib > asleep.train_gib + 30
 
 
-def test_bad_layouts_are_config_errors() -> None:
-    raw = raw_671b()
-    raw["parallel"]["dp"] = 4
-    with pytest.raises(ConfigError, match=r"change parallel\.dp"):
-        plan_both(plan_config_from_dict(raw))
-    raw = raw_671b()
-    raw["parallel"]["ep"] = 3
+def test_bad_layouts_are_config_errors(tmp_path) -> None:
+    with pytest.raises(ConfigError, match=r"change plan\.parallel\.dp"):
+        plan_both(inputs_671b("plan.parallel.dp=4"))
     with pytest.raises(ConfigError, match="must divide"):
-        plan_config_from_dict(raw)
-    raw = raw_671b()
-    raw["lora"]["target_module"] = ["o_proj"]
+        inputs_671b("plan.parallel.ep=3")
+    path = write_671b(tmp_path, lambda raw: raw["lora"].update(target_module=["o_proj"]))
     with pytest.raises(UnknownNameError, match="Did you mean"):
-        plan_config_from_dict(raw)
-    raw = raw_671b()
-    del raw["model"]["architecture"]["hidden_size"]
+        load_config(TrainConfig, path)
+    path = write_671b(tmp_path, lambda raw: raw["model"]["architecture"].pop("hidden_size"))
     with pytest.raises(ConfigError, match="hidden_size"):
-        plan_config_from_dict(raw)
+        plan_inputs(load_config(TrainConfig, path))
 
 
 # --------------------------------------------------------------------------- vs measurement
@@ -292,7 +296,7 @@ def test_cli_plan_errors_say_what_to_fix(tmp_path, capsys) -> None:
     from agentgym.cli import main
 
     bad = tmp_path / "bad.yaml"
-    bad.write_text("model: {path: /x}\n")
+    bad.write_text("model: {path: /x}\nplan: {gpus: 1}\n")
     assert main(["plan", str(bad)]) == 2
     assert "model.architecture" in capsys.readouterr().err
     assert main(["plan", str(tmp_path / "missing.yaml")]) == 2

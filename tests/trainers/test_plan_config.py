@@ -1,0 +1,207 @@
+"""One config for ``agentgym plan`` and ``agentgym train``: the ``plan:`` section and how the
+planner reads the trainer's sections (model, lora, algorithm, rollout engine options)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agentgym import ConfigError, UnknownNameError, config_from_dict, load_config
+from agentgym.trainers import TrainConfig
+from agentgym.trainers.plan import (
+    Architecture,
+    PlanSettings,
+    count_parameters,
+    plan_both,
+    plan_inputs,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG_671B = ROOT / "configs" / "deepseek_v3_671b_48xh100.yaml"
+
+#: per-GPU GiB of the 671B plan, as `agentgym plan` printed them before the planner read
+#: the trainer's config (the planner's own YAML shape, trainers/plan.py)
+BEFORE = {
+    "lora": {"train": 26.470860838890076, "rollout": 61.29825195670128, "peak": 61.29825195670128},
+    "full": {"train": 274.8276040712992, "rollout": 260.63516757488253, "peak": 274.8276040712992},
+}
+
+TINY_ARCH = {
+    "model_type": "qwen2",
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "vocab_size": 100,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "max_position_embeddings": 512,
+}
+
+
+def tiny_config(**sections) -> TrainConfig:
+    """A small planned config: a dense model, 2 GPUs, the given sections on top."""
+    data = {
+        "model": {"path": "/nonexistent", "architecture": TINY_ARCH},
+        "plan": {"gpus": 2, "gpu_mem_gib": 24, "parallel": {"dp": 2}},
+    }
+    data.update(sections)
+    return _load(data)
+
+
+def _load(data: dict) -> TrainConfig:
+    """A trainer config from a dict, as the loader builds it from YAML."""
+    return config_from_dict(TrainConfig, data)
+
+
+# --------------------------------------------------------------------------- both commands
+
+
+def test_train_print_config_accepts_the_671b_config(capsys) -> None:
+    from agentgym.cli import main
+
+    assert main(["train", str(CONFIG_671B), "--print-config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["plan"]["gpus"] == 48 and printed["plan"]["parallel"]["tp"] == 4
+    assert printed["rollout"]["engine_options"]["tensor_parallel_size"] == 8
+    assert printed["model"]["architecture"]["n_routed_experts"] == 256
+
+
+def test_plan_gives_the_same_per_gpu_totals_as_before(tmp_path, capsys) -> None:
+    from agentgym.cli import main
+
+    lora, full = plan_both(plan_inputs(load_config(TrainConfig, CONFIG_671B)))
+    for plan, want in ((lora, BEFORE["lora"]), (full, BEFORE["full"])):
+        assert plan.train_gib == pytest.approx(want["train"], rel=1e-12)
+        assert plan.rollout_gib == pytest.approx(want["rollout"], rel=1e-12)
+        assert plan.total_gib == pytest.approx(want["peak"], rel=1e-12)
+    # what --print-config prints is itself a config both commands read, with equal numbers
+    assert main(["train", str(CONFIG_671B), "--print-config"]) == 0
+    printed = tmp_path / "printed.yaml"
+    printed.write_text(capsys.readouterr().out)
+    assert main(["plan", str(printed), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["lora"]["total_gib"] == pytest.approx(BEFORE["lora"]["peak"], rel=1e-12)
+    assert data["full"]["total_gib"] == pytest.approx(BEFORE["full"]["peak"], rel=1e-12)
+
+
+def test_unknown_key_in_plan_section_says_did_you_mean(tmp_path, capsys) -> None:
+    from agentgym.cli import main
+
+    raw = yaml.safe_load(CONFIG_671B.read_text())
+    raw["plan"]["gpu_mem"] = raw["plan"].pop("gpu_mem_gib")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    with pytest.raises(UnknownNameError, match=r"Did you mean.*plan\.gpu_mem_gib"):
+        load_config(TrainConfig, bad)
+    for command in (["plan", str(bad)], ["train", str(bad), "--print-config"]):
+        assert main(command) == 2
+        assert "plan.gpu_mem_gib" in capsys.readouterr().err
+    # the same through an override, and one level down
+    with pytest.raises(UnknownNameError, match=r"plan\.parallel\.tp"):
+        load_config(TrainConfig, CONFIG_671B, ["plan.parallel.tpp=8"])
+
+
+def test_plan_overrides_work_as_in_train(capsys) -> None:
+    from agentgym.cli import main
+
+    assert main(["plan", str(CONFIG_671B), "plan.gpu_mem_gib=40", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["lora"]["gpu_mem_gib"] == 40 and data["lora"]["fits"] is False
+    more = "rollout.engine_options.max_num_seqs=512"
+    assert main(["plan", str(CONFIG_671B), more, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["lora"]["layout"]["rollout"]["max_num_seqs"] == 512
+    assert data["lora"]["fits"] is False and data["lora"]["warnings"]
+
+
+def test_config_without_plan_section_says_what_to_add(capsys) -> None:
+    from agentgym.cli import main
+
+    assert PlanSettings().planned is False
+    with pytest.raises(ConfigError, match=r"plan\.gpus"):
+        plan_inputs(TrainConfig())
+    assert main(["plan", str(ROOT / "configs" / "quickstart_dapo.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "plan:" in err and "parallel" in err
+
+
+def test_plan_section_is_checked_when_the_config_loads() -> None:
+    with pytest.raises(UnknownNameError, match="Did you mean"):
+        load_config(TrainConfig, None, ["plan.base_weights=fp9"])
+    with pytest.raises(ConfigError, match=r"plan\.activation_checkpointing"):
+        load_config(TrainConfig, None, ["plan.activation_checkpointing=false"])
+    with pytest.raises(ConfigError, match=r"plan\.gpus"):
+        load_config(TrainConfig, None, ["plan.gpus=-1"])
+
+
+# --------------------------------------------------------------------------- the trainer's sections
+
+
+def test_model_shape_comes_from_config_json_in_model_path(tmp_path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(TINY_ARCH))
+    cfg = _load({"model": {"path": str(tmp_path)}, "plan": {"gpus": 1}})
+    inputs = plan_inputs(cfg)
+    assert inputs.arch == Architecture.from_config(TINY_ARCH)
+    assert count_parameters(inputs.arch).total > 0
+    missing = _load({"model": {"path": str(tmp_path / "nowhere")}, "plan": {"gpus": 1}})
+    with pytest.raises(ConfigError, match=r"model\.architecture"):
+        plan_inputs(missing)
+
+
+def test_lora_and_micro_batch_come_from_the_trainer_sections() -> None:
+    cfg = tiny_config(
+        lora={"r": 4, "target_modules": ["q_proj", "v_proj"]},
+        algorithm={"micro_batch_size": 3},
+    )
+    inputs = plan_inputs(cfg)
+    assert inputs.lora.r == 4 and inputs.lora.target_modules == ("q_proj", "v_proj")
+    assert inputs.train.micro_batch_size == 3
+    assert inputs.parallel.dp == 2 and inputs.hardware.gpu_mem_gib == 24
+
+
+def test_rollout_layout_comes_from_vllm_engine_options() -> None:
+    options = {
+        "tensor_parallel_size": 2,
+        "data_parallel_size": 1,
+        "max_num_seqs": 16,
+        "gpu_memory_utilization": 0.4,
+    }
+    cfg = tiny_config(rollout={"engine": "vllm", "engine_options": options})
+    r = plan_inputs(cfg).rollout
+    assert (r.tp, r.pp, r.dp, r.ep) == (2, 1, 1, 2)  # experts sliced over TP without EP
+    assert r.max_num_seqs == 16 and r.gpu_memory_utilization == 0.4
+    assert r.max_model_len == TINY_ARCH["max_position_embeddings"]  # vLLM's default
+    assert r.sleep_level == 1 and r.kv_cache_dtype == "bf16"
+    options = {**options, "enable_sleep_mode": False, "kv_cache_dtype": "fp8_e5m2"}
+    r = plan_inputs(tiny_config(rollout={"engine": "vllm", "engine_options": options})).rollout
+    assert r.sleep_level == 0 and r.kv_cache_dtype == "fp8"
+
+
+def test_rollout_engine_that_is_not_counted_is_said_so() -> None:
+    lora, _ = plan_both(plan_inputs(tiny_config()))  # the default engine: hf
+    assert lora.item("rollout KV cache") == 0
+    assert any("rollout.engine is 'hf'" in a for a in lora.assumptions)
+    options = {"colocated": False, "max_num_seqs": 8}
+    inputs = plan_inputs(tiny_config(rollout={"engine": "vllm", "engine_options": options}))
+    assert inputs.rollout is None and "colocated is false" in inputs.notes[0]
+
+
+def test_rollout_needs_max_num_seqs_and_a_matching_gpu_count() -> None:
+    cfg = tiny_config(rollout={"engine": "vllm", "engine_options": {}})
+    with pytest.raises(ConfigError, match="max_num_seqs"):
+        plan_inputs(cfg)
+    options = {"tensor_parallel_size": 4, "max_num_seqs": 8}
+    inputs = plan_inputs(tiny_config(rollout={"engine": "vllm", "engine_options": options}))
+    with pytest.raises(ConfigError, match="data_parallel_size"):
+        plan_both(inputs)
+
+
+def test_gpus_rescales_both_data_parallel_sizes() -> None:
+    inputs = plan_inputs(load_config(TrainConfig, CONFIG_671B), gpus=96)
+    assert inputs.parallel.dp == 4 and inputs.rollout is not None and inputs.rollout.dp == 2
+    assert inputs.rollout.ep == 8  # the config's expert-parallel group, replicated
+    with pytest.raises(ConfigError, match="multiple"):
+        plan_inputs(load_config(TrainConfig, CONFIG_671B), gpus=50)

@@ -1,0 +1,350 @@
+"""The planner's config: the ``plan:`` section, and a trainer config read as planner inputs.
+
+``agentgym plan`` and ``agentgym train`` read the same file, a
+:class:`~agentgym.trainers.TrainConfig`. The planner takes the trainer's own sections
+where they hold what it needs, and the ``plan:`` section (:class:`PlanSettings`, which
+the trainer ignores) for the rest:
+
+* ``model.architecture``: the model's ``config.json`` fields (or ``config.json`` in
+  ``model.path`` when that directory exists), so nothing is downloaded;
+* ``lora``: ``r``, ``alpha``, ``target_modules``, ``target_experts``;
+* ``algorithm.micro_batch_size``: sequences per forward/backward pass;
+* ``rollout.engine`` and ``rollout.engine_options`` (vLLM's names): the engine's layout,
+  ``max_num_seqs``, ``max_model_len``, ``gpu_memory_utilization``, sleep mode and the KV
+  cache dtype;
+* ``plan``: GPU count and memory, the training layout (``plan.parallel``: tp, ep, pp,
+  dp, ZeRO stage), the base weights' quantization, the sequence length and the
+  activation settings.
+
+``distributed`` is not read: today it holds the trainer's data-parallel strategy
+(DeepSpeed ZeRO 2/3 or FSDP2), which has no tensor, expert or pipeline dimension, so the
+layout the planner sizes lives in ``plan.parallel`` until the trainer's own section can
+express it.
+
+:func:`plan_inputs` turns a loaded config into :class:`PlanInputs`; :func:`plan_both`
+plans them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentgym import ConfigError, UnknownNameError, config_check
+from agentgym.trainers.plan.architecture import Architecture, LoraSpec
+from agentgym.trainers.plan.plans import Plan, plan_full_finetune, plan_lora
+from agentgym.trainers.plan.specs import (
+    Hardware,
+    ParallelSpec,
+    RolloutSpec,
+    TrainSpec,
+    check_dtype,
+)
+
+if TYPE_CHECKING:
+    from agentgym.trainers import TrainConfig
+    from agentgym.trainers.config import ModelConfig, RolloutConfig
+
+
+@dataclass
+class PlanSettings:
+    """The ``plan:`` section: what only ``agentgym plan`` needs. The trainer ignores it.
+
+    The defaults mean "not planned" (``gpus: 0``); ``agentgym plan`` asks for the section.
+
+    Attributes:
+        gpus: GPUs of the run (0: no plan). ``--gpus`` rescales the data-parallel sizes.
+        gpu_mem_gib: memory of one GPU, GiB.
+        parallel: the training layout (:class:`ParallelSpec`: ``tp``, ``ep``, ``pp``,
+            ``dp``, ``zero_stage``, ``sequence_parallel``); ``tp * pp * dp`` must equal
+            ``gpus``.
+        base_weights: dtype of the frozen base's Linear weights: ``bf16``, ``fp16``,
+            ``fp32``, ``fp8`` (128x128 block scales, as DeepSeek-V3 ships) or ``int4``
+            (group-128 scales and zeros).
+        seq_len: tokens of one training sequence (one conversation).
+        activation_checkpointing: full activation checkpointing (the only mode modelled).
+        flash_attention: a fused attention kernel (no seq x seq score matrix).
+        activation_dtype / lora_dtype / grad_dtype: dtypes of activations, the adapter's
+            weights and its gradients.
+    """
+
+    gpus: int = 0
+    gpu_mem_gib: float = 80.0
+    parallel: ParallelSpec = field(default_factory=ParallelSpec)
+    base_weights: str = "bf16"
+    seq_len: int = 4096
+    activation_checkpointing: bool = True
+    flash_attention: bool = True
+    activation_dtype: str = "bf16"
+    lora_dtype: str = "bf16"
+    grad_dtype: str = "fp32"
+
+    def __post_init__(self) -> None:
+        config_check(self.gpus >= 0, f"plan.gpus must be >= 0 (0: no plan), got {self.gpus}.")
+        config_check(self.gpu_mem_gib > 0, f"plan.gpu_mem_gib must be > 0, got {self.gpu_mem_gib}.")
+        check_dtype("plan.base_weights", self.base_weights)
+        self.train_spec(micro_batch_size=1)  # checks seq_len, the dtypes, checkpointing
+
+    @property
+    def planned(self) -> bool:
+        """Whether the section describes a run (``gpus`` set)."""
+        return self.gpus > 0
+
+    def train_spec(self, micro_batch_size: int) -> TrainSpec:
+        """The training step the planner sizes, with the trainer's micro-batch size."""
+        return TrainSpec(
+            micro_batch_size=micro_batch_size,
+            seq_len=self.seq_len,
+            activation_checkpointing=self.activation_checkpointing,
+            flash_attention=self.flash_attention,
+            activation_dtype=self.activation_dtype,
+            lora_dtype=self.lora_dtype,
+            grad_dtype=self.grad_dtype,
+        )
+
+
+NOT_PLANNED = (
+    "this config has no plan: section (plan.gpus is 0), so there is nothing to plan. Add "
+    "the GPUs and the training layout, for example\n"
+    "  plan:\n"
+    "    gpus: 8\n"
+    "    gpu_mem_gib: 80\n"
+    "    parallel: {tp: 1, ep: 1, pp: 1, dp: 8}\n"
+    "or pass them as overrides: plan.gpus=8 plan.parallel.dp=8. docs/plan.md lists every key."
+)
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """Everything one planning run reads, typed and checked.
+
+    Attributes:
+        arch: the model's shape.
+        lora: the adapter.
+        parallel: the training layout.
+        base_dtype: the frozen base's Linear weight dtype.
+        train: the training step.
+        rollout: the colocated vLLM engine (``None``: nothing of the engine is counted on
+            these GPUs; ``notes`` says why).
+        hardware: the GPUs.
+        notes: assumptions that follow from this config, added to the LoRA plan's.
+    """
+
+    arch: Architecture
+    lora: LoraSpec
+    parallel: ParallelSpec
+    base_dtype: str
+    train: TrainSpec
+    rollout: RolloutSpec | None
+    hardware: Hardware
+    notes: tuple[str, ...] = ()
+
+
+def plan_inputs(
+    cfg: TrainConfig, *, gpus: int | None = None, gpu_mem_gib: float | None = None
+) -> PlanInputs:
+    """Read a trainer config as the planner's inputs.
+
+    Args:
+        cfg: a loaded trainer config (``agentgym.load_config(TrainConfig, path)``).
+        gpus: replace ``plan.gpus``; the data-parallel sizes (``plan.parallel.dp`` and
+            the engine's ``data_parallel_size``) are rescaled to keep the other
+            dimensions.
+        gpu_mem_gib: replace ``plan.gpu_mem_gib``.
+
+    Raises:
+        ConfigError: no ``plan:`` section, no model shape, or a layout that does not fit
+            the GPU count; the message names the key to change.
+    """
+    settings = cfg.plan
+    if not settings.planned:
+        raise ConfigError(NOT_PLANNED)
+    fields = model_fields(cfg.model)
+    arch = Architecture.from_config(fields)
+    rescale = gpus is not None and gpus != settings.gpus
+    hardware = Hardware(
+        gpus=gpus if gpus is not None else settings.gpus,
+        gpu_mem_gib=gpu_mem_gib if gpu_mem_gib is not None else settings.gpu_mem_gib,
+    )
+    parallel = settings.parallel
+    if rescale:
+        dp = _rescale("plan.parallel tp*pp", parallel.tp * parallel.pp, hardware.gpus)
+        parallel = replace(parallel, dp=dp)
+    rollout, notes = rollout_spec(cfg.rollout, fields, gpus=hardware.gpus if rescale else None)
+    if not cfg.lora.enabled:
+        notes += (
+            "lora.enabled is false: the trainer would fine-tune every weight (the full "
+            "fine-tune column); the LoRA column is the adapter the lora section describes.",
+        )
+    targets = cfg.lora.target_modules
+    return PlanInputs(
+        arch=arch,
+        lora=LoraSpec(
+            r=cfg.lora.r,
+            alpha=cfg.lora.alpha,
+            target_modules=tuple(targets) if targets is not None else None,
+            target_experts=cfg.lora.target_experts,
+        ),
+        parallel=parallel,
+        base_dtype=settings.base_weights,
+        train=settings.train_spec(cfg.algorithm.micro_batch_size),
+        rollout=rollout,
+        hardware=hardware,
+        notes=notes,
+    )
+
+
+def model_fields(model: ModelConfig) -> dict[str, Any]:
+    """The model's ``config.json`` fields: ``model.architecture``, else ``model.path``'s file.
+
+    Raises:
+        ConfigError: neither is there.
+    """
+    if model.architecture:
+        return dict(model.architecture)
+    if model.path:
+        path = Path(model.path) / "config.json"
+        if path.is_file():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"{path}: not valid JSON ({e}).") from e
+            if isinstance(data, dict):
+                return data
+    raise ConfigError(
+        "the planner needs the model's shape: set model.architecture to the fields of its "
+        "config.json (hidden_size, num_hidden_layers, vocab_size, num_attention_heads, "
+        "intermediate_size, and the MoE/MLA fields if any), or point model.path at a "
+        "directory that holds config.json."
+    )
+
+
+#: dtype names of vLLM and config.json -> the planner's
+_DTYPES = {
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "half": "fp16",
+    "fp32": "fp32",
+    "float32": "fp32",
+    "float": "fp32",
+}
+
+
+def rollout_spec(
+    rollout: RolloutConfig, fields: dict[str, Any], *, gpus: int | None = None
+) -> tuple[RolloutSpec | None, tuple[str, ...]]:
+    """The engine the planner counts, from ``rollout.engine`` and its options.
+
+    vLLM's layout maps as follows: ``tp``/``pp``/``dp`` are ``tensor_parallel_size``,
+    ``pipeline_parallel_size`` and ``data_parallel_size``; with ``enable_expert_parallel``
+    routed experts are split over ``tp * dp`` GPUs (vLLM's expert-parallel group), without
+    it every expert is sliced over TP, the same bytes per GPU as ``ep = tp``. Sleep mode
+    (``enable_sleep_mode``, on by default when colocated) frees the engine's memory at
+    ``sleep_level`` while the trainer runs; off, it keeps it (level 0). ``max_model_len``
+    defaults to the model's ``max_position_embeddings``; ``kv_cache_dtype: auto`` is the
+    checkpoint's 16-bit dtype.
+
+    Args:
+        gpus: rescale ``data_parallel_size`` to this many GPUs (``--gpus``). The
+            expert-parallel group keeps the config's size (more engine replicas of the
+            same shape, as the planner has always rescaled); a single vLLM engine
+            launched with the larger ``data_parallel_size`` would spread its experts
+            over ``tp * dp`` GPUs instead, which needs less memory per GPU.
+
+    Returns:
+        The spec (``None`` when nothing of the engine sits on the trained GPUs) and the
+        notes that say why.
+    """
+    if rollout.engine != "vllm":
+        return None, (
+            f"rollout.engine is {rollout.engine!r}: generation runs on the trainer's own "
+            "weights; its KV cache and workspace are not counted.",
+        )
+    opts = rollout.engine_settings
+    if not opts.colocated:
+        return None, (
+            "rollout.engine_options.colocated is false: the engine runs on other GPUs and is "
+            "not counted here.",
+        )
+    where = "rollout.engine_options"
+    tp, pp, dp = opts.tensor_parallel_size, opts.pipeline_parallel_size, opts.data_parallel_size
+    ep = tp * dp if opts.enable_expert_parallel else tp  # before --gpus: see the docstring
+    if gpus is not None:
+        dp = _rescale(f"{where} tensor_parallel_size*pipeline_parallel_size", tp * pp, gpus)
+    if opts.max_num_seqs is None:
+        raise ConfigError(
+            f"{where}.max_num_seqs is not set: the planner sizes the KV cache for max_num_seqs "
+            "sequences of max_model_len tokens; set it (vLLM's own default depends on its "
+            "version and the GPU)."
+        )
+    max_len = opts.max_model_len or fields.get("max_position_embeddings")
+    if not isinstance(max_len, int) or max_len < 1:
+        raise ConfigError(
+            f"{where}.max_model_len is not set and the model gives no "
+            "max_position_embeddings; set max_model_len."
+        )
+    sleeps = opts.enable_sleep_mode if opts.enable_sleep_mode is not None else opts.colocated
+    spec = RolloutSpec(
+        engine="vllm",
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        ep=ep,
+        max_num_seqs=opts.max_num_seqs,
+        max_model_len=max_len,
+        gpu_memory_utilization=opts.gpu_memory_utilization,
+        sleep_level=opts.sleep_level if sleeps else 0,
+        kv_cache_dtype=_kv_dtype(opts.kv_cache_dtype, opts.dtype, fields),
+    )
+    return spec, ()
+
+
+def _kv_dtype(kv_cache_dtype: str, dtype: str, fields: dict[str, Any]) -> str:
+    """vLLM's ``kv_cache_dtype`` (``auto``: the model's dtype) as a planner dtype."""
+    if kv_cache_dtype.startswith("fp8"):
+        return "fp8"
+    if kv_cache_dtype != "auto":
+        name = kv_cache_dtype
+    elif dtype != "auto":
+        name = dtype
+    else:
+        name = str(fields.get("torch_dtype") or fields.get("dtype") or "bfloat16")
+        if name in ("float32", "float"):
+            name = "bfloat16"  # vLLM serves fp32 checkpoints in 16 bits
+    if name not in _DTYPES:
+        raise UnknownNameError(
+            "rollout.engine_options.kv_cache_dtype", name, ("auto", "fp8", *_DTYPES)
+        )
+    return _DTYPES[name]
+
+
+def _rescale(what: str, per_replica: int, gpus: int) -> int:
+    if gpus % per_replica:
+        raise ConfigError(
+            f"--gpus {gpus} is not a multiple of {what} = {per_replica}; pick a multiple or "
+            "change the layout in the config."
+        )
+    return gpus // per_replica
+
+
+def plan_both(inputs: PlanInputs) -> tuple[Plan, Plan]:
+    """The LoRA plan of the inputs and the full fine-tune of the same model."""
+    lora = plan_lora(
+        inputs.arch,
+        lora=inputs.lora,
+        parallel=inputs.parallel,
+        base_dtype=inputs.base_dtype,
+        train=inputs.train,
+        rollout=inputs.rollout,
+        hardware=inputs.hardware,
+    )
+    full = plan_full_finetune(
+        inputs.arch, train=inputs.train, rollout=inputs.rollout, hardware=inputs.hardware
+    )
+    if inputs.notes:
+        lora = replace(lora, assumptions=lora.assumptions + inputs.notes)
+    return lora, full
