@@ -263,3 +263,31 @@ def test_close_ends_the_actors_and_leaves_a_ray_it_did_not_start(workers):
         ray.get(actor.info.remote(), timeout=60)
     with pytest.raises(EnvStateError, match="closed"):
         _run(extra.acquire(RECALL))
+
+
+# ----------------------------------------------------------------------------- the package
+def test_every_public_name_resolves_from_the_package():
+    import agentgym
+    import agentgym.workers as package
+
+    for name in package.__all__:
+        assert getattr(package, name) is not None, name
+    assert agentgym.RayEnvWorkers is RayEnvWorkers
+
+
+def test_a_worker_error_report_becomes_an_error_of_the_same_type():
+    from agentgym.workers.errors import error_from_report, guarded
+
+    assert guarded(lambda: 3) == ("ok", 3)
+    status, report = guarded(lambda: int("x"))
+    assert status == "error" and report["type"] == "builtins.ValueError"
+    err = error_from_report(
+        report, env_id="E-v0", method="step", worker=1, where={"pid": 7, "host": "h"}
+    )
+    assert isinstance(err, EnvWorkerError) and isinstance(err, ValueError)
+    assert str(err).startswith("E-v0 raised ValueError in step() on Ray env worker 1 (pid 7 on h)")
+    assert err.remote_type == "builtins.ValueError" and "int(" in err.remote_traceback
+    report["type"] = "no_such_module.Error"  # a type the driver cannot import: plain error
+    assert type(error_from_report(report, env_id="E", method="m", worker=0, where={})) is (
+        EnvWorkerError
+    )
