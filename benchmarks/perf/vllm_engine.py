@@ -11,8 +11,8 @@ and exits with status 0. Both engines get the same workload:
   request with its own seed, the same ``max_tokens`` and temperature, all sent as one
   batch (one rollout's worth);
 * the same dtype (bfloat16) for both engines; HF generates with the peft model
-  (:class:`~agentgym.trainers.engines.hf.HFEngine`), vLLM with the base weights plus the
-  adapter loaded as a LoRA adapter (:class:`~agentgym.trainers.engines.vllm.VLLMEngine`,
+  (:class:`~agentgym.trainers.engines.HFEngine`), vLLM with the base weights plus the
+  adapter loaded as a LoRA adapter (:class:`~agentgym.trainers.engines.VLLMEngine`,
   built by ``make_engine("vllm", ...)``, colocated settings: sleep mode on,
   ``gpu_memory_utilization`` 0.3, CUDA graphs on).
 
@@ -119,10 +119,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         return {"title": TITLE, "ratios": {}, "figures": {}, "notes": f"Skipped: {why}."}
     import torch
 
-    from agentgym.trainers.engines.factory import make_engine
-    from agentgym.trainers.engines.vllm import logprob_mismatch
-    from agentgym.trainers.models import adapter_state_dict, apply_lora, build_preset
-    from agentgym.trainers.tokenizer import build_tokenizer
+    from agentgym.trainers import adapter_state_dict, apply_lora, build_preset, build_tokenizer
+    from agentgym.trainers.engines import logprob_mismatch, make_engine
 
     s = _settings(quick)
     tok = build_tokenizer()

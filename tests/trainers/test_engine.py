@@ -11,14 +11,12 @@ import torch
 from conftest import TINY_QWEN
 from peft.tuners.lora import LoraLayer
 
-from agentgym.errors import ConfigError
+from agentgym import ConfigError, Message, SamplingParams
 from agentgym.trainers.algorithm import selected_logprobs
 from agentgym.trainers.batch import Sample, make_microbatches
-from agentgym.trainers.engines import GenerationRequest, HFEngine
-from agentgym.trainers.engines.hf import merged_lora
+from agentgym.trainers.engines import GenerationRequest, HFEngine, HFEngineOptions, merged_lora
 from agentgym.trainers.models import adapter_state_dict, apply_lora, build_preset
 from agentgym.trainers.tokenizer import encode_prompt
-from agentgym.types import Message, SamplingParams
 
 
 @pytest.fixture
@@ -229,8 +227,8 @@ def _lora_model(tokenizer, preset: str, overrides=None):
 def test_lean_decode_matches_the_generate_path(tokenizer, preset, overrides, options):
     model = _lora_model(tokenizer, preset, overrides)
     reqs = _mixed_requests()
-    ref = HFEngine(model, tokenizer, decode="generate").generate(reqs)
-    got = HFEngine(model, tokenizer, **options).generate(reqs)
+    ref = HFEngine(model, tokenizer, HFEngineOptions(decode="generate")).generate(reqs)
+    got = HFEngine(model, tokenizer, HFEngineOptions(**options)).generate(reqs)
     assert [c.token_ids for c in got] == [c.token_ids for c in ref]
     assert [c.finish_reason for c in got] == [c.finish_reason for c in ref]
     assert [c.text for c in got] == [c.text for c in ref]
@@ -298,7 +296,7 @@ def test_rows_stop_at_eos(tokenizer):
         model.get_base_model().lm_head.weight[tokenizer.eos_token_id] *= 0.0
         model.get_base_model().lm_head.weight[tokenizer.eos_token_id] += 0.2 * torch.ones(32)
     reqs = [_req(i, seed=i) for i in range(12)]
-    ref = HFEngine(model, tokenizer, decode="generate").generate(reqs)
+    ref = HFEngine(model, tokenizer, HFEngineOptions(decode="generate")).generate(reqs)
     got = HFEngine(model, tokenizer).generate(reqs)
     assert [c.token_ids for c in got] == [c.token_ids for c in ref]
     stopped = [c for c in got if c.finish_reason == "stop"]
@@ -326,7 +324,7 @@ def test_stop_strings_end_rows_early_with_the_same_result(tokenizer):
         GenerationRequest(messages, SamplingParams(max_tokens=40, seed=3, stop=(stop,))),
         GenerationRequest(messages, SamplingParams(max_tokens=40, seed=4, stop=("\x00never",))),
     ]
-    ref = HFEngine(model, tokenizer, decode="generate").generate(reqs)
+    ref = HFEngine(model, tokenizer, HFEngineOptions(decode="generate")).generate(reqs)
     lean = HFEngine(model, tokenizer)
     got = lean.generate(reqs)
     assert [(c.token_ids, c.text, c.finish_reason) for c in got] == [
@@ -372,14 +370,18 @@ def test_no_adapter_or_full_model_decodes_the_same(tokenizer):
     with merged_lora(model) as folded:
         assert not folded
     reqs = _mixed_requests()
-    ref = HFEngine(model, tokenizer, decode="generate").generate(reqs)
+    ref = HFEngine(model, tokenizer, HFEngineOptions(decode="generate")).generate(reqs)
     got = HFEngine(model, tokenizer).generate(reqs)
     assert [c.token_ids for c in got] == [c.token_ids for c in ref]
 
 
 def test_decode_option_is_checked(tokenizer):
     with pytest.raises(ConfigError, match="decode"):
-        HFEngine(build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), tokenizer, decode="x")
+        HFEngine(
+            build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN),
+            tokenizer,
+            HFEngineOptions(decode="x"),
+        )
 
 
 def test_engine_keeps_training_mode(tokenizer):

@@ -8,12 +8,11 @@ import pytest
 import torch
 from conftest import TINY_QWEN
 
-from agentgym.trainers.engines import HFEngine
-from agentgym.trainers.engines.base import GenerationRequest
+from agentgym import Message, SamplingParams
+from agentgym.trainers.engines import GenerationRequest, HFEngine, HFEngineOptions, merged_lora
+from agentgym.trainers.engines.fast_attention import growing_kv_layer_class
 from agentgym.trainers.engines.fused import FusedDecoder, supported
-from agentgym.trainers.engines.hf import _growing_kv_layer_class, merged_lora
 from agentgym.trainers.models import apply_lora, build_preset
-from agentgym.types import Message, SamplingParams
 
 
 def _llama(tokenizer, **extra):
@@ -62,7 +61,7 @@ def _models(tokenizer):
 def test_fused_step_equals_the_model_forward(tokenizer, index):
     model = list(_models(tokenizer).values())[index]
     assert supported(model)
-    layer_cls = _growing_kv_layer_class()
+    layer_cls = growing_kv_layer_class()
     from transformers import DynamicCache
 
     prompts = torch.tensor([[5, 9, 7, 11, 12, 13], [0, 0, 8, 21, 6, 30]])
@@ -112,7 +111,7 @@ def test_engine_gives_the_same_tokens_with_and_without_the_fused_step(tokenizer)
         for i in range(4)
     ]
     fused = HFEngine(model, tokenizer).generate(reqs)
-    plain = HFEngine(model, tokenizer, fused=False).generate(reqs)
+    plain = HFEngine(model, tokenizer, HFEngineOptions(fused=False)).generate(reqs)
     assert [c.token_ids for c in fused] == [c.token_ids for c in plain]
     for a, b in zip(fused, plain, strict=True):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)

@@ -8,7 +8,7 @@ Two kinds of tests live here:
   factory and the missing-vLLM error. They run everywhere.
 * ``gpu``-marked tests of the engine itself. They skip without CUDA (tests/conftest.py)
   or without vLLM (``pytest.importorskip``), and share one engine built by
-  :func:`~agentgym.trainers.engines.factory.make_engine` on the ``tiny-qwen2`` preset.
+  :func:`~agentgym.trainers.engines.make_engine` on the ``tiny-qwen2`` preset.
   Run them on a CUDA machine with the vllm extra installed::
 
       pytest -q -s tests/trainers/test_vllm_engine.py -m gpu
@@ -28,19 +28,25 @@ import pytest
 import torch
 from conftest import TINY_QWEN
 
-from agentgym.errors import ConfigError, UnknownNameError
-from agentgym.trainers.engines import GenerationRequest, HFEngine, RolloutEngine
-from agentgym.trainers.engines.factory import ENGINE_KINDS, make_engine
-from agentgym.trainers.engines.vllm import (
+from agentgym import ConfigError, Message, SamplingParams, UnknownNameError
+from agentgym.trainers.engines import (
+    ENGINE_KINDS,
     VLLM_LORA_RANKS,
+    GenerationRequest,
+    HFEngine,
+    RolloutEngine,
     VLLMEngine,
+    VLLMEngineOptions,
     adapter_config_dict,
+    engine_options,
     finish_completion,
     import_vllm,
     infer_adapter_config,
     logprob_mismatch,
+    make_engine,
     sampled_logprobs,
     save_base_model,
+    vllm_llm_kwargs,
     vllm_lora_rank,
     vllm_sampling_kwargs,
     write_peft_adapter,
@@ -53,7 +59,6 @@ from agentgym.trainers.models import (
     save_model,
 )
 from agentgym.trainers.tokenizer import encode_prompt
-from agentgym.types import Message, SamplingParams
 
 
 def _tiny(tokenizer, seed: int = 0):
@@ -205,7 +210,7 @@ def test_sampled_logprobs_reads_the_sampled_token_of_each_position():
 
 
 def test_finish_completion_applies_the_engines_conventions(tokenizer):
-    # shared by the HF and vLLM engines (engines/base.py): eos kept and ending the reply,
+    # shared by the HF and vLLM engines (engines/completion.py): eos kept and ending the reply,
     # max_tokens cap, stop strings cut from the text but their tokens kept
     eos = tokenizer.eos_token_id
     text = "Check: 12 + 30 = 42. Answer: 42"
@@ -276,6 +281,169 @@ def test_engine_factory_and_default_sleep_wake(tokenizer):
     peft = apply_lora(_tiny(tokenizer), r=4)
     with pytest.raises(UnknownNameError, match="gpu_memory_utilization"):
         make_engine("vllm", model=peft, tokenizer=tokenizer, options={"gpu_memory_util": 0.3})
+
+
+def test_engine_interface_owned_paths_and_close(tmp_path, tokenizer):
+    # every engine says whether it shares the learner's weights and can be closed
+    assert RolloutEngine.shares_weights is False and VLLMEngine.shares_weights is False
+    engine = HFEngine(_tiny(tokenizer), tokenizer)
+    assert engine.shares_weights and engine.owned_paths == ()
+    folder, file = tmp_path / "scratch", tmp_path / "note.txt"
+    (folder / "inner").mkdir(parents=True)
+    file.write_text("x")
+    assert engine.own(folder) == folder
+    engine.own(str(file))
+    assert engine.owned_paths == (folder, file)
+    engine.close()
+    assert not folder.exists() and not file.exists() and engine.owned_paths == ()
+    engine.close()  # twice is harmless
+    with HFEngine(_tiny(tokenizer), tokenizer) as scoped:
+        scoped.own(folder)
+        folder.mkdir()
+    assert not folder.exists()
+
+
+def test_vllm_llm_kwargs_use_vllms_engine_argument_names():
+    opts = VLLMEngineOptions(
+        gpu_memory_utilization=0.5,
+        max_model_len=512,
+        max_num_seqs=64,
+        kv_cache_dtype="fp8",
+        tensor_parallel_size=2,
+        pipeline_parallel_size=3,
+        data_parallel_size=4,
+        enable_expert_parallel=True,
+        tokenizer_path="/tok",
+        llm_kwargs={"max_num_seqs": 32, "swap_space": 0},
+    )
+    kw = vllm_llm_kwargs(opts, model_path="/m", seed=5, enable_sleep_mode=True, max_lora_rank=16)
+    assert kw == {
+        "model": "/m",
+        "tokenizer": "/tok",
+        "seed": 5,
+        "dtype": "auto",
+        "gpu_memory_utilization": 0.5,
+        "max_model_len": 512,
+        "kv_cache_dtype": "fp8",
+        "tensor_parallel_size": 2,
+        "pipeline_parallel_size": 3,
+        "data_parallel_size": 4,
+        "enable_expert_parallel": True,
+        "enforce_eager": False,
+        "enable_sleep_mode": True,
+        "enable_prefix_caching": True,
+        "logprobs_mode": "processed_logprobs",
+        "max_num_seqs": 32,  # llm_kwargs are applied last, as given
+        "swap_space": 0,
+        "enable_lora": True,
+        "max_loras": 1,
+        "max_cpu_loras": 1,
+        "max_lora_rank": 16,
+    }
+    plain = vllm_llm_kwargs(
+        VLLMEngineOptions(), model_path="/m", seed=0, enable_sleep_mode=False, max_lora_rank=None
+    )
+    assert "max_num_seqs" not in plain and "enable_lora" not in plain  # vLLM's defaults
+    assert plain["tokenizer"] == "/m" and plain["kv_cache_dtype"] == "auto"
+
+
+class _FakeLLM:
+    """Stands in for ``vllm.LLM``: records its arguments and the sleep/wake calls."""
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+        self.calls: list[tuple] = []
+        self.llm_engine = SimpleNamespace(
+            model_config=SimpleNamespace(max_model_len=kwargs["max_model_len"] or 2048)
+        )
+
+    def reset_prefix_cache(self):
+        self.calls.append(("reset_prefix_cache",))
+
+    def sleep(self, level):
+        self.calls.append(("sleep", level))
+
+    def wake_up(self, tags=None):
+        self.calls.append(("wake_up", tags))
+
+    def collective_rpc(self, method):
+        self.calls.append(("collective_rpc", method))
+
+    def generate(self, prompts, params, use_tqdm, lora_request):
+        self.calls.append(("generate", lora_request.lora_int_id if lora_request else None))
+        eos = params[0]["eos"]
+        out = SimpleNamespace(
+            token_ids=[eos], logprobs=[{eos: SimpleNamespace(logprob=-0.5)}], finish_reason="stop"
+        )
+        return [SimpleNamespace(outputs=[out]) for _ in prompts]
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch, tokenizer):
+    """A ``vllm`` module that builds :class:`_FakeLLM` (no GPU, no vLLM needed)."""
+
+    def lora_request(name, lora_int_id, lora_path):
+        return SimpleNamespace(lora_name=name, lora_int_id=lora_int_id, lora_path=lora_path)
+
+    def sampling_params(**kw):
+        return {**kw, "eos": tokenizer.eos_token_id}
+
+    module = SimpleNamespace(LLM=_FakeLLM, SamplingParams=sampling_params)
+    request = SimpleNamespace(LoRARequest=lora_request)
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    monkeypatch.setitem(sys.modules, "vllm.lora", SimpleNamespace(request=request))
+    monkeypatch.setitem(sys.modules, "vllm.lora.request", request)
+    return module
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_vllm_engine_takes_its_settings_from_the_options(fake_vllm, tmp_path, tokenizer, level):
+    path = save_model(_tiny(tokenizer), tokenizer, tmp_path / "m")
+    peft = apply_lora(_tiny(tokenizer), r=4)
+    opts = engine_options("vllm", {"max_num_seqs": 8, "sleep_level": level, "dtype": "bfloat16"})
+    engine = VLLMEngine(path, tokenizer, opts, adapter_config=peft, seed=3)
+    llm = engine.llm
+    assert llm.kwargs["max_num_seqs"] == 8 and llm.kwargs["dtype"] == "bfloat16"
+    assert llm.kwargs["enable_sleep_mode"] and llm.kwargs["max_lora_rank"] == 8
+    assert engine.max_model_len == 2048 and engine.sleep_level == level
+    adapter_root = engine.adapter_root
+    assert engine.owned_paths == (adapter_root,) and adapter_root.is_dir()
+    engine.load_adapter(adapter_state_dict(peft))
+    first = engine.adapter_path
+    assert first.parent == adapter_root
+    engine.sleep()
+    engine.sleep()  # already asleep: nothing more
+    assert engine.sleeping and llm.calls == [("reset_prefix_cache",), ("sleep", level)]
+    del llm.calls[:]
+    (c,) = engine.generate([_req(1, seed=1)])  # generating wakes the engine first
+    wake = (
+        [("wake_up", None)]
+        if level == 1
+        else [
+            ("wake_up", ["weights"]),
+            ("collective_rpc", "reload_weights"),
+            ("wake_up", ["kv_cache"]),
+        ]
+    )
+    assert llm.calls == [*wake, ("generate", 2)]  # the adapter is re-issued under a new id
+    assert not engine.sleeping and engine.adapter_path == first
+    assert c.token_ids == (tokenizer.eos_token_id,) and c.finish_reason == "stop"
+    engine.close()
+    assert engine.llm is None and not adapter_root.exists()
+
+
+def test_make_engine_hands_its_temporary_workdir_to_the_vllm_engine(fake_vllm, tokenizer):
+    peft = _perturbed_lora(_tiny(tokenizer), r=4)
+    engine = make_engine("vllm", model=peft, tokenizer=tokenizer, options={"colocated": False})
+    (workdir,) = engine.owned_paths
+    assert (workdir / "vllm_base" / "config.json").is_file()
+    assert engine.adapter_path.parent == workdir / "vllm_adapters"  # the first adapter
+    assert engine.llm.kwargs["model"] == str(workdir / "vllm_base")
+    assert not engine.enable_sleep_mode and "max_num_seqs" not in engine.llm.kwargs
+    engine.sleep()
+    assert not engine.sleeping  # sleep mode off: a no-op
+    engine.close()
+    assert not workdir.exists()
 
 
 # ------------------------------------------------------------------ GPU: vLLM itself

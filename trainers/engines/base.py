@@ -1,23 +1,34 @@
-"""The rollout-engine interface and the asyncio batching front-end every engine shares.
+"""The rollout-engine interface (:class:`RolloutEngine`) and the asyncio batching front-end.
 
-An engine does two things:
+:class:`RolloutEngine` declares everything the trainer loop and the rollouts use of an
+engine; the loop calls these and nothing else:
 
 * ``generate(requests) -> completions``: a *batch* of chat requests in, one
-  :class:`~agentgym.types.Completion` per request out, with the sampled token ids and
-  their log-probabilities under the sampling distribution.
-* ``load_adapter(weights)``: make the next generations use these LoRA weights (peft
-  state-dict naming). An engine that shares the trainer's model object (the embedded HF
-  engine) has nothing to copy; an engine with its own copy of the weights (the vLLM
-  engine, :mod:`.vllm`) hot-swaps the adapter here.
+  :class:`~agentgym.Completion` per request out, with the sampled token ids and their
+  log-probabilities under the sampling distribution (subclasses implement
+  ``_generate``; the base class times the call and counts it).
+* ``shares_weights``: whether the engine generates with the learner's own model object.
+  Then the learner's update is already what the engine runs, and the loop skips the
+  adapter sync; otherwise (the vLLM engine, :mod:`.vllm`, holds its own copy) the loop
+  calls ``load_adapter(weights)`` after every update (LoRA weights, peft state-dict
+  names).
 * ``sleep()`` / ``wake()``: the loop calls ``sleep()`` before the training phase and
   ``wake()`` before the next rollout. A colocated engine that holds GPU memory of its
-  own (vLLM) releases it while asleep, so the learner can use it; the default is a
-  no-op (the HF engine shares the trainer's model and has nothing to release).
+  own (vLLM) releases it while asleep, so the learner can use it; the default does
+  nothing (the HF engine shares the trainer's model and has nothing to release).
+* ``close()``: release what the engine holds and delete the files and folders it owns
+  (:attr:`RolloutEngine.owned_paths`; a caller hands one over with
+  :meth:`RolloutEngine.own`). The default releases nothing but those paths. Closing
+  twice is harmless, and the paths are removed at garbage collection too.
+* ``busy``: the wall-clock intervals in which the engine was generating; the loop turns
+  them into its timeline and measures the "bubbles" (time in a rollout when the model
+  sat idle waiting for environments).
+* ``as_policy(...)``: a :class:`~agentgym.Policy` whose concurrent calls are batched
+  (:class:`BatchingPolicy`).
 
-Environments do not call ``generate``: the rollout awaits a
-:class:`~agentgym.policies.Policy` per request. :class:`BatchingPolicy` turns those
-concurrent single calls into batched ``generate`` calls. Pending requests go to the
-engine together when
+Environments do not call ``generate``: the rollout awaits a :class:`~agentgym.Policy`
+per request. :class:`BatchingPolicy` turns those concurrent single calls into batched
+``generate`` calls. Pending requests go to the engine together when
 
 * ``max_batch`` requests are pending, or
 * the caller said how many episodes are in flight (:meth:`BatchingPolicy.expect`,
@@ -35,21 +46,20 @@ compete for the cores -- measured on 2 cores, generation *and* training became 2
 slower for the rest of the process once generation moved to a helper thread. In the
 all-sync loop nothing else needs the loop while the model generates (every episode in
 flight is waiting for it); envs already stepping in their thread pool keep running.
-
-Engines record the wall-clock intervals in which they were generating
-(:attr:`RolloutEngine.busy`); the loop turns them into its timeline and measures the
-"bubbles" (time in a rollout when the model sat idle waiting for environments).
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Self
 
 import torch
 
@@ -65,18 +75,32 @@ class GenerationRequest:
 
 
 class RolloutEngine:
-    """Base class of generation engines (subclasses implement :meth:`_generate`).
+    """Base class of generation engines: the interface the trainer loop uses (see the
+    module docstring). Subclasses implement :meth:`_generate` and :meth:`load_adapter`,
+    say whether they share the learner's weights, and override :meth:`sleep`,
+    :meth:`wake` and :meth:`close` when they hold something of their own.
 
     Attributes:
+        shares_weights: the engine generates with the learner's own model object, so
+            adapter syncs are no-ops and the loop skips :meth:`load_adapter`. ``False``
+            (the default): the engine holds its own copy of the weights and must be
+            sent every update.
         busy: ``(start, end)`` ``time.monotonic()`` intervals spent generating.
         calls / requests: how many batched calls and requests were served.
     """
+
+    shares_weights: bool = False
 
     def __init__(self) -> None:
         self.busy: list[tuple[float, float]] = []
         self.calls = 0
         self.requests = 0
         self._lock = threading.Lock()
+        self._owned: list[Path] = []
+        # the owned paths go when the engine is garbage-collected, even unclosed
+        weakref.finalize(self, _remove_paths, self._owned)
+
+    # ------------------------------------------------------------------ generation
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Generate one completion per request, as one batch (blocking)."""
@@ -99,9 +123,26 @@ class RolloutEngine:
     def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
         raise NotImplementedError
 
+    def as_policy(
+        self, *, max_batch: int = 256, gather_window_s: float = 0.002, max_wait_s: float = 1.0
+    ) -> BatchingPolicy:
+        """A :class:`~agentgym.Policy` whose concurrent calls are batched."""
+        return BatchingPolicy(
+            self, max_batch=max_batch, gather_window_s=gather_window_s, max_wait_s=max_wait_s
+        )
+
+    def reset_stats(self) -> None:
+        """Forget the recorded busy intervals and call counts."""
+        self.busy.clear()
+        self.calls = self.requests = 0
+
+    # ------------------------------------------------------------------ weights
+
     def load_adapter(self, weights: Mapping[str, torch.Tensor]) -> None:
         """Use these adapter weights (peft state-dict names) for the next generations."""
         raise NotImplementedError
+
+    # ------------------------------------------------------------------ colocation
 
     def sleep(self) -> None:
         """Release what the engine holds on the accelerator while the trainer trains.
@@ -113,17 +154,43 @@ class RolloutEngine:
     def wake(self) -> None:
         """Undo :meth:`sleep` before the next generation (default: nothing to do)."""
 
-    def as_policy(
-        self, *, max_batch: int = 256, gather_window_s: float = 0.002, max_wait_s: float = 1.0
-    ) -> BatchingPolicy:
-        """A :class:`~agentgym.policies.Policy` whose concurrent calls are batched."""
-        return BatchingPolicy(
-            self, max_batch=max_batch, gather_window_s=gather_window_s, max_wait_s=max_wait_s
-        )
+    # ------------------------------------------------------------------ lifetime
 
-    def reset_stats(self) -> None:
-        self.busy.clear()
-        self.calls = self.requests = 0
+    @property
+    def owned_paths(self) -> tuple[Path, ...]:
+        """The files and folders this engine deletes when it is closed."""
+        return tuple(self._owned)
+
+    def own(self, path: str | Path) -> Path:
+        """Hand ``path`` (a file or a folder) to the engine: it is deleted on :meth:`close`
+        (or when the engine is garbage-collected). Returns the path."""
+        owned = Path(path)
+        self._owned.append(owned)
+        return owned
+
+    def close(self) -> None:
+        """Release what the engine holds and delete :attr:`owned_paths`.
+
+        The default has nothing else to release. Closing twice is harmless; an engine
+        must not be used after it is closed.
+        """
+        _remove_paths(self._owned)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _remove_paths(paths: list[Path]) -> None:
+    """Delete these files or folders (what is already gone is skipped) and forget them."""
+    for path in paths:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    paths.clear()
 
 
 class BatchingPolicy:
@@ -254,68 +321,3 @@ class BatchingPolicy:
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=False)
-
-
-def finish_completion(
-    tokenizer: Any,
-    ids: Sequence[int],
-    logprobs: Sequence[float],
-    sampling: SamplingParams,
-    prompt_len: int,
-    *,
-    eos_ids: Sequence[int] | None = None,
-    engine_finish: str | None = None,
-) -> Completion:
-    """Turn generated ids into a :class:`Completion` with the HF engine's conventions.
-
-    * generation that produced an eos token ends there, the eos id kept in ``token_ids``
-      (finish ``"stop"``); otherwise ids are capped at ``max_tokens`` (``"length"``);
-    * a stop string ends the text (excluded) and ``token_ids`` keep the fewest tokens whose
-      text reaches the stop string's end (``"stop"``);
-    * the text is decoded by ``tokenizer`` without special tokens.
-
-    Args:
-        eos_ids: the ids that end a reply (default: the tokenizer's eos token).
-        engine_finish: what the engine reported; used only when neither an eos token nor a
-            stop string explains an early end (for example vLLM's context-length limit).
-    """
-    eos = set(eos_ids) if eos_ids is not None else {tokenizer.eos_token_id}
-    limit = sampling.max_tokens
-    ids, logprobs = list(ids[:limit]), list(logprobs[:limit])
-    finish = "length"
-    cut = next((i for i, t in enumerate(ids) if t in eos), None)
-    if cut is not None:
-        ids, logprobs = ids[: cut + 1], logprobs[: cut + 1]
-        finish = "stop"
-    elif len(ids) < limit and engine_finish:
-        finish = engine_finish
-    text = tokenizer.decode(ids, skip_special_tokens=True)
-    if sampling.stop:
-        hit = first_stop(text, sampling.stop)
-        if hit is not None:
-            end = hit[1]
-            for k in range(1, len(ids) + 1):
-                if len(tokenizer.decode(ids[:k], skip_special_tokens=True)) >= end:
-                    ids, logprobs = ids[:k], logprobs[:k]
-                    break
-            text, finish = text[: hit[0]], "stop"
-    return Completion(
-        text=text,
-        token_ids=tuple(ids),
-        logprobs=tuple(logprobs),
-        finish_reason=finish,
-        num_tokens=len(ids),
-        prompt_tokens=prompt_len,
-    )
-
-
-def first_stop(text: str, stops: Sequence[str]) -> tuple[int, int] | None:
-    """(start, end) of the earliest stop string in text, or None."""
-    best = None
-    for s in stops:
-        if not s:
-            continue
-        i = text.find(s)
-        if i >= 0 and (best is None or i < best[0]):
-            best = (i, i + len(s))
-    return best

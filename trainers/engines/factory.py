@@ -4,17 +4,21 @@
 take the trainer's model object; they differ in what they do with it:
 
 * ``hf``: :class:`~agentgym.trainers.engines.hf.HFEngine` generates with that very object
-  (shared weights: adapter syncs are no-ops).
+  (``shares_weights``: adapter syncs are no-ops).
 * ``vllm``: :class:`~agentgym.trainers.engines.vllm.VLLMEngine` loads the model's *base*
   weights into vLLM once (from ``model_path``, or from a copy written to ``workdir``),
   takes the adapter config from the peft model, and is handed the current adapter at
   once, so its first rollout already uses the trainer's weights (this matters after a
-  resume). After that the loop's ``load_adapter`` calls keep it in step.
+  resume). After that the loop's ``load_adapter`` calls keep it in step. A temporary
+  ``workdir`` made here is handed to the engine (:meth:`RolloutEngine.own`), which
+  deletes it on ``close()``.
+
+Each engine takes its settings as one typed options object
+(:mod:`.options`); ``make_engine`` accepts that object or the mapping a config writes.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -28,6 +32,7 @@ from agentgym.trainers.engines.base import RolloutEngine
 from agentgym.trainers.engines.options import (
     ENGINE_OPTIONS,
     EngineOptions,
+    HFEngineOptions,
     VLLMEngineOptions,
     engine_options,
 )
@@ -57,7 +62,7 @@ def make_engine(
             ``model`` (for example ``model.path`` of the config). ``None``: the base
             weights are saved from ``model`` to ``workdir/vllm_base`` first.
         workdir: ``vllm`` only: where that copy and the per-step adapters go; ``None``: a
-            temporary directory deleted when the engine is closed.
+            temporary directory that the engine owns and deletes when it is closed.
         options: the engine's typed options (:class:`HFEngineOptions` or
             :class:`VLLMEngineOptions`), or the mapping a config writes (checked by
             :func:`~agentgym.trainers.engines.options.engine_options`).
@@ -71,12 +76,10 @@ def make_engine(
     if kind not in ENGINE_KINDS:
         raise UnknownNameError("rollout engine", kind, ENGINE_KINDS)
     opts = engine_options(kind, options)
-    if kind == "hf":
+    if isinstance(opts, HFEngineOptions):
         from agentgym.trainers.engines.hf import HFEngine
 
-        return HFEngine(
-            model, tokenizer, shares_weights=True, seed=seed, **dataclasses.asdict(opts)
-        )
+        return HFEngine(model, tokenizer, opts, shares_weights=True, seed=seed)
     return _make_vllm(model, tokenizer, seed, model_path, workdir, opts)
 
 
@@ -88,7 +91,8 @@ def _make_vllm(
     workdir: str | Path | None,
     options: VLLMEngineOptions,
 ) -> RolloutEngine:
-    from agentgym.trainers.engines.vllm import VLLMEngine, import_vllm, save_base_model
+    from agentgym.trainers.engines.adapters import save_base_model
+    from agentgym.trainers.engines.vllm import VLLMEngine, import_vllm
     from agentgym.trainers.models import adapter_state_dict
 
     if not hasattr(model, "peft_config"):
@@ -109,37 +113,16 @@ def _make_vllm(
         engine = VLLMEngine(
             model_path,
             tokenizer,
+            options,
             adapter_config=model,
             seed=seed,
             adapter_dir=workdir / "vllm_adapters",
-            **_vllm_engine_kwargs(options),
         )
     except BaseException:
         if owned is not None:
             shutil.rmtree(owned, ignore_errors=True)
         raise
     if owned is not None:
-        engine._owned_paths.append(owned)
+        engine.own(owned)
     engine.load_adapter(adapter_state_dict(model))
     return engine
-
-
-def _vllm_engine_kwargs(options: VLLMEngineOptions) -> dict[str, Any]:
-    """:class:`VLLMEngine` keywords from the typed options; options that are ``vllm.LLM``
-    engine arguments without a keyword of their own go into ``llm_kwargs``."""
-    kw = dataclasses.asdict(options)
-    llm_kwargs = dict(kw.pop("llm_kwargs"))
-    for name in (
-        "max_num_seqs",
-        "kv_cache_dtype",
-        "pipeline_parallel_size",
-        "data_parallel_size",
-        "enable_expert_parallel",
-    ):
-        value = kw.pop(name)
-        default = VLLMEngineOptions.__dataclass_fields__[name].default
-        if value != default:
-            llm_kwargs.setdefault(name, value)
-    kw.pop("sleep_level")
-    kw["llm_kwargs"] = llm_kwargs
-    return kw

@@ -54,7 +54,8 @@ class HFEngineOptions:
 class VLLMEngineOptions:
     """The vLLM engine (GPU; colocated with training, LoRA adapters hot-swapped per step).
 
-    The names and meanings are vLLM's own (``vllm.LLM`` engine arguments) where one exists.
+    The names and meanings are vLLM's own (``vllm.LLM`` engine arguments) where one exists,
+    and those options go to ``vllm.LLM`` under that name.
 
     Attributes:
         gpu_memory_utilization: share of GPU memory vLLM may take (weights + KV cache);
@@ -69,7 +70,8 @@ class VLLMEngineOptions:
             instead of slicing every expert (vLLM's expert parallelism).
         enable_sleep_mode: allow ``sleep``/``wake`` (``null``: on when colocated).
         sleep_level: 1 (weights to host memory, KV cache dropped) or 2 (weights dropped
-            too; reloaded from the trainer at wake).
+            too; reloaded from the base-weights directory at wake: less host memory, a
+            slower wake).
         colocated: vLLM shares the GPUs with training.
         enforce_eager: no CUDA graphs (faster start, slower decode).
         enable_prefix_caching: reuse the KV cache of shared prompt prefixes.

@@ -1,0 +1,255 @@
+"""The HF engine's lean decode loop: agentgym's own token loop over a model's forward.
+
+:func:`lean_decode` produces the same tokens for the same seeds as transformers'
+``generate`` with :class:`~agentgym.trainers.engines.sampling.SeededSampler` (the
+reference path it is tested against), at less cost:
+
+* the prompts are prefilled once per distinct prompt (the ``G`` samples of a task
+  share one) and the KV cache is copied out to the rows; each step then runs one token
+  per row;
+* a row leaves the batch as soon as it is finished (eos, its own ``max_tokens``, or a
+  stop string), so the others stop paying for it;
+* each row's noise is drawn from its generator a chunk of steps at a time
+  (:class:`~agentgym.trainers.engines.sampling.RowNoise`: the same numbers as one draw
+  per step);
+* top-p filters only the rows that ask for it;
+* on models whose attention allows it, the cache, mask and attention take the fast
+  path of :mod:`.fast_attention`, and on Llama-family models the decode step itself is
+  :class:`~agentgym.trainers.engines.fused.FusedDecoder` (a few fused tensor operations
+  per layer instead of the model's general ``forward``).
+
+Stop strings are looked for every :data:`STOP_CHECK_EVERY` steps so that a stopped row
+leaves early; the reply is cut at the stop string afterwards
+(:func:`~agentgym.trainers.engines.completion.finish_completion`). The kept tokens are
+the same either way as long as the text of a reply's first tokens is a prefix of the
+text of the whole reply (true of byte-level BPE; a tokenizer whose decoding rewrites
+spaces around later punctuation could, in rare cases, stop at a stop string that the
+full text would not show).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from agentgym.trainers.engines.base import GenerationRequest
+from agentgym.trainers.engines.completion import first_stop
+from agentgym.trainers.engines.fast_attention import (
+    DECODE_ATTENTION,
+    DecodeMask,
+    attention_implementation,
+    fast_path_ok,
+    growing_kv_layer_class,
+    register_decode_attention,
+)
+from agentgym.trainers.engines.fused import FusedDecoder
+from agentgym.trainers.engines.sampling import RowNoise, top_p_filter
+
+#: The lean loop looks for stop strings in unfinished rows every this many steps.
+STOP_CHECK_EVERY = 8
+
+
+@dataclass
+class DecodeStats:
+    """What a decode loop computed, summed over calls.
+
+    Attributes:
+        decode_steps: decode steps the model ran.
+        row_steps_used: row-steps computed for rows still generating.
+        row_steps_total: row-steps computed for all rows in the batch (the ratio of the
+            two says how much of the batch's compute was used).
+    """
+
+    decode_steps: int = 0
+    row_steps_used: int = 0
+    row_steps_total: int = 0
+
+
+def pad_id(tokenizer: Any) -> int:
+    """The id that pads prompts: the tokenizer's pad token, else its eos token."""
+    pad = tokenizer.pad_token_id
+    return int(pad if pad is not None else tokenizer.eos_token_id)
+
+
+def left_padded(prompts: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)`` of the prompts, padded on the left to one width."""
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    attention = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        attention[i, width - len(p) :] = 1
+    return input_ids, attention
+
+
+def stop_reached(tokenizer: Any, ids: list[int], stops: tuple[str, ...]) -> bool:
+    """Whether the text of ``ids`` already holds a stop string (so the row can end).
+
+    A text ending in an incomplete character (U+FFFD from a partial UTF-8 sequence) is
+    not judged yet: the next tokens may change how it decodes.
+    """
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    if text.endswith("\ufffd"):
+        return False
+    return first_stop(text, stops) is not None
+
+
+def lean_decode(
+    model: nn.Module,
+    tokenizer: Any,
+    requests: Sequence[GenerationRequest],
+    prompts: Sequence[Sequence[int]],
+    seeds: Sequence[int],
+    *,
+    device: torch.device,
+    fast_attention: bool = True,
+    fused: bool = True,
+    stats: DecodeStats | None = None,
+) -> tuple[list[list[int]], list[list[float]]]:
+    """Sample a reply to every request with ``model`` (see the module docstring).
+
+    Args:
+        model: the causal LM to call (already in eval mode, inside ``inference_mode``).
+        tokenizer: gives the eos id (a row ends on it), the pad id and stop-string text.
+        requests: the sampling settings of each row.
+        prompts: the prompt token ids of each row.
+        seeds: each row's sampling seed.
+        device: where the model's inputs go.
+        fast_attention: use :mod:`.fast_attention` on models that allow it.
+        fused: with ``fast_attention``, run decode steps through
+            :class:`~agentgym.trainers.engines.fused.FusedDecoder` where it applies.
+        stats: counters to add this call's steps to.
+
+    Returns:
+        Per row, the sampled token ids and their log-probs (eos included when sampled;
+        capped at the row's ``max_tokens``; stop strings not yet cut).
+    """
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    stats = stats if stats is not None else DecodeStats()
+    dev, tok = device, tokenizer
+    n = len(requests)
+    eos = tok.eos_token_id
+    limits = [r.sampling.max_tokens for r in requests]
+    temps = torch.tensor([float(r.sampling.temperature) for r in requests])
+    top_ps = torch.tensor([float(r.sampling.top_p) for r in requests])
+    greedy = temps == 0
+    inv_temp = torch.where(greedy, torch.ones_like(temps), temps)
+    stops = [tuple(s for s in r.sampling.stop if s) for r in requests]
+
+    # prefill each distinct prompt once, then give every row a copy of its cache
+    distinct: dict[tuple[int, ...], int] = {}
+    source = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+    input_ids, attention = left_padded([list(p) for p in distinct], pad_id(tok))
+    width = input_ids.shape[1]
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache(config=getattr(model, "config", None))
+    fast = (
+        fast_attention
+        and fast_path_ok(model)
+        and bool(cache.layers)
+        and all(type(layer) is DynamicLayer for layer in cache.layers)
+    )
+    if fast:
+        layer_cls = growing_kv_layer_class()
+        cache.layers = [layer_cls(width + max(limits)) for _ in cache.layers]
+    out = model(
+        input_ids=input_ids.to(dev),
+        attention_mask=attention.to(dev),
+        position_ids=positions.to(dev),
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    expand = torch.tensor(source, dtype=torch.long)
+    logits = out.logits[:, -1].index_select(0, expand.to(dev))
+    cache.batch_select_indices(expand.to(dev))
+    next_pos = (positions[:, -1:] + 1).index_select(0, expand).to(dev)
+    mask = DecodeMask(
+        attention.index_select(0, expand),
+        width + max(limits),
+        next(model.parameters()).dtype,
+        additive=fast,
+    ).to(dev)
+
+    rows = list(range(n))  # batch position -> request index
+    live = [True] * n  # per batch position: still generating
+    ids: list[list[int]] = [[] for _ in range(n)]
+    lps: list[list[float]] = [[] for _ in range(n)]
+    noise = RowNoise(seeds, [not bool(g) for g in greedy], logits.shape[-1], dev)
+    b_temp = inv_temp.to(dev)
+    b_greedy = greedy.to(dev)
+    b_top_p = top_ps.to(dev)
+    t = 0
+    fused_step = FusedDecoder.build(model, width + max(limits)) if fast and fused else None
+    attn_ctx = attention_implementation(model, DECODE_ATTENTION) if fast else None
+    if fast:
+        register_decode_attention()
+    with attn_ctx if attn_ctx is not None else contextlib.nullcontext():
+        while True:
+            scaled = logits.float() / b_temp[:, None]
+            nucleus = b_top_p < 1.0
+            if bool(nucleus.any()):
+                idx = nucleus.nonzero().squeeze(1)
+                scaled[idx] = top_p_filter(scaled[idx], b_top_p[idx])
+            logp = torch.log_softmax(scaled, dim=-1)
+            gumbel = noise.step(t, rows)
+            perturbed = (
+                logp if gumbel is None else torch.where(b_greedy[:, None], logp, logp + gumbel)
+            )
+            choice = perturbed.argmax(dim=-1)
+            chosen_lp = logp.gather(1, choice[:, None]).squeeze(1)
+            t += 1
+            stats.decode_steps += 1
+            stats.row_steps_total += len(rows)
+            for j, (c, lp) in enumerate(zip(choice.tolist(), chosen_lp.tolist(), strict=True)):
+                if not live[j]:
+                    continue
+                r = rows[j]
+                stats.row_steps_used += 1
+                ids[r].append(c)
+                lps[r].append(lp)
+                if c == eos or len(ids[r]) >= limits[r]:
+                    live[j] = False
+            if t % STOP_CHECK_EVERY == 0:
+                for j, r in enumerate(rows):
+                    if live[j] and stops[r] and stop_reached(tok, ids[r], stops[r]):
+                        live[j] = False
+            alive = sum(live)
+            if alive == 0:
+                break
+            # finished rows leave once they are 1/8 of the batch: leaving copies the
+            # cache, staying costs a row of compute per step
+            if len(rows) - alive >= max(1, len(rows) // 8):
+                keep = torch.tensor([j for j, on in enumerate(live) if on], dtype=torch.long)
+                keep_dev = keep.to(dev)
+                cache.batch_select_indices(keep_dev)
+                noise.keep(keep)
+                rows = [rows[j] for j in keep.tolist()]
+                live = [True] * len(rows)
+                choice, next_pos = choice[keep_dev], next_pos[keep_dev]
+                b_temp, b_greedy, b_top_p = (
+                    b_temp[keep_dev],
+                    b_greedy[keep_dev],
+                    b_top_p[keep_dev],
+                )
+                mask.keep(keep_dev)
+            step_mask = mask.next_step()
+            if fused_step is not None:
+                logits = fused_step.step(choice, next_pos, cache, step_mask)
+            else:
+                logits = model(
+                    input_ids=choice[:, None],
+                    attention_mask=step_mask,
+                    position_ids=next_pos,
+                    past_key_values=cache,
+                    use_cache=True,
+                ).logits[:, -1]
+            next_pos = next_pos + 1
+    return ids, lps
