@@ -79,7 +79,8 @@ ASSUMPTIONS: tuple[str, ...] = (
     "layer), replicated on every TP rank (vLLM's MLA); GQA caches K and V per KV head, split "
     "over TP down to one head per rank. Split over PP by layers.",
     "Sleep mode level 1 moves the rollout engine's weights to host memory and drops its KV "
-    "cache during training; level 0 (off) keeps both on the GPU; level 2 drops the weights.",
+    "cache during training; level 2 also drops the weights; with sleep mode off "
+    "(rollout.engine_options.enable_sleep_mode: false) the engine keeps both on the GPU.",
     "The trainer's own weights and optimizer state stay on the GPU during rollout; gradients "
     "are freed after the optimizer step.",
     "MTP (next-token-prediction) modules and buffers such as rotary tables or the router's "

@@ -145,12 +145,14 @@ class RolloutSpec:
 
     @property
     def gpus(self) -> int:
-        """GPUs the layout spans."""
+        """GPUs one engine spans."""
         return self.tp * self.pp * self.dp
 
 
 @dataclass(frozen=True)
 class Hardware:
+    """The GPUs: how many, and GiB of memory on each (``plan.gpus``, ``plan.gpu_mem_gib``)."""
+
     gpus: int = 8
     gpu_mem_gib: float = 80.0
 
