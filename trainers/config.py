@@ -21,11 +21,7 @@ from typing import Any
 
 from agentgym import UnknownNameError
 from agentgym import config_check as _check
-from agentgym.trainers.engines.options import (
-    HFEngineOptions,
-    VLLMEngineOptions,
-    engine_options,
-)
+from agentgym.trainers.engines import HFEngineOptions, VLLMEngineOptions, engine_options
 from agentgym.trainers.plan import PlanSettings
 
 # ----------------------------------------------------------------------------- sections

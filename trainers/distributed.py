@@ -21,11 +21,14 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
 from agentgym import ConfigError
+
+if TYPE_CHECKING:
+    from agentgym.trainers.config import DistributedConfig
 
 T = TypeVar("T")
 
@@ -70,6 +73,28 @@ SINGLE = DistInfo()
 def under_torchrun() -> bool:
     """Whether this process was started by torchrun (or another launcher setting RANK)."""
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def start_distributed(config: DistributedConfig, *, lora: bool) -> DistInfo:
+    """Join the process group a sharded strategy needs; refuse set-ups that cannot work.
+
+    ``distributed.strategy: none`` is one process (:data:`SINGLE`); under torchrun with
+    more than one process that is a configuration error, as is a sharded strategy
+    without LoRA (full fine-tuning runs on one process).
+    """
+    if config.strategy == "none":
+        if under_torchrun() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ConfigError(
+                "this run has several processes but distributed.strategy is none: set "
+                "distributed.strategy=deepspeed or distributed.strategy=fsdp2."
+            )
+        return SINGLE
+    if not lora:
+        raise ConfigError(
+            f"distributed.strategy {config.strategy} trains LoRA adapters only here: set "
+            "lora.enabled=true (full fine-tuning runs on one process)."
+        )
+    return init_distributed(timeout_s=config.timeout_s, backend=config.backend)
 
 
 def init_distributed(timeout_s: float = 1800.0, backend: str = "auto") -> DistInfo:

@@ -44,13 +44,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import random
 import sys
 import time
-from collections import defaultdict
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -59,31 +54,18 @@ import torch
 
 from agentgym import (
     ConfigError,
-    EnvCache,
-    Episode,
     Progress,
     SamplingParams,
     derive_seed,
-    episode_accuracy,
-    rollout_async,
     save_config,
 )
 from agentgym.trainers.algorithm import (
     group_advantages,
-    informative_groups,
-    length_reward,
-    overlong_penalty,
 )
 from agentgym.trainers.batch import episodes_to_samples
 from agentgym.trainers.checkpoint import latest_checkpoint, read_checkpoint, save_checkpoint
 from agentgym.trainers.config import TrainConfig
-from agentgym.trainers.distributed import (
-    SINGLE,
-    DistInfo,
-    all_gather_objects,
-    init_distributed,
-    under_torchrun,
-)
+from agentgym.trainers.distributed import all_gather_objects, start_distributed
 from agentgym.trainers.engines import RolloutEngine, make_engine
 from agentgym.trainers.env_setup import env_corpus, env_kwargs, resolve_envs
 from agentgym.trainers.evaluation import (
@@ -94,38 +76,10 @@ from agentgym.trainers.evaluation import (
 )
 from agentgym.trainers.logging import JsonlWriter, plot_run
 from agentgym.trainers.models import apply_lora, build_model_and_tokenizer
+from agentgym.trainers.rollout_phase import RolloutPhase, shaped_rewards
 from agentgym.trainers.runtime import setup_torch
 from agentgym.trainers.strategies import make_learner
 from agentgym.trainers.timeline import Timeline
-
-Group = list[Episode]
-
-
-def shaped_rewards(
-    episodes: Sequence[Episode], group_ids: torch.Tensor, cfg: TrainConfig
-) -> torch.Tensor:
-    """Env reward plus the configured shaping terms, one per episode."""
-    algo = cfg.algorithm
-    r = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
-    if algo.overlong_penalty:
-        longest = torch.tensor(
-            [max((t.completion.num_tokens or 0 for t in e.turns), default=0) for e in episodes],
-            dtype=torch.float32,
-        )
-        cache = min(algo.overlong_cache, cfg.rollout.max_tokens)
-        # a truncated completion has exactly max_tokens tokens: count it as over the limit
-        over = torch.tensor(
-            [any(t.completion.truncated for t in e.turns) for e in episodes], dtype=torch.bool
-        )
-        longest = torch.where(over, longest + 1, longest)
-        r = r + overlong_penalty(longest, cfg.rollout.max_tokens, cache)
-    if algo.length_reward_coef > 0:
-        lengths = torch.tensor([e.num_policy_tokens for e in episodes], dtype=torch.float32)
-        correct = torch.tensor(
-            [(episode_accuracy(e) or 0.0) >= 1.0 for e in episodes], dtype=torch.bool
-        )
-        r = r + algo.length_reward_coef * length_reward(lengths, correct, group_ids)
-    return r
 
 
 class DAPOTrainer:
@@ -149,7 +103,7 @@ class DAPOTrainer:
         self, config: TrainConfig, *, resume: bool = False, engine: RolloutEngine | None = None
     ) -> None:
         self.cfg = cfg = config
-        self.dist = _start_distributed(cfg)
+        self.dist = start_distributed(cfg.distributed, lora=cfg.lora.enabled)
         setup_torch(cfg.run.threads, cfg.run.seed)
         self.env_ids = resolve_envs(cfg.envs)
         self.out = Path(cfg.run.output_dir)
@@ -198,27 +152,13 @@ class DAPOTrainer:
         self.policy = self.engine.as_policy(
             max_batch=cfg.rollout.max_batch, gather_window_s=cfg.rollout.gather_window_s
         )
-        self.env_kwargs = [env_kwargs(spec, self.tokenizer) for spec in cfg.envs]
-        # env work in this process: one thread pool for the whole run (a pool per round
-        # cost ~20 ms of idle time a step); or in Ray actors (rollout.rollout_workers)
-        self.env_pool = ThreadPoolExecutor(
-            max_workers=max(1, min(8, cfg.rollout.concurrency)), thread_name_prefix="agentgym-env"
+        self.rollouts = RolloutPhase(
+            cfg,
+            self.env_ids,
+            [env_kwargs(spec, self.tokenizer) for spec in cfg.envs],
+            self.dist,
         )
-        self.env_cache = EnvCache()  # env instances reused from step to step
-        self.workers = None
-        if cfg.rollout.rollout_workers > 0:
-            from agentgym import RayEnvWorkers
-
-            self.workers = RayEnvWorkers(
-                cfg.rollout.rollout_workers, address=cfg.rollout.ray_address
-            )
-        weights = np.array([e.weight for e in cfg.envs], dtype=np.float64)
-        self.env_weights = (weights / weights.sum()).tolist()
-
-        # state that a checkpoint carries
-        self.step = 0
-        self.next_seed = cfg.train_seed_start
-        self.task_rng = random.Random(derive_seed("tasks", cfg.run.seed))
+        self.step = 0  # with the task stream and the learner, what a checkpoint carries
         self.origin = time.monotonic()
 
         resumed_from = None
@@ -242,8 +182,7 @@ class DAPOTrainer:
                         )
                 self.learner.load_optimizer_state(optim_states)
                 self.step = int(state["step"])
-                self.next_seed = int(state["next_seed"])
-                self.task_rng.setstate(_tuple_state(state["task_rng"]))
+                self.rollouts.load_state_dict(state)
                 self.learner.updates = int(state.get("updates", 0))
                 resumed_from = ckpt
         self.resumed_from = resumed_from
@@ -262,83 +201,11 @@ class DAPOTrainer:
             save_config(cfg, self.out / "config.yaml")
         self.initial_adapter_digest = self.adapter_digest() if cfg.lora.enabled else None
 
-    # ------------------------------------------------------------------ tasks
-    def _draw_tasks(self, n: int) -> dict[int, list[int]]:
-        """``n`` fresh training tasks: env index -> reset seeds (env chosen by weight)."""
-        by_env: dict[int, list[int]] = defaultdict(list)
-        for _ in range(n):
-            k = self.task_rng.choices(range(len(self.env_ids)), weights=self.env_weights)[0]
-            by_env[k].append(self.next_seed)
-            self.next_seed += 1
-        if self.next_seed > self.cfg.eval.seed_start > self.cfg.train_seed_start:
-            raise ConfigError("training seeds ran into eval.seed_start; move eval.seed_start up.")
-        return dict(by_env)
-
-    def _sampling(self, round_index: int) -> SamplingParams:
-        r = self.cfg.rollout
-        return SamplingParams(
-            max_tokens=r.max_tokens,
-            temperature=r.temperature,
-            top_p=r.top_p,
-            seed=derive_seed("sample", self.cfg.run.seed, self.step, round_index),
-            logprobs=True,
-        )
-
-    async def _rollout_round(self, tasks: dict[int, list[int]], round_index: int) -> list[Episode]:
-        """Play every task's group; under several ranks, each plays its share and all
-        receive every episode, in the order one process would have produced them."""
-        if self.dist.world_size == 1:
-            return await self._play(tasks, round_index)
-        flat = [(k, seed) for k, seeds in sorted(tasks.items()) for seed in seeds]
-        mine: dict[int, list[int]] = defaultdict(list)
-        for k, seed in flat[self.dist.rank :: self.dist.world_size]:
-            mine[k].append(seed)
-        played = await self._play(dict(mine), round_index)
-        episodes = [ep for part in all_gather_objects(played, self.dist) for ep in part]
-        position = {task: i for i, task in enumerate(flat)}
-        env_of_seed = {seed: k for k, seed in flat}
-        return sorted(episodes, key=lambda e: (position[(env_of_seed[e.seed], e.seed)], e.sample))
-
-    async def _play(self, tasks: dict[int, list[int]], round_index: int) -> list[Episode]:
-        r = self.cfg.rollout
-        total = sum(len(v) for v in tasks.values()) * r.group_size
-        coros = []
-        streams = []
-        for stream, (k, seeds) in enumerate(sorted(tasks.items())):
-            share = max(1, round(r.concurrency * len(seeds) * r.group_size / max(total, 1)))
-            streams.append((len(seeds) * r.group_size, share))
-            coros.append(
-                rollout_async(
-                    self.env_ids[k],
-                    self.policy,
-                    seeds=seeds,
-                    group_size=r.group_size,
-                    sampling=self._sampling(round_index),
-                    concurrency=share,
-                    env_kwargs=self.env_kwargs[k],
-                    on_episode=lambda _ep, i=stream: self.policy.episode_done(i),
-                    workers=self.workers,
-                    executor=self.env_pool,
-                    env_cache=self.env_cache,
-                )
-            )
-        self.policy.expect(streams)
-        try:
-            results = await asyncio.gather(*coros)
-        finally:
-            self.policy.expect(None)
-        return [ep for eps in results for ep in eps]
-
     def close(self) -> None:
-        """Stop the policy and engine, close the envs kept for reuse and the workers."""
+        """Stop the policy and the engine; close the envs kept for reuse and the workers."""
         self.policy.close()
-        close = getattr(self.engine, "close", None)
-        if callable(close):
-            close()
-        if self.workers is not None:
-            self.workers.close()
-        self.env_cache.close()
-        self.env_pool.shutdown(wait=False)
+        self.engine.close()
+        self.rollouts.close()
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, Any]:
@@ -346,33 +213,15 @@ class DAPOTrainer:
         tl = Timeline()
         busy_before = len(self.engine.busy)
         batches_before = len(self.policy.batch_sizes)
-        kept: list[Group] = []
-        all_episodes: list[Episode] = []
-        rounds = groups_seen = groups_dropped = 0
-        per_round = r.tasks_per_round or r.batch_tasks
         with tl.phase("wake"):
             self.engine.wake()  # a colocated engine (vLLM) takes its memory back
         with tl.phase("rollout"), self.learner.generation():
-            while len(kept) < r.batch_tasks and rounds < algo.max_generation_rounds:
-                need = r.batch_tasks - len(kept)
-                n = per_round if rounds == 0 else max(need, min(per_round, need * 2))
-                episodes = asyncio.run(self._rollout_round(self._draw_tasks(n), rounds))
-                rounds += 1
-                all_episodes.extend(episodes)
-                groups = _groups(episodes)
-                groups_seen += len(groups)
-                for g in groups:
-                    gid = torch.zeros(len(g), dtype=torch.long)
-                    rewards = shaped_rewards(g, gid, cfg)
-                    if not algo.dynamic_sampling or bool(informative_groups(rewards, gid).all()):
-                        kept.append(g)
-                    else:
-                        groups_dropped += 1
-                if not algo.dynamic_sampling:
-                    break
+            got = self.rollouts.collect(self.policy, self.step)
         tl.generate = list(self.engine.busy[busy_before:])
+        kept, all_episodes, rounds = got.kept, got.episodes, got.rounds
+        groups_seen, groups_dropped = got.groups_seen, got.groups_dropped
 
-        capped = len(kept) < r.batch_tasks
+        capped = got.capped
         if capped and algo.dynamic_sampling:
             msg = (
                 f"dynamic sampling: after {rounds} generation round(s) only {len(kept)}/"
@@ -386,7 +235,6 @@ class DAPOTrainer:
                 f"[agentgym train] step {self.step + 1}: {msg} "
                 f"({'training on what there is' if algo.on_cap == 'train' and kept else 'skipping the update'})"
             )
-        kept = kept[: r.batch_tasks]
         batch = [ep for g in kept for ep in g]
 
         with tl.phase("reward"):
@@ -413,7 +261,7 @@ class DAPOTrainer:
             if not skip:
                 train_metrics = self.learner.update(samples)
         with tl.phase("sync"):
-            if not skip and not getattr(self.engine, "shares_weights", False):
+            if not skip and not self.engine.shares_weights:
                 self.engine.load_adapter(self.learner.adapter_state())
         self.step += 1
 
@@ -464,9 +312,7 @@ class DAPOTrainer:
                     seeds=seeds[self.dist.rank :: self.dist.world_size],
                     sampling=sampling,
                     concurrency=self.cfg.rollout.concurrency,
-                    workers=self.workers,
-                    executor=self.env_pool,
-                    env_cache=self.env_cache,
+                    **self.rollouts.env_placement(),
                 )
             )
         if self.dist.world_size > 1:  # every rank played its share of the seeds
@@ -521,11 +367,7 @@ class DAPOTrainer:
             optimizer_state=self.learner.optimizer_state(),
             adapter_state=self.learner.adapter_state() if self.cfg.lora.enabled else None,
             dist=self.dist,
-            trainer_state={
-                "next_seed": self.next_seed,
-                "task_rng": _jsonable_state(self.task_rng.getstate()),
-                "updates": self.learner.updates,
-            },
+            trainer_state={**self.rollouts.state_dict(), "updates": self.learner.updates},
             lora=self.cfg.lora.enabled,
             keep=self.cfg.run.keep_checkpoints,
         )
@@ -615,38 +457,3 @@ PROGRESS_KEYS = (
 def progress_stats(metrics: dict[str, Any]) -> dict[str, Any]:
     """The :data:`PROGRESS_KEYS` present in a step's metrics, under their short names."""
     return {short: metrics[k] for k, short in PROGRESS_KEYS if metrics.get(k) is not None}
-
-
-def _start_distributed(cfg: TrainConfig) -> DistInfo:
-    """Join the process group for a sharded strategy; refuse mismatched set-ups."""
-    d = cfg.distributed
-    if d.strategy == "none":
-        if under_torchrun() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            raise ConfigError(
-                "this run has several processes but distributed.strategy is none: set "
-                "distributed.strategy=deepspeed or distributed.strategy=fsdp2."
-            )
-        return SINGLE
-    if not cfg.lora.enabled:
-        raise ConfigError(
-            f"distributed.strategy {d.strategy} trains LoRA adapters only here: set "
-            "lora.enabled=true (full fine-tuning runs on one process)."
-        )
-    return init_distributed(timeout_s=d.timeout_s, backend=d.backend)
-
-
-def _groups(episodes: Sequence[Episode]) -> list[Group]:
-    groups: dict[Any, Group] = {}
-    for ep in episodes:
-        groups.setdefault(ep.group_key, []).append(ep)
-    return [sorted(g, key=lambda e: e.sample) for g in groups.values()]
-
-
-def _jsonable_state(state: Any) -> Any:
-    return json.loads(json.dumps(state))
-
-
-def _tuple_state(state: Any) -> Any:
-    if isinstance(state, list):
-        return tuple(_tuple_state(s) for s in state)
-    return state

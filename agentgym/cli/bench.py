@@ -70,7 +70,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if not args.suite:
         raise ConfigError("Name a suite (see `agentgym bench --list`) or `perf`.")
     if args.suite == "perf":
-        from agentgym.benchmarks.perf.report import main as perf_main
+        from agentgym.benchmarks.perf import report_main as perf_main
 
         argv = ["--out", args.out or "perf_report.md", "--timeout", str(args.timeout)]
         if args.quick:
@@ -79,8 +79,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             argv += ["--only", name]
         return perf_main(argv)
 
-    from agentgym.benchmarks.runner import run_suite
-    from agentgym.benchmarks.suites import get_suite
+    from agentgym.benchmarks import get_suite, run_suite
 
     if not args.policy:
         raise ConfigError(
@@ -110,7 +109,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _list_suites() -> int:
-    from agentgym.benchmarks.suites import get_suite, suite_names
+    from agentgym.benchmarks import get_suite, suite_names
 
     for name in suite_names():
         s = get_suite(name)
@@ -145,7 +144,7 @@ def _print_result(result: dict) -> None:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from agentgym.benchmarks.leaderboard import build_leaderboard
+    from agentgym.benchmarks import build_leaderboard
 
     summary = build_leaderboard(args.results_dir, args.out, include_partial=args.include_partial)
     if args.json:

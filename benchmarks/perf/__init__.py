@@ -24,3 +24,14 @@ module, as the environment variable ``AGENTGYM_PERF_QUICK=1``.
 """
 
 from __future__ import annotations
+
+
+def report_main(argv: list[str] | None = None) -> int:
+    """Run every perf benchmark and write the report (``agentgym bench perf``); see
+    :mod:`.report` for the arguments."""
+    from agentgym.benchmarks.perf.report import main
+
+    return main(argv)
+
+
+__all__ = ["report_main"]

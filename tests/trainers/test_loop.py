@@ -262,7 +262,7 @@ def test_config_overrides_parse_yaml_values(tmp_path):
 def test_a_colocated_engine_wakes_for_the_rollout_and_sleeps_for_the_update(
     tmp_path, toy_envs_registered
 ):
-    from agentgym.trainers.engines.hf import HFEngine
+    from agentgym.trainers.engines import HFEngine
 
     class RecordingEngine(HFEngine):
         """The HF engine plus a log of when it was asked to sleep and wake."""

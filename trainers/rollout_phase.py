@@ -1,0 +1,266 @@
+"""The rollout phase of a DAPO step: draw tasks, play them, keep the informative groups.
+
+:class:`RolloutPhase` owns what the trainer needs to generate a batch: the task stream
+(which env each task comes from, by weight, and its reset seed), where env work runs (a
+thread pool and the env instances kept from step to step, or Ray actors), and DAPO's
+dynamic sampling: groups whose shaped rewards are all equal carry no signal and are
+dropped, and more tasks are drawn until ``rollout.batch_tasks`` groups are kept or
+``algorithm.max_generation_rounds`` is reached.
+
+Under several ranks each rank plays its share of a round's tasks and receives every
+rank's episodes, in the order one process would have produced them, so every rank makes
+the same filtering decisions on the same batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections import defaultdict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentgym import (
+    ConfigError,
+    EnvCache,
+    Episode,
+    SamplingParams,
+    derive_seed,
+    episode_accuracy,
+    rollout_async,
+)
+from agentgym.trainers.algorithm import informative_groups, length_reward, overlong_penalty
+from agentgym.trainers.config import TrainConfig
+from agentgym.trainers.distributed import DistInfo, all_gather_objects
+
+Group = list[Episode]
+
+
+def shaped_rewards(
+    episodes: Sequence[Episode], group_ids: torch.Tensor, cfg: TrainConfig
+) -> torch.Tensor:
+    """Env reward plus the configured shaping terms, one per episode."""
+    algo = cfg.algorithm
+    r = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
+    if algo.overlong_penalty:
+        longest = torch.tensor(
+            [max((t.completion.num_tokens or 0 for t in e.turns), default=0) for e in episodes],
+            dtype=torch.float32,
+        )
+        cache = min(algo.overlong_cache, cfg.rollout.max_tokens)
+        # a truncated completion has exactly max_tokens tokens: count it as over the limit
+        over = torch.tensor(
+            [any(t.completion.truncated for t in e.turns) for e in episodes], dtype=torch.bool
+        )
+        longest = torch.where(over, longest + 1, longest)
+        r = r + overlong_penalty(longest, cfg.rollout.max_tokens, cache)
+    if algo.length_reward_coef > 0:
+        lengths = torch.tensor([e.num_policy_tokens for e in episodes], dtype=torch.float32)
+        correct = torch.tensor(
+            [(episode_accuracy(e) or 0.0) >= 1.0 for e in episodes], dtype=torch.bool
+        )
+        r = r + algo.length_reward_coef * length_reward(lengths, correct, group_ids)
+    return r
+
+
+def group_episodes(episodes: Sequence[Episode]) -> list[Group]:
+    """Episodes grouped by task (in first-seen order), each group ordered by sample."""
+    groups: dict[Any, Group] = {}
+    for ep in episodes:
+        groups.setdefault(ep.group_key, []).append(ep)
+    return [sorted(g, key=lambda e: e.sample) for g in groups.values()]
+
+
+@dataclass
+class Collected:
+    """What one rollout phase produced.
+
+    Attributes:
+        kept: the informative groups, at most ``rollout.batch_tasks`` (draw order).
+        episodes: every episode played, kept or not (for the step's charts).
+        rounds: generation rounds run.
+        groups_seen / groups_dropped: groups played, and those dropped as all-equal.
+        capped: fewer than ``batch_tasks`` groups were kept when the rounds ran out.
+    """
+
+    kept: list[Group] = field(default_factory=list)
+    episodes: list[Episode] = field(default_factory=list)
+    rounds: int = 0
+    groups_seen: int = 0
+    groups_dropped: int = 0
+    capped: bool = False
+
+
+class RolloutPhase:
+    """Generates each step's batch; see the module docstring.
+
+    Args:
+        cfg: the run's config.
+        env_ids: the registered id of each configured env.
+        env_kwargs: ``gym.make`` keyword arguments of each env (the tokenizer's counter).
+        dist: this process's place in the job.
+    """
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        env_ids: Sequence[str],
+        env_kwargs: Sequence[dict[str, Any]],
+        dist: DistInfo,
+    ) -> None:
+        self.cfg, self.env_ids, self.env_kwargs, self.dist = cfg, list(env_ids), env_kwargs, dist
+        weights = np.array([e.weight for e in cfg.envs], dtype=np.float64)
+        self.env_weights = (weights / weights.sum()).tolist()
+        # env work in this process: one thread pool for the whole run (a pool per round
+        # cost ~20 ms of idle time a step); or in Ray actors (rollout.rollout_workers)
+        self.env_pool = ThreadPoolExecutor(
+            max_workers=max(1, min(8, cfg.rollout.concurrency)), thread_name_prefix="agentgym-env"
+        )
+        self.env_cache = EnvCache()  # env instances reused from step to step
+        self.workers: Any = None
+        if cfg.rollout.rollout_workers > 0:
+            from agentgym import RayEnvWorkers
+
+            self.workers = RayEnvWorkers(
+                cfg.rollout.rollout_workers, address=cfg.rollout.ray_address
+            )
+        # the task stream: a checkpoint carries it (state_dict / load_state_dict)
+        self.next_seed = cfg.train_seed_start
+        self.task_rng = random.Random(derive_seed("tasks", cfg.run.seed))
+
+    # ------------------------------------------------------------------ the task stream
+    def state_dict(self) -> dict[str, Any]:
+        """The task stream's position, JSON-ready (for a checkpoint)."""
+        return {
+            "next_seed": self.next_seed,
+            "task_rng": json.loads(json.dumps(self.task_rng.getstate())),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the task stream where :meth:`state_dict` left it."""
+        self.next_seed = int(state["next_seed"])
+        self.task_rng.setstate(_as_tuples(state["task_rng"]))
+
+    def draw_tasks(self, n: int) -> dict[int, list[int]]:
+        """``n`` fresh training tasks: env index -> reset seeds (env chosen by weight)."""
+        by_env: dict[int, list[int]] = defaultdict(list)
+        for _ in range(n):
+            k = self.task_rng.choices(range(len(self.env_ids)), weights=self.env_weights)[0]
+            by_env[k].append(self.next_seed)
+            self.next_seed += 1
+        if self.next_seed > self.cfg.eval.seed_start > self.cfg.train_seed_start:
+            raise ConfigError("training seeds ran into eval.seed_start; move eval.seed_start up.")
+        return dict(by_env)
+
+    # ------------------------------------------------------------------ one phase
+    def collect(self, policy: Any, step: int) -> Collected:
+        """Rounds of generation until the batch holds ``batch_tasks`` informative groups
+        (or ``max_generation_rounds`` ran); ``policy`` is the engine's batching policy."""
+        cfg, algo, r = self.cfg, self.cfg.algorithm, self.cfg.rollout
+        out = Collected()
+        per_round = r.tasks_per_round or r.batch_tasks
+        while len(out.kept) < r.batch_tasks and out.rounds < algo.max_generation_rounds:
+            need = r.batch_tasks - len(out.kept)
+            n = per_round if out.rounds == 0 else max(need, min(per_round, need * 2))
+            sampling = self._sampling(step, out.rounds)
+            episodes = asyncio.run(self._round(policy, self.draw_tasks(n), sampling))
+            out.rounds += 1
+            out.episodes.extend(episodes)
+            groups = group_episodes(episodes)
+            out.groups_seen += len(groups)
+            for g in groups:
+                gid = torch.zeros(len(g), dtype=torch.long)
+                rewards = shaped_rewards(g, gid, cfg)
+                if not algo.dynamic_sampling or bool(informative_groups(rewards, gid).all()):
+                    out.kept.append(g)
+                else:
+                    out.groups_dropped += 1
+            if not algo.dynamic_sampling:
+                break
+        out.capped = len(out.kept) < r.batch_tasks
+        out.kept = out.kept[: r.batch_tasks]
+        return out
+
+    def _sampling(self, step: int, round_index: int) -> SamplingParams:
+        r = self.cfg.rollout
+        return SamplingParams(
+            max_tokens=r.max_tokens,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            seed=derive_seed("sample", self.cfg.run.seed, step, round_index),
+            logprobs=True,
+        )
+
+    async def _round(
+        self, policy: Any, tasks: dict[int, list[int]], sampling: SamplingParams
+    ) -> list[Episode]:
+        """Play every task's group; under several ranks, each plays its share and all
+        receive every episode, in the order one process would have produced them."""
+        if self.dist.world_size == 1:
+            return await self._play(policy, tasks, sampling)
+        flat = [(k, seed) for k, seeds in sorted(tasks.items()) for seed in seeds]
+        mine: dict[int, list[int]] = defaultdict(list)
+        for k, seed in flat[self.dist.rank :: self.dist.world_size]:
+            mine[k].append(seed)
+        played = await self._play(policy, dict(mine), sampling)
+        episodes = [ep for part in all_gather_objects(played, self.dist) for ep in part]
+        position = {task: i for i, task in enumerate(flat)}
+        env_of_seed = {seed: k for k, seed in flat}
+        return sorted(episodes, key=lambda e: (position[(env_of_seed[e.seed], e.seed)], e.sample))
+
+    async def _play(
+        self, policy: Any, tasks: dict[int, list[int]], sampling: SamplingParams
+    ) -> list[Episode]:
+        r = self.cfg.rollout
+        total = sum(len(v) for v in tasks.values()) * r.group_size
+        coros = []
+        streams = []
+        for stream, (k, seeds) in enumerate(sorted(tasks.items())):
+            share = max(1, round(r.concurrency * len(seeds) * r.group_size / max(total, 1)))
+            streams.append((len(seeds) * r.group_size, share))
+            coros.append(
+                rollout_async(
+                    self.env_ids[k],
+                    policy,
+                    seeds=seeds,
+                    group_size=r.group_size,
+                    sampling=sampling,
+                    concurrency=share,
+                    env_kwargs=self.env_kwargs[k],
+                    on_episode=lambda _ep, i=stream: policy.episode_done(i),
+                    workers=self.workers,
+                    executor=self.env_pool,
+                    env_cache=self.env_cache,
+                )
+            )
+        policy.expect(streams)
+        try:
+            results = await asyncio.gather(*coros)
+        finally:
+            policy.expect(None)
+        return [ep for eps in results for ep in eps]
+
+    def env_placement(self) -> dict[str, Any]:
+        """Keyword arguments that send env work where this phase sends it (evaluation
+        uses the same threads, cached envs or Ray actors)."""
+        return {"workers": self.workers, "executor": self.env_pool, "env_cache": self.env_cache}
+
+    def close(self) -> None:
+        """Close the envs kept for reuse, the workers and the thread pool."""
+        if self.workers is not None:
+            self.workers.close()
+        self.env_cache.close()
+        self.env_pool.shutdown(wait=False)
+
+
+def _as_tuples(state: Any) -> Any:
+    """A JSON-read RNG state back into the tuples ``random.setstate`` wants."""
+    if isinstance(state, list):
+        return tuple(_as_tuples(s) for s in state)
+    return state
