@@ -1,4 +1,4 @@
-"""What every sandbox backend shares: the protocol, results, limits and path rules.
+"""The sandbox protocol: :class:`Sandbox` (one template ``run`` for every backend) and its results.
 
 A sandbox is a private workspace directory plus a way to run commands in it. Environments
 write the agent's files into it, run tests or programs, and read results back. Everything
@@ -13,45 +13,30 @@ processes, output, files) and these rules are the same for every backend:
   sandbox itself failed (engine gone, sandbox closed) or the caller asked for something
   invalid.
 * Output is capped per stream; the excess is read and thrown away, never held in memory.
+
+:class:`Sandbox` checks every input once (command, timeout, stdin, env, cwd, paths,
+file content), serialises calls, caps the output and builds the result; a backend
+implements only what differs: :meth:`Sandbox._exec` (start the command, feed its stdin,
+stream its output into the buffers it is given, kill it at the deadline),
+``_write_files``, ``_read_bytes``, ``list_files``, ``close`` and ``reset``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
-import signal
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentgym import ConfigError, SandboxError, did_you_mean
+from agentgym import SandboxError
+from agentgym.sandbox.capture import CappedBuffer
+from agentgym.sandbox.inputs import check_relative_path, command_argv, env_strings, to_bytes
+from agentgym.sandbox.limits import SandboxLimits, is_number
 
-__all__ = [
-    "DEFAULT_OUTPUT_LIMIT",
-    "CappedBuffer",
-    "ExecResult",
-    "Sandbox",
-    "SandboxLimits",
-    "SandboxPathError",
-    "SandboxUnavailableError",
-    "check_relative_path",
-    "command_argv",
-    "exit_code_from_status",
-]
-
-#: Default cap on captured bytes per output stream (stdout and stderr each).
-DEFAULT_OUTPUT_LIMIT = 64 * 1024
-
-
-class SandboxPathError(SandboxError, ValueError):
-    """A path given to a sandbox is absolute, escapes the workspace, or is malformed."""
-
-
-class SandboxUnavailableError(SandboxError):
-    """A backend cannot be used here (no engine, no image, missing tools); says how to fix."""
+__all__ = ["ExecResult", "ExecStatus", "Sandbox"]
 
 
 @dataclass(frozen=True)
@@ -101,195 +86,20 @@ class ExecResult:
 
 
 @dataclass(frozen=True)
-class SandboxLimits:
-    """Resource and security limits of one sandbox. Every default is safe to use.
+class ExecStatus:
+    """How a backend's :meth:`Sandbox._exec` ended; :meth:`Sandbox.run` adds the output.
 
     Attributes:
-        timeout: default seconds a :meth:`Sandbox.run` may take before everything it
-            started is killed.
-        output_limit: bytes kept per output stream of one run.
-        memory_mb: memory limit in MiB (Docker: the container's memory cgroup, swap
-            included, tmpfs pages count against it; local: address space per process).
-        cpus: CPU share (Docker: ``nano_cpus``; ignored by the local backend).
-        pids: most processes and threads at once (Docker: pids cgroup; local:
-            ``RLIMIT_NPROC`` on top of what the sandbox user already runs).
-        workspace_mb: size of the writable workspace (Docker: tmpfs size; local:
-            largest single file, ``RLIMIT_FSIZE``, since a directory cannot be bounded).
-        tmp_mb: size of ``/tmp`` (Docker tmpfs); ignored by the local backend.
-        cpu_seconds: CPU seconds per process (local ``RLIMIT_CPU``); ``None`` means the
-            run's timeout plus a margin.
-        nofile: most open files per process.
-        network: give the sandbox a network. ``False`` (the default) leaves it only a
-            loopback interface of its own.
-        user: ``uid:gid`` that commands run as inside a Docker container.
-        read_only_root: mount the container's root filesystem read-only.
-        max_read_bytes: largest file :meth:`Sandbox.read_file` returns.
+        exit_code: shell-style exit status (``128 + N`` for a death by signal N).
+        duration: wall-clock seconds the command took.
+        timed_out: the command ran past its timeout and was killed.
+        oom_killed: the backend saw the kernel kill a process for lack of memory.
     """
 
-    timeout: float = 30.0
-    output_limit: int = DEFAULT_OUTPUT_LIMIT
-    memory_mb: int = 512
-    cpus: float = 1.0
-    pids: int = 128
-    workspace_mb: int = 256
-    tmp_mb: int = 64
-    cpu_seconds: int | None = None
-    nofile: int = 1024
-    network: bool = False
-    user: str = "1000:1000"
-    read_only_root: bool = True
-    max_read_bytes: int = 16 * 1024 * 1024
-
-    def __post_init__(self) -> None:
-        def need(name: str, ok: bool, what: str) -> None:
-            if not ok:
-                raise ConfigError(
-                    f"sandbox limit {name}={getattr(self, name)!r} is invalid: it must be {what}."
-                )
-
-        need("timeout", _number(self.timeout) and self.timeout > 0, "a number of seconds > 0")
-        need(
-            "output_limit",
-            _integer(self.output_limit) and self.output_limit >= 1,
-            "an integer number of bytes >= 1",
-        )
-        need("memory_mb", _integer(self.memory_mb) and self.memory_mb >= 16, "an integer >= 16")
-        need("cpus", _number(self.cpus) and self.cpus > 0, "a number > 0 (e.g. 0.5 or 2)")
-        need("pids", _integer(self.pids) and self.pids >= 8, "an integer >= 8")
-        need(
-            "workspace_mb",
-            _integer(self.workspace_mb) and self.workspace_mb >= 1,
-            "an integer >= 1",
-        )
-        need("tmp_mb", _integer(self.tmp_mb) and self.tmp_mb >= 1, "an integer >= 1")
-        need(
-            "cpu_seconds",
-            self.cpu_seconds is None or (_integer(self.cpu_seconds) and self.cpu_seconds >= 1),
-            "None or an integer >= 1",
-        )
-        need("nofile", _integer(self.nofile) and self.nofile >= 16, "an integer >= 16")
-        need("network", isinstance(self.network, bool), "True or False")
-        need("read_only_root", isinstance(self.read_only_root, bool), "True or False")
-        need(
-            "max_read_bytes",
-            _integer(self.max_read_bytes) and self.max_read_bytes >= 1,
-            "an integer >= 1",
-        )
-        parts = self.user.split(":") if isinstance(self.user, str) else []
-        need(
-            "user",
-            len(parts) == 2 and all(p.isdigit() for p in parts) and parts[0] != "0",
-            "a numeric non-root 'uid:gid' such as '1000:1000'",
-        )
-
-    @classmethod
-    def from_kwargs(cls, base: SandboxLimits | None = None, **overrides: Any) -> SandboxLimits:
-        """``base`` (or the defaults) with ``overrides`` applied; unknown names are refused."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        for name in overrides:
-            if name not in known:
-                raise ConfigError(
-                    f"Unknown sandbox limit {name!r}.{did_you_mean(name, known)} "
-                    f"Known limits: {', '.join(sorted(known))}."
-                )
-        return dataclasses.replace(base or cls(), **overrides)
-
-
-def _number(x: object) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
-
-
-def _integer(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def check_relative_path(path: str) -> str:
-    """Validate a workspace path and return its normal form (``a/b.txt``).
-
-    This is the syntactic half of the path rules; backends also resolve symlinks inside
-    the workspace and refuse those that lead out.
-
-    Raises:
-        SandboxPathError: the path is empty, absolute, contains ``..`` or a NUL byte.
-    """
-    if not isinstance(path, str):
-        raise SandboxPathError(
-            f"Sandbox paths are strings relative to the workspace, got {type(path).__name__}."
-        )
-    if not path or path.strip() == "":
-        raise SandboxPathError("Empty sandbox path; give a path relative to the workspace.")
-    if "\x00" in path:
-        raise SandboxPathError(f"Sandbox path {path!r} contains a NUL byte.")
-    if path.startswith("/"):
-        raise SandboxPathError(
-            f"Sandbox path {path!r} is absolute; paths are relative to the workspace, "
-            f"e.g. {path.lstrip('/') or 'main.py'!r}."
-        )
-    parts = path.split("/")
-    if ".." in parts:
-        raise SandboxPathError(
-            f"Sandbox path {path!r} contains '..'; it may not leave the workspace. "
-            "Write paths relative to the workspace root without '..'."
-        )
-    norm = "/".join(p for p in parts if p not in ("", "."))
-    if not norm:
-        raise SandboxPathError(
-            f"Sandbox path {path!r} names the workspace itself; name a file inside it."
-        )
-    return norm
-
-
-def command_argv(cmd: str | Sequence[str]) -> list[str]:
-    """The argv for ``cmd``: a string runs through ``sh -c``, a sequence runs as is."""
-    if isinstance(cmd, str):
-        if not cmd.strip():
-            raise SandboxError("Empty command; pass a shell command string or an argv list.")
-        return ["sh", "-c", cmd]
-    argv = list(cmd)
-    if not argv or not all(isinstance(a, str) for a in argv):
-        raise SandboxError("A command list must be a non-empty list of strings (an argv).")
-    if any("\x00" in a for a in argv):
-        raise SandboxError("Command arguments may not contain NUL bytes.")
-    return argv
-
-
-def exit_code_from_status(returncode: int) -> int:
-    """Shell-style exit code: a death by signal N (Python's ``-N``) becomes ``128 + N``."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-class CappedBuffer:
-    """Collects up to ``limit`` bytes of a stream, counts and discards the rest."""
-
-    __slots__ = ("_chunks", "kept", "limit", "total")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.kept = 0
-        self.total = 0
-        self._chunks: list[bytes] = []
-
-    def feed(self, data: bytes) -> None:
-        """Add ``data``; bytes past the limit are only counted."""
-        self.total += len(data)
-        room = self.limit - self.kept
-        if room > 0:
-            piece = data[:room]
-            self._chunks.append(piece)
-            self.kept += len(piece)
-
-    @property
-    def truncated(self) -> bool:
-        """Whether more bytes arrived than were kept."""
-        return self.total > self.kept
-
-    def getvalue(self) -> bytes:
-        """The kept bytes."""
-        return b"".join(self._chunks)
-
-    def text(self) -> str:
-        """The kept bytes as text (UTF-8, bad bytes replaced)."""
-        return self.getvalue().decode("utf-8", errors="replace")
+    exit_code: int
+    duration: float = 0.0
+    timed_out: bool = False
+    oom_killed: bool = False
 
 
 class Sandbox(ABC):
@@ -319,42 +129,10 @@ class Sandbox(ABC):
         self.limits = limits
         self._lock = threading.RLock()
         self._closed = False
+        #: why the sandbox can no longer be used (set by a backend), or None
+        self._broken: str | None = None
 
-    # -- the protocol -------------------------------------------------------------------
-    @abstractmethod
-    def write_files(self, files: Mapping[str, str | bytes]) -> None:
-        """Write files into the workspace, creating parent directories.
-
-        Args:
-            files: relative path -> content (``str`` is written as UTF-8).
-
-        Raises:
-            SandboxPathError: a path is invalid or leads outside the workspace; then no
-                file of the call is written.
-        """
-
-    @abstractmethod
-    def read_bytes(self, path: str) -> bytes:
-        """The content of a workspace file.
-
-        Raises:
-            SandboxPathError: the path is invalid or leads outside the workspace.
-            FileNotFoundError: there is no regular file at ``path``.
-            SandboxError: the file is larger than ``limits.max_read_bytes``.
-        """
-
-    def read_file(self, path: str) -> str:
-        """The content of a workspace file as text (UTF-8, bad bytes replaced)."""
-        return self.read_bytes(path).decode("utf-8", errors="replace")
-
-    @abstractmethod
-    def list_files(self) -> list[str]:
-        """Relative paths of every regular file in the workspace, sorted.
-
-        Symlinks are not followed and not listed.
-        """
-
-    @abstractmethod
+    # -- the protocol: what every caller uses ---------------------------------------------
     def run(
         self,
         cmd: str | Sequence[str],
@@ -377,11 +155,113 @@ class Sandbox(ABC):
 
         Returns:
             The :class:`ExecResult`; never raises for anything the command did.
+
+        Raises:
+            SandboxError: the sandbox is closed or broken, or an argument is invalid.
+        """
+        argv = command_argv(cmd)
+        seconds = self._timeout(timeout)
+        extra_env = env_strings(env)
+        workdir = None if cwd is None else check_relative_path(cwd)
+        data = None if stdin is None else to_bytes(stdin, "stdin")
+        stdout = CappedBuffer(self.limits.output_limit)
+        stderr = CappedBuffer(self.limits.output_limit)
+        with self._lock:
+            self._check_usable()
+            status = self._exec(
+                argv,
+                timeout=seconds,
+                stdin=data,
+                env=extra_env,
+                cwd=workdir,
+                stdout=stdout,
+                stderr=stderr,
+            )
+        return ExecResult(
+            exit_code=status.exit_code,
+            stdout=stdout.text(),
+            stderr=stderr.text(),
+            timed_out=status.timed_out,
+            duration=status.duration,
+            stdout_truncated=stdout.truncated,
+            stderr_truncated=stderr.truncated,
+            oom_killed=status.oom_killed,
+        )
+
+    def write_files(self, files: Mapping[str, str | bytes]) -> None:
+        """Write files into the workspace, creating parent directories.
+
+        Args:
+            files: relative path -> content (``str`` is written as UTF-8).
+
+        Raises:
+            SandboxPathError: a path is invalid or leads outside the workspace; then no
+                file of the call is written.
+        """
+        entries = [
+            (check_relative_path(path), to_bytes(content, path)) for path, content in files.items()
+        ]
+        self._write_files(entries)
+
+    def read_bytes(self, path: str) -> bytes:
+        """The content of a workspace file.
+
+        Raises:
+            SandboxPathError: the path is invalid or leads outside the workspace.
+            FileNotFoundError: there is no regular file at ``path``.
+            SandboxError: the file is larger than ``limits.max_read_bytes``.
+        """
+        return self._read_bytes(check_relative_path(path))
+
+    def read_file(self, path: str) -> str:
+        """The content of a workspace file as text (UTF-8, bad bytes replaced)."""
+        return self.read_bytes(path).decode("utf-8", errors="replace")
+
+    @abstractmethod
+    def list_files(self) -> list[str]:
+        """Relative paths of every regular file in the workspace, sorted.
+
+        Symlinks are not followed and not listed.
         """
 
     @abstractmethod
     def close(self) -> None:
         """Release everything the sandbox holds. Idempotent."""
+
+    # -- what a backend implements ----------------------------------------------------------
+    @abstractmethod
+    def _exec(
+        self,
+        argv: list[str],
+        *,
+        timeout: float,
+        stdin: bytes | None,
+        env: dict[str, str],
+        cwd: str | None,
+        stdout: CappedBuffer,
+        stderr: CappedBuffer,
+    ) -> ExecStatus:
+        """Run ``argv`` in the workspace; called with every input checked, under the lock.
+
+        Args:
+            argv: the command (a shell string is already ``["sh", "-c", ...]``).
+            timeout: seconds (> 0) before everything the command started is killed.
+            stdin: bytes to feed, then close; ``None`` for an empty standard input.
+            env: extra environment variables (checked strings).
+            cwd: working directory in normal form relative to the workspace, or ``None``
+                for its root. A directory that is not there is the command's failure
+                (exit code 2 and a line on stderr), not an exception.
+            stdout: where the command's standard output goes (it caps itself).
+            stderr: the same for standard error.
+        """
+
+    @abstractmethod
+    def _write_files(self, entries: list[tuple[str, bytes]]) -> None:
+        """Write ``(normal relative path, content)`` pairs; refuse them all if one is bad."""
+
+    @abstractmethod
+    def _read_bytes(self, rel: str) -> bytes:
+        """The content of the file at ``rel`` (a normal relative path)."""
 
     # -- pool support ---------------------------------------------------------------------
     def reset(self) -> None:
@@ -399,7 +279,7 @@ class Sandbox(ABC):
     @property
     def broken(self) -> bool:
         """Whether the sandbox found itself unusable (it must be closed and replaced)."""
-        return False
+        return self._broken is not None
 
     # -- conveniences -----------------------------------------------------------------------
     @property
@@ -419,9 +299,18 @@ class Sandbox(ABC):
         if self._closed:
             raise SandboxError("This sandbox is closed; open a new one with open_sandbox().")
 
+    def _check_usable(self) -> None:
+        """Raise unless the sandbox is open and not broken."""
+        self._check_open()
+        if self._broken:
+            raise SandboxError(
+                f"This sandbox is broken ({self._broken}); close it and open a new one "
+                "(a SandboxPool replaces broken sandboxes by itself)."
+            )
+
     def _timeout(self, timeout: float | None) -> float:
         t = self.limits.timeout if timeout is None else timeout
-        if not _number(t) or t <= 0:
+        if not is_number(t) or t <= 0:
             raise SandboxError(f"timeout must be a number of seconds > 0, got {timeout!r}.")
         return float(t)
 
@@ -450,63 +339,3 @@ class Sandbox(ABC):
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<{type(self).__name__} {self.isolation} {state}>"
-
-
-def signal_name(code: int) -> str | None:
-    """``'SIGKILL'`` for exit code 137 and so on; ``None`` when not a signal death."""
-    if code <= 128 or code >= 128 + 65:
-        return None
-    try:
-        return signal.Signals(code - 128).name
-    except ValueError:
-        return None
-
-
-def env_strings(env: Mapping[str, str] | None) -> dict[str, str]:
-    """Validate an ``env`` mapping (string keys and values, no ``=`` in keys)."""
-    out: dict[str, str] = {}
-    for k, v in (env or {}).items():
-        if not isinstance(k, str) or not isinstance(v, str) or not k or "=" in k:
-            raise SandboxError(f"env must map variable names to strings; bad entry {k!r}: {v!r}.")
-        if "\x00" in k or "\x00" in v:
-            raise SandboxError(f"env entry {k!r} contains a NUL byte.")
-        out[k] = v
-    return out
-
-
-def to_bytes(content: str | bytes, path: str) -> bytes:
-    """File content as bytes; ``str`` is encoded as UTF-8."""
-    if isinstance(content, str):
-        return content.encode("utf-8")
-    if isinstance(content, bytes | bytearray | memoryview):
-        return bytes(content)
-    raise SandboxError(f"Content for {path!r} must be str or bytes, got {type(content).__name__}.")
-
-
-def owner_alive(pid: int, start_ticks: str | None = None) -> bool:
-    """Whether process ``pid`` on this host is alive (and started at ``start_ticks``)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    if start_ticks:
-        now = process_start_ticks(pid)
-        if now is not None and now != start_ticks:
-            return False  # the pid was reused by another process
-    return True
-
-
-def process_start_ticks(pid: int) -> str | None:
-    """A process's start time in clock ticks since boot (``/proc/PID/stat``), if readable."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    # the command name (field 2) may contain spaces and parentheses: split after the last ')'
-    rest = data[data.rfind(")") + 2 :].split()
-    return rest[19] if len(rest) > 19 else None

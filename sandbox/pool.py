@@ -25,7 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from agentgym import ConfigError, SandboxError
-from agentgym.sandbox.base import Sandbox, SandboxLimits
+from agentgym.sandbox.backends import open_sandbox, resolve_backend
+from agentgym.sandbox.base import Sandbox
+from agentgym.sandbox.docker import prune as prune_leftovers
+from agentgym.sandbox.limits import SandboxLimits
 
 log = logging.getLogger("agentgym.sandbox")
 
@@ -76,22 +79,17 @@ class SandboxPool:
         if not isinstance(warm, int) or not 0 <= warm <= size:
             raise ConfigError(f"SandboxPool warm must be between 0 and size={size}, got {warm!r}.")
         self.size = size
-        self.backend = backend
+        self._backend = backend
         if factory is None:
-            from agentgym.sandbox import docker_available, open_sandbox
-
             lim = SandboxLimits.from_kwargs(limits, **limit_overrides)
+            chosen = self._backend = resolve_backend(backend, image=image, level=level)
             if backend == "auto":
-                self.backend = "docker" if docker_available(image) is None else "local"
-                log.info("SandboxPool: using the %s backend", self.backend)
-            chosen = self.backend
+                log.info("SandboxPool: using the %s backend", chosen)
 
             def factory() -> Sandbox:
                 return open_sandbox(chosen, limits=lim, image=image, level=level)
 
             if chosen == "docker" and prune:
-                from agentgym.sandbox.docker_backend import prune as prune_leftovers
-
                 removed = prune_leftovers()
                 if removed:
                     log.info("SandboxPool: removed %d leftover container(s)", len(removed))
@@ -185,7 +183,7 @@ class SandboxPool:
             closed = self._closed
             self._pending += 1
         keep = False
-        if not closed and not sandbox.closed and not getattr(sandbox, "broken", False):
+        if not closed and not sandbox.closed and not sandbox.broken:
             try:
                 sandbox.reset()
                 keep = True
@@ -263,6 +261,12 @@ class SandboxPool:
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._closed
+
+    @property
+    def backend(self) -> str:
+        """The backend the pool's sandboxes use: ``"docker"`` or ``"local"`` (``"auto"``
+        resolved at creation); with a ``factory``, the ``backend`` argument as given."""
+        return self._backend
 
     def stats(self) -> dict[str, int]:
         """Counts: ``size``, ``idle``, ``in_use``, ``created``, ``replaced``."""

@@ -52,7 +52,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _build_image(args: argparse.Namespace) -> int:
-    from agentgym.sandbox.image import ImageRecipe, build_image
+    from agentgym.sandbox import ImageRecipe, build_image
 
     recipe = ImageRecipe(suite=args.suite) if args.suite else ImageRecipe()
     result = build_image(
@@ -70,7 +70,7 @@ def _build_image(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from agentgym.sandbox.image import doctor
+    from agentgym.sandbox import doctor
 
     checks = doctor(args.image, smoke_test=not args.no_smoke)
     width = max(len(c.name) for c in checks)
@@ -88,7 +88,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _prune(args: argparse.Namespace) -> int:
-    from agentgym.sandbox.docker_backend import prune
+    from agentgym.sandbox import prune
 
     names = prune(everything=args.all, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"

@@ -57,8 +57,7 @@ def _local_figures(n: int) -> dict[str, Any]:
 
 def run(quick: bool = False) -> dict[str, Any]:
     """Measure and print the table; returns the perf-report dict."""
-    from agentgym.sandbox import SandboxPool, docker_available, open_sandbox
-    from agentgym.sandbox.docker_backend import docker_client
+    from agentgym.sandbox import SandboxPool, docker_available, docker_client, open_sandbox
 
     quick = quick or os.environ.get("AGENTGYM_PERF_QUICK") == "1"
     n_cold = 3 if quick else 10

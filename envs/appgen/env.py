@@ -18,13 +18,9 @@ from agentgym import (
 )
 from agentgym.envs.appgen import protocol
 from agentgym.envs.appgen.grading import MAX_FILE_BYTES, MAX_PROJECT_FILES, drop_reason, grade
-from agentgym.envs.appgen.sandboxes import (
-    DEFAULT_POOL_SIZE,
-    check_backend,
-    get_pool,
-    resolve_backend,
-)
+from agentgym.envs.appgen.sandboxes import DEFAULT_POOL_SIZE, check_sandbox_backend, get_pool
 from agentgym.envs.appgen.taskset import VISIBLE_TESTS_DIR, AppTask, load_tasks
+from agentgym.sandbox import Sandbox, SandboxLimits, SandboxPool
 
 #: The command the system prompt suggests (and the oracle uses) to run the visible tests.
 VISIBLE_TEST_COMMAND = f"python3 -m pytest -qq -p no:cacheprovider {VISIBLE_TESTS_DIR}"
@@ -166,10 +162,8 @@ class AppGenEnv(ConversationEnv):
         self.tasks: list[AppTask] = load_tasks(tasks, task_dirs)
         if not self.tasks:
             raise ConfigError("AppGen has no tasks: pass task names or task_dirs with tasks.")
-        self.sandbox_backend = check_backend(sandbox)
+        self.sandbox_backend = check_sandbox_backend(sandbox)
         self.sandbox_limits = dict(sandbox_limits or {})
-        from agentgym.sandbox import SandboxLimits
-
         SandboxLimits.from_kwargs(**self.sandbox_limits)  # validate names and values now
         if not isinstance(pool_size, int) or pool_size < 1:
             raise ConfigError(f"pool_size must be an integer >= 1, got {pool_size!r}.")
@@ -185,8 +179,8 @@ class AppGenEnv(ConversationEnv):
         self.token_cost = float(token_cost)
         self._user_max_turns = max_turns
         self._app: AppTask | None = None
-        self._sandbox: Any = None
-        self._pool: Any = None
+        self._sandbox: Sandbox | None = None
+        self._pool: SandboxPool | None = None
         self._tree: dict[str, int] = {}
         self._oracle_state: dict[str, Any] = {}
         self._check_budget()
@@ -228,7 +222,7 @@ class AppGenEnv(ConversationEnv):
             f"{self._tree_text()}\n\nYou have {self.max_turns} turns. Begin."
         )
         self._begin_metrics = {
-            "sandbox_backend": resolve_backend(self.sandbox_backend),
+            "sandbox_backend": self._pool.backend,
             "sandbox_setup_seconds": acquire_seconds,
         }
         return Task(task_id=app.task_id, prompt=prompt, system=SYSTEM_PROMPT, first_message=first)

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentgym.envs.appgen.taskset import VISIBLE_TESTS_DIR, AppTask, is_test_file
+from agentgym.sandbox import Sandbox
 
 #: File names that are never copied into the grading sandbox.
 DROPPED_NAMES = frozenset(
@@ -290,7 +291,7 @@ def _canary(token: str) -> tuple[str, str, str, str]:
     return name, fail, ok, _CANARY.format(fail=fail, ok=ok)
 
 
-def grade(task: AppTask, files: Mapping[str, bytes], sandbox: Any) -> GradeResult:
+def grade(task: AppTask, files: Mapping[str, bytes], sandbox: Sandbox) -> GradeResult:
     """Run ``task``'s hidden tests against ``files`` (the agent's project) in ``sandbox``.
 
     ``sandbox`` must be fresh (empty workspace); it is not closed here.

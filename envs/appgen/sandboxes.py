@@ -1,10 +1,13 @@
-"""Shared sandbox pools for AppGen environments.
+"""Shared sandbox pools for AppGen environments: one pool per (backend, limits, size).
 
 Every AppGen env in a process draws its sandboxes from one :class:`SandboxPool` per
 (backend, limits), so the concurrent envs of a rollout share warm sandboxes instead of
 each starting its own. An episode holds at most one sandbox at a time: its workspace
 while it plays, then (after the project files were read back and the workspace released)
 a fresh one for grading. Holding one at a time means a full pool can never deadlock.
+
+Which backend ``"auto"`` means is decided by :func:`agentgym.sandbox.resolve_backend`;
+this module only keeps the cache of pools.
 """
 
 from __future__ import annotations
@@ -13,46 +16,25 @@ import atexit
 import threading
 from typing import Any
 
-from agentgym import ConfigError
+from agentgym.sandbox import SandboxPool, check_backend, resolve_backend
 
-BACKENDS = ("auto", "docker", "local")
+__all__ = ["DEFAULT_POOL_SIZE", "check_sandbox_backend", "close_pools", "get_pool"]
+
 #: Sandboxes per pool (handed out plus idle). Raise it for more concurrent episodes.
 DEFAULT_POOL_SIZE = 8
 
-_pools: dict[tuple[Any, ...], Any] = {}
-_resolved: dict[str, str] = {}
+_pools: dict[tuple[Any, ...], SandboxPool] = {}
 _lock = threading.Lock()
 
 
-def check_backend(name: str) -> str:
-    if name not in BACKENDS:
-        from agentgym import did_you_mean
-
-        raise ConfigError(
-            f"Unknown sandbox backend {name!r}.{did_you_mean(name, BACKENDS)} "
-            f"AppGen's sandbox argument must be one of {', '.join(BACKENDS)}."
-        )
-    return name
+def check_sandbox_backend(name: str) -> str:
+    """``name`` if it names a sandbox backend, else a ConfigError that names AppGen's argument."""
+    return check_backend(name, argument="AppGen's sandbox argument")
 
 
-def resolve_backend(name: str) -> str:
-    """``auto`` -> ``docker`` when its engine and image are usable, else ``local``."""
-    check_backend(name)
-    if name != "auto":
-        return name
-    with _lock:
-        if "auto" not in _resolved:
-            from agentgym.sandbox import docker_available
-
-            _resolved["auto"] = "docker" if docker_available() is None else "local"
-        return _resolved["auto"]
-
-
-def get_pool(backend: str, limits: dict[str, Any], size: int = DEFAULT_POOL_SIZE) -> Any:
+def get_pool(backend: str, limits: dict[str, Any], size: int = DEFAULT_POOL_SIZE) -> SandboxPool:
     """The shared pool for ``backend`` (resolved) and ``limits`` (SandboxLimits fields)."""
-    from agentgym.sandbox import SandboxPool
-
-    concrete = resolve_backend(backend)
+    concrete = resolve_backend(backend, remember=True)
     key = (concrete, tuple(sorted(limits.items())), size)
     with _lock:
         pool = _pools.get(key)
@@ -63,19 +45,16 @@ def get_pool(backend: str, limits: dict[str, Any], size: int = DEFAULT_POOL_SIZE
 
 
 def close_pools() -> None:
-    """Close every shared pool (and its sandboxes). Runs at interpreter exit."""
+    """Close every shared pool (and its sandboxes). Runs at interpreter exit.
+
+    :meth:`SandboxPool.close` copes with interpreter exit itself (no new threads then:
+    it closes the sandboxes one at a time).
+    """
     with _lock:
         pools = list(_pools.values())
         _pools.clear()
     for pool in pools:
-        try:
-            pool.close()
-        except RuntimeError:  # at interpreter exit the pool's thread pool may be gone
-            for sb in [*getattr(pool, "_idle", []), *getattr(pool, "_busy", {}).values()]:
-                try:
-                    sb.close()
-                except Exception:
-                    pass
+        pool.close()
 
 
 atexit.register(close_pools)

@@ -6,12 +6,8 @@ import pytest
 
 from agentgym.errors import ConfigError, SandboxError
 from agentgym.sandbox import ExecResult, SandboxLimits, SandboxPathError, open_sandbox
-from agentgym.sandbox.base import (
-    CappedBuffer,
-    check_relative_path,
-    command_argv,
-    exit_code_from_status,
-)
+from agentgym.sandbox.capture import CappedBuffer, exit_code_from_status
+from agentgym.sandbox.inputs import check_relative_path, command_argv
 
 
 def test_limits_defaults_are_valid_and_overridable():

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from agentgym.errors import SandboxError
-from agentgym.sandbox import SandboxPathError, SandboxUnavailableError, open_sandbox
-from agentgym.sandbox.docker_backend import LABEL, docker_client
+from agentgym.sandbox import SandboxPathError, SandboxUnavailableError, docker_client, open_sandbox
+from agentgym.sandbox.docker import LABEL
 
 from .conftest import COUNT_USER_PROCS, skip_without_docker
 

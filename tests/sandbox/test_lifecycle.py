@@ -10,8 +10,7 @@ import uuid
 
 import pytest
 
-from agentgym.sandbox.docker_backend import list_sandbox_containers
-from agentgym.sandbox.image import build_image, default_image
+from agentgym.sandbox import build_image, default_image, list_sandbox_containers
 
 from .conftest import skip_without_docker
 

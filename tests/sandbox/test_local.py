@@ -1,6 +1,6 @@
 """The local backend at every isolation level this machine offers.
 
-What each level is expected to stop is in ``agentgym.sandbox.local_backend``'s docstring;
+What each level is expected to stop is in ``agentgym.sandbox.local``'s docstring;
 the tests below check exactly that: the attacks every level stops run at every level, the
 namespace ones (network, leftovers after a setsid escape) only at ``bwrap`` and
 ``unshare``, the filesystem ones only at ``bwrap``.
@@ -16,8 +16,14 @@ import uuid
 import pytest
 
 from agentgym.errors import ConfigError
-from agentgym.sandbox import SandboxPathError, SandboxPool, open_sandbox
-from agentgym.sandbox.local_backend import LEVELS, available_levels, best_level
+from agentgym.sandbox import (
+    LOCAL_LEVELS,
+    SandboxPathError,
+    SandboxPool,
+    available_levels,
+    best_level,
+    open_sandbox,
+)
 
 AVAILABLE = [level for level, why in available_levels().items() if why is None]
 NAMESPACED = [level for level in AVAILABLE if level in ("bwrap", "unshare")]
@@ -50,7 +56,7 @@ def mark() -> str:
 
 def test_levels_are_reported_and_rlimits_always_works():
     levels = available_levels()
-    assert set(levels) == set(LEVELS)
+    assert set(levels) == set(LOCAL_LEVELS)
     assert levels["rlimits"] is None
     assert best_level() == AVAILABLE[0]
     with pytest.raises(ConfigError, match="level"):

@@ -8,8 +8,7 @@ import threading
 import pytest
 
 from agentgym.errors import ConfigError, SandboxError
-from agentgym.sandbox import SandboxPool
-from agentgym.sandbox.docker_backend import docker_client
+from agentgym.sandbox import SandboxPool, docker_client
 
 from .conftest import COUNT_USER_PROCS, skip_without_docker
 

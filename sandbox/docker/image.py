@@ -1,4 +1,4 @@
-"""The default sandbox image: built here from the package registries, never pulled.
+"""The default sandbox image: its recipe and name, built here from Debian packages, never pulled.
 
 Nothing can be pulled from an image registry on these machines, so the image is made
 locally in two steps:
@@ -33,19 +33,21 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from agentgym import SandboxError
-from agentgym.sandbox.base import SandboxUnavailableError
+from agentgym.sandbox.docker.client import docker_client
+from agentgym.sandbox.errors import SandboxUnavailableError
 
 __all__ = [
     "IMAGE_ENV",
     "REPOSITORY",
     "BuildResult",
-    "Check",
     "ImageRecipe",
     "build_image",
     "default_image",
-    "doctor",
+    "host_apt_mirror",
+    "image_info",
 ]
 
 REPOSITORY = "agentgym-sandbox"
@@ -159,13 +161,11 @@ def build_image(
         SandboxUnavailableError: no engine, no debootstrap, not root; says how to fix.
         SandboxError: a build step failed (the message carries its output's tail).
     """
-    from agentgym.sandbox.docker_backend import docker_client
-
     recipe = recipe or ImageRecipe()
     image = image or f"{REPOSITORY}:{recipe.tag()}"
     client = docker_client()
     start = time.monotonic()
-    existing = _inspect(client, image)
+    existing = image_info(image)
     if existing is not None and not force:
         return BuildResult(image, False, time.monotonic() - start, existing["Size"] / 2**20)
 
@@ -216,13 +216,13 @@ def build_image(
             tar_err = tar.stderr.read().decode(errors="replace") if tar.stderr else ""
             if tar.wait() != 0:
                 raise SandboxError(f"tar of the root filesystem failed: {tar_err[-1000:]}")
-        if _inspect(client, base) is None:
+        if image_info(base) is None:
             raise SandboxError(f"Docker did not create {base} from the root filesystem.")
         progress(f"[build-image] adding the user layer -> {image}")
         _build_layer(client, recipe, base, image)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    info = _inspect(client, image)
+    info = image_info(image)
     if info is None:
         raise SandboxError(f"The build finished but {image} is not there.")
     seconds = time.monotonic() - start
@@ -230,11 +230,16 @@ def build_image(
     return BuildResult(image, True, seconds, info["Size"] / 2**20)
 
 
-def _inspect(client: object, image: str) -> dict | None:
+def image_info(image: str) -> dict[str, Any] | None:
+    """What the engine knows of ``image`` (``docker inspect``), or None when it is not there.
+
+    Raises:
+        SandboxUnavailableError: no engine answers.
+    """
     from docker.errors import ImageNotFound, NotFound
 
     try:
-        return client.api.inspect_image(image)  # type: ignore[attr-defined]
+        return docker_client().api.inspect_image(image)
     except (ImageNotFound, NotFound):
         return None
 
@@ -312,183 +317,3 @@ def host_apt_mirror(suite: str) -> str | None:
         if "security" not in url:
             return url
     return None
-
-
-# ---------------------------------------------------------------------------------------
-# doctor
-
-
-@dataclass(frozen=True)
-class Check:
-    """One line of the doctor's report.
-
-    Attributes:
-        name: what was checked.
-        status: ``"ok"``, ``"warn"`` or ``"fail"``.
-        detail: what was found.
-        fix: what to do about it (empty when nothing).
-    """
-
-    name: str
-    status: str
-    detail: str
-    fix: str = ""
-
-
-def doctor(image: str | None = None, *, smoke_test: bool = True) -> list[Check]:
-    """Check the engine, the image, the permissions and the local fallback.
-
-    Args:
-        image: the image to check (default :func:`default_image`).
-        smoke_test: start one sandbox and check it runs commands as a non-root user
-            without network.
-    """
-    from agentgym.sandbox.local_backend import available_levels
-
-    checks: list[Check] = []
-    image = image or default_image()
-    engine_ok = False
-    try:
-        from agentgym.sandbox.docker_backend import docker_client, prune
-
-        client = docker_client()
-        version = client.version()
-        info = client.info()
-        engine_ok = True
-        checks.append(
-            Check(
-                "engine",
-                "ok",
-                f"Docker {version.get('Version', '?')} (API {version.get('ApiVersion', '?')}), "
-                f"cgroup v{info.get('CgroupVersion', '?')}, {info.get('NCPU', '?')} CPUs",
-            )
-        )
-        missing = [k for k in ("MemoryLimit", "PidsLimit", "CpuCfsQuota") if not info.get(k, True)]
-        if missing:
-            checks.append(
-                Check(
-                    "limits",
-                    "fail",
-                    "the engine cannot enforce: " + ", ".join(missing),
-                    "enable the memory, pids and cpu cgroup controllers on the host kernel "
-                    "(cgroup_enable=memory on the kernel command line) and restart dockerd",
-                )
-            )
-        else:
-            checks.append(Check("limits", "ok", "memory, pids and CPU limits are enforced"))
-    except SandboxError as e:
-        checks.append(Check("engine", "fail", "no engine answers", str(e)))
-    except Exception as e:  # permission problems and the like
-        checks.append(Check("engine", "fail", f"{type(e).__name__}: {e}", _permission_fix()))
-
-    if engine_ok:
-        found = _inspect(client, image)
-        if found is None:
-            checks.append(
-                Check(
-                    "image",
-                    "fail",
-                    f"{image} is not there",
-                    "agentgym sandbox build-image"
-                    if image.startswith(REPOSITORY + ":")
-                    else f"build or load {image}, or unset {IMAGE_ENV}",
-                )
-            )
-        else:
-            checks.append(Check("image", "ok", f"{image} ({found['Size'] / 2**20:.0f} MiB)"))
-            if smoke_test:
-                checks.append(_smoke(image))
-        try:
-            leftovers = prune(dry_run=True)
-            if leftovers:
-                checks.append(
-                    Check(
-                        "leftovers",
-                        "warn",
-                        f"{len(leftovers)} container(s) of dead processes",
-                        "agentgym sandbox prune",
-                    )
-                )
-            else:
-                checks.append(Check("leftovers", "ok", "no containers of dead processes"))
-        except Exception as e:
-            checks.append(Check("leftovers", "warn", f"could not list containers: {e}"))
-
-    if shutil.which("debootstrap") is None:
-        checks.append(
-            Check(
-                "build tools",
-                "warn",
-                "debootstrap is not installed (needed only to build the image)",
-                "apt-get install -y debootstrap",
-            )
-        )
-    elif os.geteuid() != 0:
-        checks.append(
-            Check(
-                "build tools",
-                "warn",
-                "building the image needs root",
-                "sudo .venv/bin/agentgym sandbox build-image",
-            )
-        )
-    else:
-        checks.append(Check("build tools", "ok", "debootstrap present, running as root"))
-
-    levels = available_levels()
-    best = next((lvl for lvl, why in levels.items() if why is None), "rlimits")
-    detail = f"best level here: {best}"
-    fix = ""
-    if best != "bwrap":
-        detail += f" (bwrap: {levels['bwrap']})"
-        fix = "apt-get install -y bubblewrap, and allow unprivileged user namespaces"
-    checks.append(Check("local backend", "ok" if best == "bwrap" else "warn", detail, fix))
-    return checks
-
-
-def _smoke(image: str) -> Check:
-    from agentgym.sandbox.docker_backend import DockerSandbox
-
-    probe = (
-        "echo uid=$(id -u); "
-        "echo cap=$(sed -n 's/^CapEff:[[:space:]]*//p' /proc/self/status); "
-        "echo nnp=$(sed -n 's/^NoNewPrivs:[[:space:]]*//p' /proc/self/status); "
-        "echo net=$(ls /sys/class/net | tr '\\n' ' '); "
-        "if touch /probe 2>/dev/null; then echo root=rw; else echo root=ro; fi"
-    )
-    try:
-        with DockerSandbox(image=image) as sb:
-            r = sb.run(probe, timeout=30)
-    except Exception as e:
-        return Check("sandbox", "fail", f"could not run a sandbox: {e}", _permission_fix())
-    found = dict(line.partition("=")[::2] for line in r.stdout.splitlines() if "=" in line)
-    problems = []
-    if found.get("uid", "0") == "0":
-        problems.append("commands run as root")
-    if found.get("cap") != "0000000000000000":
-        problems.append("capabilities are not dropped")
-    if found.get("nnp") != "1":
-        problems.append("no-new-privileges is off")
-    if found.get("net", "").split() != ["lo"]:
-        problems.append(f"network interfaces: {found.get('net', '?').strip()}")
-    if found.get("root") != "ro":
-        problems.append("the root filesystem is writable")
-    if r.exit_code != 0 or problems:
-        return Check(
-            "sandbox",
-            "fail",
-            "; ".join(problems) or f"probe failed: {r.stderr.strip()[:200]}",
-            "check the engine's security options and the limits (see docs/sandbox.md)",
-        )
-    return Check(
-        "sandbox",
-        "ok",
-        f"runs as uid {found['uid']}, no capabilities, no-new-privileges, only lo, read-only root",
-    )
-
-
-def _permission_fix() -> str:
-    return (
-        "if this is a permission problem: add your user to the 'docker' group "
-        "(sudo usermod -aG docker $USER) and log in again, or run as root"
-    )

@@ -1,0 +1,160 @@
+"""The shell and Python scripts a Docker sandbox runs inside its container, and their argv.
+
+* the **wrapper** around every command: optionally cleans up after the previous holder
+  (kills the sandbox user's processes, empties the writable places), changes into the
+  working directory and ``exec``\\ s ``timeout -s KILL T`` around the command;
+* the **file helper**, run with the image's ``python3`` as the sandbox user: writes,
+  reads and lists workspace files, resolving every path (symlinks included) and refusing
+  any that lands outside the workspace;
+* **kill-all** (every process of the sandbox user) and the **OOM counter** reader.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BASE_ENV",
+    "CLEANUP_FAILED",
+    "HELPER_TIMEOUT",
+    "KEEPER_USER",
+    "KILL_ALL",
+    "READ_OOM",
+    "WORKSPACE",
+    "helper_argv",
+    "oom_kills",
+    "wrapped_argv",
+]
+
+WORKSPACE = "/workspace"
+#: uid:gid of the container's init and keeper; never the uid commands run as.
+KEEPER_USER = "65534:65534"
+#: what a command's environment starts from
+BASE_ENV = {
+    "HOME": WORKSPACE,
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "TMPDIR": "/tmp",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+#: seconds a file operation (the helper) may take
+HELPER_TIMEOUT = 120.0
+#: what the wrapper prints (exit 125) when it could not empty the writable places
+CLEANUP_FAILED = "agentgym-sandbox: could not empty the workspace"
+# the places a command can write, emptied when a pooled sandbox changes hands
+_WRITABLE = ("/workspace", "/tmp", "/dev/shm")
+_GLOBS = " ".join(f"{d}/* {d}/.[!.]* {d}/..?*" for d in _WRITABLE)
+
+#: Kill every process the sandbox user may signal, except this shell (kill -1 skips the
+#: caller and pid 1). A builtin in a loop: no fork, so it works when the pids cgroup is
+#: full; the loop catches processes forked while the first sweep ran.
+KILL_ALL = 'i=0; while kill -9 -1 2>/dev/null && [ "$i" -lt 200 ]; do i=$((i+1)); done; exit 0'
+
+#: the OOM-kill counter of the container's memory cgroup (v1, then v2)
+READ_OOM = (
+    "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || "
+    "cat /sys/fs/cgroup/memory.events 2>/dev/null; exit 0"
+)
+
+# The wrapper every exec runs: $1 = clean first (0/1), $2 = working directory,
+# $3 = timeout in seconds, then the command's argv.
+_WRAPPER = f"""
+if [ "$1" = 1 ]; then
+  i=0; while kill -9 -1 2>/dev/null && [ "$i" -lt 200 ]; do i=$((i+1)); done
+  dirty=
+  for f in {_GLOBS}; do if [ -e "$f" ] || [ -L "$f" ]; then dirty=1; break; fi; done
+  if [ -n "$dirty" ]; then
+    rm -rf -- {_GLOBS} 2>/dev/null || {{ chmod -R u+rwX {" ".join(_WRITABLE)} 2>/dev/null; rm -rf -- {_GLOBS} 2>/dev/null; }}
+    for f in {_GLOBS}; do
+      if [ -e "$f" ] || [ -L "$f" ]; then echo '{CLEANUP_FAILED}' >&2; exit 125; fi
+    done
+  fi
+fi
+cd -- "$2" 2>/dev/null || {{ echo "agentgym-sandbox: no directory ${{2#{WORKSPACE}/}} in the workspace" >&2; exit 2; }}
+t=$3; shift 3
+exec timeout -s KILL "$t" "$@"
+"""
+
+# File transfer helper. Exit 3 with a JSON error on stdout for what the caller did wrong.
+_HELPER = r"""
+import json, os, stat, sys
+ROOT = "/workspace"
+def fail(kind, path, detail=""):
+    sys.stdout.write(json.dumps({"error": kind, "path": path, "detail": detail}))
+    sys.exit(3)
+def resolve(rel):
+    real = os.path.realpath(os.path.join(ROOT, rel))
+    if real != ROOT and not real.startswith(ROOT + "/"):
+        fail("escape", rel, real)
+    return real
+op = sys.argv[1]
+if op == "write":
+    data = sys.stdin.buffer.read()
+    nl = data.index(b"\n")
+    entries = json.loads(data[:nl])
+    pos = nl + 1
+    plan = []
+    for rel, size in entries:
+        real = resolve(rel)
+        if real == ROOT or os.path.isdir(real):
+            fail("isdir", rel)
+        plan.append((rel, real, data[pos:pos + size]))
+        pos += size
+    for rel, real, content in plan:
+        try:
+            os.makedirs(os.path.dirname(real), exist_ok=True)
+            fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(content)
+        except OSError as e:
+            fail("oserror", rel, f"{e.strerror} (errno {e.errno})")
+elif op == "read":
+    rel, limit = sys.argv[2], int(sys.argv[3])
+    real = resolve(rel)
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        fail("missing", rel)
+    if not stat.S_ISREG(st.st_mode):
+        fail("notfile", rel)
+    if st.st_size > limit:
+        fail("toolarge", rel, str(st.st_size))
+    with open(real, "rb") as f:
+        sys.stdout.buffer.write(f.read(limit + 1))
+elif op == "list":
+    out = []
+    for d, dirs, files in os.walk(ROOT):
+        for name in files:
+            p = os.path.join(d, name)
+            if stat.S_ISREG(os.lstat(p).st_mode):
+                out.append(os.path.relpath(p, ROOT))
+    sys.stdout.write(json.dumps(sorted(out)))
+"""
+
+
+def wrapped_argv(argv: list[str], *, clean: bool, workdir: str, timeout: float) -> list[str]:
+    """``argv`` inside the wrapper: cleaned up first if ``clean``, run in ``workdir``
+    (absolute, in the container), killed with everything it started after ``timeout``."""
+    return [
+        "sh",
+        "-c",
+        _WRAPPER,
+        "agentgym-sandbox",
+        "1" if clean else "0",
+        workdir,
+        f"{timeout:.3f}",
+        *argv,
+    ]
+
+
+def helper_argv(args: list[str]) -> list[str]:
+    """The file helper's argv for ``args`` (``["write"]``, ``["read", rel, limit]``, ``["list"]``)."""
+    return ["python3", "-I", "-S", "-c", _HELPER, *args]
+
+
+def oom_kills(report: str) -> int:
+    """The ``oom_kill`` count in what :data:`READ_OOM` printed (0 when absent)."""
+    count = 0
+    for line in report.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            count = max(count, int(value))
+    return count
