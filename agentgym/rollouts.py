@@ -4,8 +4,11 @@ Many episodes run at once on one asyncio event loop. Policy calls are awaited (e
 batch the concurrent calls); blocking environment work (``make``, ``reset``, ``step``,
 which may grade, run sandboxes or tests) runs in a thread pool so it never stalls the
 loop. For group-based RL each task (a ``reset`` seed) is played ``group_size`` times.
-With ``workers=`` (a :class:`~agentgym.workers.RayEnvWorkers`) the environment work runs
-in Ray actors instead, with the same episodes as a result (see ``docs/ray.md``).
+Where the environment work runs is one argument, ``env_host``: a
+:class:`~agentgym.local_envs.LocalEnvs` (this process's threads, optionally keeping env
+instances between rollouts; a fresh one per call by default) or a
+:class:`~agentgym.workers.RayEnvWorkers` (Ray actors; the same episodes, see
+``docs/ray.md``).
 
 Episodes come back ordered by (task, sample). Each carries every turn of every
 conversation and the env's terminal reward and breakdown; ``Episode.metrics`` gets the
@@ -19,25 +22,19 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
-import threading
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import gymnasium as gym
-
 from agentgym.errors import ConfigError, EnvStateError
+from agentgym.local_envs import EnvSource, LocalEnv, LocalEnvs, LocalRollout
 from agentgym.progress import Progress
-from agentgym.types import Episode, Message, SamplingParams, Turn
-from agentgym.workers import config_index, env_id_of
+from agentgym.types import Episode, SamplingParams, Turn
 
 if TYPE_CHECKING:
     from agentgym.workers import RayEnvWorkers, RemoteEnv
 
-EnvSource = str | Callable[[], gym.Env]
 EpisodeCallback = Callable[[Episode], Any | Awaitable[Any]]
 
 #: safety net for envs without limits: a rollout never runs more steps than this
@@ -64,9 +61,7 @@ async def rollout_async(
     on_episode: EpisodeCallback | None = None,
     progress: bool = False,
     max_steps: int = DEFAULT_MAX_STEPS,
-    executor: ThreadPoolExecutor | None = None,
-    workers: RayEnvWorkers | None = None,
-    env_cache: EnvCache | None = None,
+    env_host: LocalEnvs | RayEnvWorkers | None = None,
 ) -> list[Episode]:
     """Run ``len(seeds) * group_size`` episodes concurrently; see the module docstring.
 
@@ -86,16 +81,15 @@ async def rollout_async(
         on_episode: called (or awaited) with each finished episode, as it finishes.
         progress: show a progress bar (plain lines when not on a terminal).
         max_steps: a step cap per episode, a safety net against envs with no limit.
-        executor: thread pool for env work (default: one of ``concurrency`` threads);
-            not used with ``workers``.
-        workers: run env ``make``/``reset``/``step`` in these Ray actors instead of a
-            thread pool (:class:`~agentgym.workers.RayEnvWorkers`; ``env`` is then an id
-            or a picklable factory). Env instances stay cached in the workers across
-            rollouts; env-bound policies (``for_env``) are bound and called in the
-            worker. The episodes are the same as without workers.
-        env_cache: take env instances from this :class:`EnvCache` and give them back at
-            the end instead of closing them (a trainer keeps one for its whole run, so
-            envs are made once rather than every step); not used with ``workers``.
+        env_host: where env ``make``/``reset``/``step`` run. A
+            :class:`~agentgym.local_envs.LocalEnvs`: this process's threads, and with
+            ``keep=True`` env instances kept between rollouts (a trainer keeps one for
+            its whole run, so envs are made once rather than every step). A
+            :class:`~agentgym.workers.RayEnvWorkers`: Ray actors (``env`` is then an id
+            or a picklable factory; env instances stay cached in the workers; env-bound
+            policies (``for_env``) are bound and called in the worker); the episodes
+            are the same. ``None``: a fresh ``LocalEnvs`` of ``concurrency`` threads,
+            closed when the rollout ends.
     """
     if group_size < 1:
         raise ConfigError(f"group_size must be >= 1, got {group_size}.")
@@ -113,11 +107,13 @@ async def rollout_async(
     out_path = Path(out) if out is not None else None
     if out_path is not None:
         out_path.parent.mkdir(parents=True, exist_ok=True)
-    envs: _LocalEnvs | _WorkerEnvs
-    if workers is not None:
-        envs = _WorkerEnvs(workers, env, env_kwargs, n_envs)
+    own_host = env_host is None
+    host = LocalEnvs(n_envs) if env_host is None else env_host
+    envs: LocalRollout | _WorkerEnvs
+    if isinstance(host, LocalEnvs):
+        envs = LocalRollout(env, env_kwargs, n_envs, host)
     else:
-        envs = _LocalEnvs(env, env_kwargs, n_envs, executor, env_cache)
+        envs = _WorkerEnvs(host, env, env_kwargs, n_envs)
     bar = Progress(len(jobs), desc="rollout", unit="episode", enabled=progress)
     reward_sum = 0.0
 
@@ -147,206 +143,9 @@ async def rollout_async(
     finally:
         bar.close()
         await envs.close()
+        if own_host:
+            host.close()
     return [ep for ep in results if ep is not None]
-
-
-class _EnvCalls:
-    """Runs blocking env calls in a thread pool with few thread hand-offs.
-
-    Calls are queued; at most ``threads`` drainer jobs run in the pool, each taking
-    calls off the queue until it is empty. Episodes tend to call their envs all at
-    once (every ``reset`` at the start of a batch, every ``step`` when a batch of
-    completions arrives): those calls are then picked up by drainers already running
-    instead of costing one executor job each. On envs whose calls take a fraction of a
-    millisecond, that hand-off was most of the cost. As many calls still run at once as
-    the pool has threads, and each result goes back to the event loop as soon as it is
-    ready.
-    """
-
-    def __init__(self, pool: ThreadPoolExecutor, threads: int) -> None:
-        self.pool = pool
-        self.threads = max(1, threads)
-        self.queue: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Callable[[], Any]]]
-        self.queue = deque()
-        self.lock = threading.Lock()
-        self.drainers = 0
-
-    def call(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
-        with self.lock:
-            self.queue.append((loop, fut, fn))
-            start = self.drainers < self.threads
-            if start:
-                self.drainers += 1
-        if start:
-            try:
-                self.pool.submit(self._drain)
-            except BaseException:
-                with self.lock:
-                    self.drainers -= 1
-                raise
-        return fut
-
-    def _drain(self) -> None:
-        while True:
-            with self.lock:
-                if not self.queue:
-                    self.drainers -= 1
-                    return
-                loop, fut, fn = self.queue.popleft()
-            try:
-                result, error = fn(), None
-            except BaseException as e:  # handed to the awaiting episode
-                result, error = None, e
-            try:
-                loop.call_soon_threadsafe(_resolve, fut, result, error)
-            except RuntimeError:  # the loop is closed: the rollout ended without this call
-                pass
-
-
-def _resolve(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if fut.cancelled():
-        return
-    if error is not None:
-        fut.set_exception(error)
-    else:
-        fut.set_result(result)
-
-
-class _LocalEnv:
-    """An env in this process; blocking calls go to the thread pool."""
-
-    def __init__(self, env: gym.Env, calls: _EnvCalls, source: EnvSource) -> None:
-        self.env = env
-        self.calls = calls
-        self.env_id = env_id_of(env, source)
-
-    async def reset(self, *, seed: int | None = None) -> tuple[list[Message], dict[str, Any]]:
-        return await self.calls.call(lambda: self.env.reset(seed=seed))
-
-    async def step(self, action: str) -> tuple[list[Message], Any, bool, bool, dict[str, Any]]:
-        return await self.calls.call(lambda: self.env.step(action))
-
-    async def episode_metrics(self) -> dict[str, Any]:
-        return dict(getattr(self.env.unwrapped, "episode_metrics", {}) or {})
-
-    async def bind_policy(self, policy: Any) -> Any:
-        return policy.for_env(self.env)
-
-
-class EnvCache:
-    """Env instances kept between rollouts in this process, by configuration.
-
-    :func:`rollout_async` with ``env_cache=`` takes idle envs of the same source and
-    ``env_kwargs`` (compared by equality) before making new ones, and gives them back
-    when it ends instead of closing them; an env whose episode failed is closed, never
-    given back. A reused env is ``reset`` with the task's seed like a new one, so the
-    episodes are the same (the contract Gymnasium's ``reset(seed=...)`` sets). Not
-    thread-safe: one event loop at a time. :meth:`close` closes every idle env.
-    """
-
-    def __init__(self) -> None:
-        self._configs: list[tuple[Any, dict[str, Any]]] = []
-        self._idle: dict[int, list[gym.Env]] = {}
-
-    def key(self, source: EnvSource, env_kwargs: dict[str, Any] | None) -> int:
-        return config_index(self._configs, source, dict(env_kwargs or {}))
-
-    def take(self, key: int) -> gym.Env | None:
-        idle = self._idle.get(key)
-        return idle.pop() if idle else None
-
-    def give(self, key: int, env: gym.Env) -> None:
-        self._idle.setdefault(key, []).append(env)
-
-    def __len__(self) -> int:
-        return sum(len(v) for v in self._idle.values())
-
-    def close(self) -> None:
-        envs = [e for idle in self._idle.values() for e in idle]
-        self._idle.clear()
-        _close_all(envs)
-
-
-def _close_all(envs: Sequence[gym.Env]) -> None:
-    for env in envs:
-        try:
-            env.close()
-        except Exception:  # closing is best effort: one env's failure must not keep others open
-            pass
-
-
-class _LocalEnvs:
-    """``n_envs`` env instances made on demand in a thread pool (or taken from an
-    :class:`EnvCache`), reused across episodes, and closed (or given back to the cache)
-    at the end of the rollout (the in-process path)."""
-
-    def __init__(
-        self,
-        source: EnvSource,
-        env_kwargs: dict[str, Any] | None,
-        n_envs: int,
-        executor: ThreadPoolExecutor | None,
-        cache: EnvCache | None = None,
-    ) -> None:
-        self.source, self.env_kwargs, self.n_envs = source, env_kwargs, n_envs
-        self.own_pool = executor is None
-        self.pool = executor or ThreadPoolExecutor(
-            max_workers=n_envs, thread_name_prefix="agentgym-env"
-        )
-        # the pool's thread count (its own attribute; ours has one thread per env)
-        threads = getattr(self.pool, "_max_workers", n_envs)
-        self.calls = _EnvCalls(self.pool, min(n_envs, threads))
-        self.cache = cache
-        self.cache_key = cache.key(source, env_kwargs) if cache is not None else -1
-        self.idle: asyncio.Queue[_LocalEnv] = asyncio.Queue()
-        self.made: list[_LocalEnv] = []
-        self.broken: set[int] = set()
-        self.lock = asyncio.Lock()
-
-    def _make(self) -> gym.Env:
-        if isinstance(self.source, str):
-            return gym.make(self.source, **(self.env_kwargs or {}))
-        if self.env_kwargs:
-            raise ConfigError(
-                "env_kwargs is only used when env is an id; bake them into the factory."
-            )
-        return self.source()
-
-    async def acquire(self) -> _LocalEnv:
-        async with self.lock:
-            if self.idle.empty() and len(self.made) < self.n_envs:
-                env = self.cache.take(self.cache_key) if self.cache is not None else None
-                if env is None:
-                    env = await self.calls.call(self._make)
-                e = _LocalEnv(env, self.calls, self.source)
-                self.made.append(e)
-                return e
-        return await self.idle.get()
-
-    def release(self, e: _LocalEnv, ok: bool) -> None:
-        if not ok:  # its episode failed or was cancelled mid-call: it may be in any state
-            self.broken.add(id(e))
-        self.idle.put_nowait(e)
-
-    async def close(self) -> None:
-        # only envs that are idle and whose episodes went well go back to a cache; one
-        # still in an episode (the rollout failed while it ran) is closed like the rest
-        idle = set()
-        while not self.idle.empty():
-            idle.add(id(self.idle.get_nowait()))
-        keep: set[int] = set()
-        if self.cache is not None:
-            keep = {id(e) for e in self.made if id(e) in idle and id(e) not in self.broken}
-            for e in self.made:
-                if id(e) in keep:
-                    self.cache.give(self.cache_key, e.env)
-        to_close = [e.env for e in self.made if id(e) not in keep]
-        if to_close:
-            await self.calls.call(lambda: _close_all(to_close))
-        if self.own_pool:
-            self.pool.shutdown(wait=False)
 
 
 class _WorkerEnvs:
@@ -381,7 +180,7 @@ class _WorkerEnvs:
 
 
 async def _play(
-    env: _LocalEnv | RemoteEnv,
+    env: LocalEnv | RemoteEnv,
     policy: Any,
     seed: int,
     sample: int,
@@ -448,7 +247,7 @@ async def _play(
 
 def rollout(env: EnvSource, policy: Any, **kwargs: Any) -> list[Episode]:
     """Synchronous :func:`rollout_async` (runs its own event loop); takes the same
-    keyword arguments, ``workers=`` included."""
+    keyword arguments, ``env_host=`` included."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:

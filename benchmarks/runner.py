@@ -34,14 +34,19 @@ import platform
 import re
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import gymnasium as gym
-
-from agentgym import ConfigError, DataError, Episode, Progress, SamplingParams, iter_episodes
+from agentgym import (
+    ConfigError,
+    DataError,
+    Episode,
+    LocalEnvs,
+    Progress,
+    SamplingParams,
+    iter_episodes,
+)
 from agentgym.benchmarks.metrics import (
     TaskOutcome,
     compute_metrics,
@@ -184,17 +189,6 @@ def load_done(path: Path, suite: Suite) -> dict[TaskKey, Episode]:
 # ------------------------------------------------------------------------------ running
 
 
-class _Lease(gym.Wrapper):
-    """An env borrowed from a pool: ``close`` gives it back instead of closing it."""
-
-    def __init__(self, env: gym.Env, pool: list[gym.Env]) -> None:
-        super().__init__(env)
-        self._pool = pool
-
-    def close(self) -> None:
-        self._pool.append(self.env)
-
-
 def _sampling_for(suite: Suite, entry_name: str, sample: int) -> SamplingParams:
     from agentgym import derive_seed
 
@@ -276,27 +270,12 @@ async def run_suite_async(
         enabled=progress,
     )
     new_reward = 0.0
-    pools: dict[int, list[gym.Env]] = {i: [] for i in range(len(suite.entries))}
     queue: asyncio.Queue[TaskKey] = asyncio.Queue()
     for job in jobs:
         queue.put_nowait(job)
     n_workers = max(1, min(concurrency, len(jobs)))
-    executor = ThreadPoolExecutor(max_workers=n_workers, thread_name_prefix="agentgym-bench")
-
-    def factory_for(i: int) -> Callable[[], gym.Env]:
-        entry = suite.entries[i]
-
-        def make() -> gym.Env:
-            pool = pools[i]
-            try:
-                env = pool.pop()
-            except IndexError:
-                env = gym.make(entry.env_id, **dict(entry.env_kwargs))
-            return _Lease(env, pool)
-
-        return make
-
-    factories = {i: factory_for(i) for i in range(len(suite.entries))}
+    # env work in this process's threads; envs kept from one task to the next
+    env_host = LocalEnvs(n_workers, keep=True)
 
     def save(ep: Episode) -> None:
         line = ep.to_json() + "\n"
@@ -324,14 +303,15 @@ async def run_suite_async(
                     on_episode(ep)
 
             await rollout_async(
-                factories[i],
+                entry.env_id,
                 policy_obj,
                 seeds=[seed],
                 group_size=1,
                 sampling=_sampling_for(suite, entry.name, s),
                 concurrency=1,
                 on_episode=tag,
-                executor=executor,
+                env_kwargs=dict(entry.env_kwargs),
+                env_host=env_host,
             )
 
     try:
@@ -349,13 +329,7 @@ async def run_suite_async(
         raise first from None
     finally:
         bar.close()
-        for pool in pools.values():
-            for env in pool:
-                try:
-                    env.close()
-                except Exception:
-                    pass
-        executor.shutdown(wait=False)
+        env_host.close()
         aclose = getattr(policy_obj, "aclose", None)
         if aclose is not None:
             try:

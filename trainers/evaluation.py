@@ -14,7 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from agentgym import ConfigError, Episode, SamplingParams, episode_accuracy, episode_tokens
+from agentgym import (
+    ConfigError,
+    Episode,
+    SamplingParams,
+    episode_accuracy,
+    episode_tokens,
+    rollout_async,
+)
 from agentgym.trainers.config import EnvSpec
 from agentgym.trainers.env_setup import env_kwargs, resolve_envs
 
@@ -59,23 +66,18 @@ async def evaluate_async(
     seed_start: int = 0,
     seeds: Sequence[int] | None = None,
     concurrency: int = 256,
-    workers: Any = None,
-    executor: Any = None,
-    env_cache: Any = None,
+    env_host: Any = None,
 ) -> tuple[dict[str, float], list[list[Episode]]]:
     """One episode per held-out seed and env.
 
     Args:
         seeds: the held-out seeds; default ``seed_start .. seed_start + num_tasks - 1``.
-        workers: Ray env workers for the env work (``None``: in this process).
-        executor / env_cache: the thread pool and :class:`~agentgym.rollouts.EnvCache`
-            for env work in this process (``None``: a pool and new envs per call).
+        env_host: where env work runs (:class:`agentgym.LocalEnvs` or
+            :class:`agentgym.RayEnvWorkers`; ``None``: new threads and envs per call).
 
     Returns:
         summary metrics under ``eval/`` and the episodes, one list per env.
     """
-    from agentgym import rollout_async
-
     if seeds is None:
         if num_tasks is None:
             raise ConfigError("evaluate_async needs seeds or num_tasks.")
@@ -91,9 +93,7 @@ async def evaluate_async(
                 sampling=sampling,
                 concurrency=concurrency,
                 env_kwargs=env_kwargs(spec, tokenizer),
-                workers=workers,
-                executor=executor,
-                env_cache=env_cache,
+                env_host=env_host,
             )
             if seeds
             else _no_episodes()

@@ -312,7 +312,7 @@ class DAPOTrainer:
                     seeds=seeds[self.dist.rank :: self.dist.world_size],
                     sampling=sampling,
                     concurrency=self.cfg.rollout.concurrency,
-                    **self.rollouts.env_placement(),
+                    env_host=self.rollouts.env_host,
                 )
             )
         if self.dist.world_size > 1:  # every rank played its share of the seeds

@@ -19,7 +19,6 @@ import json
 import random
 from collections import defaultdict
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,8 +27,9 @@ import torch
 
 from agentgym import (
     ConfigError,
-    EnvCache,
     Episode,
+    LocalEnvs,
+    RayEnvWorkers,
     SamplingParams,
     derive_seed,
     episode_accuracy,
@@ -117,19 +117,16 @@ class RolloutPhase:
         self.cfg, self.env_ids, self.env_kwargs, self.dist = cfg, list(env_ids), env_kwargs, dist
         weights = np.array([e.weight for e in cfg.envs], dtype=np.float64)
         self.env_weights = (weights / weights.sum()).tolist()
-        # env work in this process: one thread pool for the whole run (a pool per round
-        # cost ~20 ms of idle time a step); or in Ray actors (rollout.rollout_workers)
-        self.env_pool = ThreadPoolExecutor(
-            max_workers=max(1, min(8, cfg.rollout.concurrency)), thread_name_prefix="agentgym-env"
-        )
-        self.env_cache = EnvCache()  # env instances reused from step to step
-        self.workers: Any = None
+        # where env work runs, for the whole run: Ray actors (rollout.rollout_workers), or
+        # this process's threads with the env instances kept from step to step (a thread
+        # pool per round cost ~20 ms of idle time a step; a gym.make per step more)
+        self.env_host: LocalEnvs | RayEnvWorkers
         if cfg.rollout.rollout_workers > 0:
-            from agentgym import RayEnvWorkers
-
-            self.workers = RayEnvWorkers(
+            self.env_host = RayEnvWorkers(
                 cfg.rollout.rollout_workers, address=cfg.rollout.ray_address
             )
+        else:
+            self.env_host = LocalEnvs(max(1, min(8, cfg.rollout.concurrency)), keep=True)
         # the task stream: a checkpoint carries it (state_dict / load_state_dict)
         self.next_seed = cfg.train_seed_start
         self.task_rng = random.Random(derive_seed("tasks", cfg.run.seed))
@@ -234,9 +231,7 @@ class RolloutPhase:
                     concurrency=share,
                     env_kwargs=self.env_kwargs[k],
                     on_episode=lambda _ep, i=stream: policy.episode_done(i),
-                    workers=self.workers,
-                    executor=self.env_pool,
-                    env_cache=self.env_cache,
+                    env_host=self.env_host,
                 )
             )
         policy.expect(streams)
@@ -246,17 +241,9 @@ class RolloutPhase:
             policy.expect(None)
         return [ep for eps in results for ep in eps]
 
-    def env_placement(self) -> dict[str, Any]:
-        """Keyword arguments that send env work where this phase sends it (evaluation
-        uses the same threads, cached envs or Ray actors)."""
-        return {"workers": self.workers, "executor": self.env_pool, "env_cache": self.env_cache}
-
     def close(self) -> None:
-        """Close the envs kept for reuse, the workers and the thread pool."""
-        if self.workers is not None:
-            self.workers.close()
-        self.env_cache.close()
-        self.env_pool.shutdown(wait=False)
+        """Close the envs kept for reuse and stop the threads or the Ray workers."""
+        self.env_host.close()
 
 
 def _as_tuples(state: Any) -> Any:

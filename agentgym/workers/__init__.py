@@ -8,7 +8,7 @@ is limited to one machine::
 
     workers = RayEnvWorkers(4)                    # starts a local Ray
     workers = RayEnvWorkers(4, address="head:6379")  # joins a running cluster
-    episodes = rollout("agentgym/BalancedMath-v0", policy, num_tasks=64, workers=workers)
+    episodes = rollout("agentgym/BalancedMath-v0", policy, num_tasks=64, env_host=workers)
     workers.close()
 
 What runs where:

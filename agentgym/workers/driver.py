@@ -132,7 +132,7 @@ class RayEnvWorkers:
     """``num_workers`` Ray actors that hold environment instances for rollouts.
 
     Pass it to :func:`agentgym.rollout` / :func:`~agentgym.rollouts.rollout_async` as
-    ``workers=``; make it once (start-up costs seconds), use it for every rollout, and
+    ``env_host=``; make it once (start-up costs seconds), use it for every rollout, and
     :meth:`close` it at the end (also a context manager). See :mod:`agentgym.workers` for
     what runs where.
 

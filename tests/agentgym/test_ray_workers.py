@@ -69,7 +69,7 @@ def _run(coro):
 def test_oracle_episodes_are_identical_to_the_in_process_path(workers, env_id, env_kwargs):
     kw = {"seeds": [0, 1, 2], "group_size": 2, "concurrency": 4, "env_kwargs": env_kwargs}
     local = rollout(env_id, OraclePolicy(), **kw)
-    remote = rollout(env_id, OraclePolicy(), workers=workers, **kw)
+    remote = rollout(env_id, OraclePolicy(), env_host=workers, **kw)
     assert [_content(e) for e in remote] == [_content(e) for e in local]
     assert all(e.reward == 1.0 for e in remote)  # the oracle really played, in the worker
     assert {"time/env_s", "time/policy_s"} <= set(remote[0].metrics)
@@ -89,7 +89,7 @@ def test_driver_side_policy_with_seeded_sampling_gives_identical_episodes(
         "sampling": SamplingParams(seed=11),
     }
     local = rollout(env_id, policy, **kw)
-    remote = rollout(env_id, policy, workers=workers, **kw)
+    remote = rollout(env_id, policy, env_host=workers, **kw)
     assert [_content(e) for e in remote] == [_content(e) for e in local]
     assert len({e.turns[0].completion.text for e in remote}) > 1  # seeds really differ
 
@@ -98,7 +98,7 @@ def test_env_factories_resolve_in_the_workers(workers):
     from toy_envs import CounterEnv  # importable in the workers: driver's sys.path is passed
 
     local = rollout(lambda: CounterEnv(target=3), OraclePolicy(), seeds=[0, 1])
-    remote = rollout(lambda: CounterEnv(target=3), OraclePolicy(), seeds=[0, 1], workers=workers)
+    remote = rollout(lambda: CounterEnv(target=3), OraclePolicy(), seeds=[0, 1], env_host=workers)
     assert [_content(e) for e in remote] == [_content(e) for e in local]
     assert remote[0].env_id == "CounterEnv"
 
@@ -124,7 +124,7 @@ def test_episodes_are_spread_over_workers_and_envs_are_reused(workers):
 # ----------------------------------------------------------------------------- errors
 def test_env_error_at_make_reraises_with_the_workers_traceback(workers):
     with pytest.raises(UnknownNameError) as info:  # the env's own exception type still matches
-        rollout(MATH, OraclePolicy(), env_kwargs={"kinds": "astrology"}, workers=workers)
+        rollout(MATH, OraclePolicy(), env_kwargs={"kinds": "astrology"}, env_host=workers)
     err = info.value
     assert isinstance(err, EnvWorkerError)
     assert err.env_id == MATH and MATH in str(err)
@@ -150,7 +150,7 @@ def test_unknown_env_id_fails_in_the_driver_like_gym_make(workers):
     import gymnasium as gym
 
     with pytest.raises(gym.error.Error):
-        rollout("agentgym/NoSuchEnv-v0", OraclePolicy(), workers=workers)
+        rollout("agentgym/NoSuchEnv-v0", OraclePolicy(), env_host=workers)
 
 
 # ----------------------------------------------------------------------------- time bounds

@@ -7,9 +7,10 @@ import asyncio
 import pytest
 from toy_envs import CounterEnv
 
+from agentgym import LocalEnvs
 from agentgym.errors import EnvStateError
 from agentgym.policies import OraclePolicy, ScriptedPolicy
-from agentgym.rollouts import EnvCache, derive_seed, rollout, rollout_async
+from agentgym.rollouts import derive_seed, rollout, rollout_async
 from agentgym.types import Completion, SamplingParams, read_episodes
 
 
@@ -93,7 +94,7 @@ def test_rollout_inside_a_running_loop_points_to_the_async_version():
     assert len(asyncio.run(inner())) == 2
 
 
-def test_env_cache_reuses_envs_across_rollouts_with_the_same_episodes():
+def test_kept_envs_are_reused_across_rollouts_with_the_same_episodes():
     made, closed = [], []
 
     class Tracked(CounterEnv):
@@ -109,26 +110,22 @@ def test_env_cache_reuses_envs_across_rollouts_with_the_same_episodes():
     assert len(made) == 3 and len(closed) == 3  # without a cache every env is closed
     made.clear()
     closed.clear()
-    cache = EnvCache()
-    first = rollout(
-        make, OraclePolicy(), seeds=[4, 5], group_size=2, concurrency=3, env_cache=cache
-    )
-    again = rollout(
-        make, OraclePolicy(), seeds=[4, 5], group_size=2, concurrency=3, env_cache=cache
-    )
+    cache = LocalEnvs(keep=True)
+    first = rollout(make, OraclePolicy(), seeds=[4, 5], group_size=2, concurrency=3, env_host=cache)
+    again = rollout(make, OraclePolicy(), seeds=[4, 5], group_size=2, concurrency=3, env_host=cache)
     assert len(made) == 3 and not closed and len(cache) == 3  # made once, then reused
     for eps in (first, again):
         assert [e.to_json() for e in _without_times(eps)] == [
             e.to_json() for e in _without_times(fresh)
         ]
     # another configuration gets envs of its own
-    other = rollout(lambda: CounterEnv(target=9), OraclePolicy(), seeds=[1], env_cache=cache)
+    other = rollout(lambda: CounterEnv(target=9), OraclePolicy(), seeds=[1], env_host=cache)
     assert other[0].reward == 1.0 and len(cache) == 4
     cache.close()
     assert len(closed) == 3 and len(cache) == 0
 
 
-def test_env_cache_never_keeps_an_env_whose_episode_failed():
+def test_an_env_whose_episode_failed_is_never_kept():
     closed = []
 
     class Fragile(CounterEnv):
@@ -140,13 +137,13 @@ def test_env_cache_never_keeps_an_env_whose_episode_failed():
         def close(self):
             closed.append(self)
 
-    cache = EnvCache()
+    cache = LocalEnvs(keep=True)
     with pytest.raises(RuntimeError, match="env broke"):
-        rollout(Fragile, ScriptedPolicy(lambda m: "boom"), seeds=[0], env_cache=cache)
+        rollout(Fragile, ScriptedPolicy(lambda m: "boom"), seeds=[0], env_host=cache)
     assert len(cache) == 0 and len(closed) == 1
 
 
-def test_env_cache_does_not_keep_an_env_still_in_an_episode_when_the_rollout_fails():
+def test_an_env_still_in_an_episode_when_the_rollout_fails_is_not_kept():
     import time
 
     closed = []
@@ -165,10 +162,10 @@ def test_env_cache_does_not_keep_an_env_still_in_an_episode_when_the_rollout_fai
         def close(self):
             closed.append(self)
 
-    cache = EnvCache()
+    cache = LocalEnvs(keep=True)
     with pytest.raises(RuntimeError, match="env broke"):
         rollout(
-            Fragile, ScriptedPolicy(lambda m: "next"), seeds=[0, 1], concurrency=2, env_cache=cache
+            Fragile, ScriptedPolicy(lambda m: "next"), seeds=[0, 1], concurrency=2, env_host=cache
         )
     assert len(cache) == 0  # one env broke, the other was mid-episode: neither is kept
     assert len(closed) == 2
@@ -181,3 +178,16 @@ def _without_times(eps):
         replace(e, metrics={k: v for k, v in e.metrics.items() if not k.startswith("time/")})
         for e in eps
     ]
+
+
+def test_local_envs_checks_its_threads_and_closes_twice():
+    from agentgym import ConfigError
+
+    with pytest.raises(ConfigError, match="threads"):
+        LocalEnvs(threads=0)
+    host = LocalEnvs(threads=2, keep=True)
+    rollout(lambda: CounterEnv(target=2), OraclePolicy(), seeds=[0, 1, 2], env_host=host)
+    assert host.threads == 2 and 1 <= len(host) <= 3  # the envs were kept, not closed
+    host.close()
+    host.close()
+    assert len(host) == 0

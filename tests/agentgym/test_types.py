@@ -95,4 +95,4 @@ def test_every_public_name_of_the_package_resolves():
 
     missing = [name for name in agentgym.__all__ if getattr(agentgym, name, None) is None]
     assert not missing
-    assert agentgym.EnvCache.__module__ == "agentgym.rollouts"
+    assert agentgym.LocalEnvs.__module__ == "agentgym.local_envs"

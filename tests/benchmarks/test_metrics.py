@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from agentgym import episode_accuracy, episode_tokens
 from agentgym.benchmarks.metrics import (
     TaskOutcome,
     compute_metrics,
@@ -17,7 +18,6 @@ from agentgym.benchmarks.metrics import (
 from agentgym.benchmarks.metrics import (
     tests_counts as count_tests,
 )
-from agentgym import episode_accuracy, episode_tokens
 from agentgym.errors import ConfigError
 from agentgym.types import Completion, Episode, Message, Turn
 
