@@ -103,12 +103,21 @@ class LocalSandbox(Sandbox):
             **env,
         }
         return self._spawn(
-            argv, inner, inner_cwd, host_cwd, timeout, stdin, environment, stdout, stderr
+            argv,
+            inner=inner,
+            inner_cwd=inner_cwd,
+            host_cwd=host_cwd,
+            seconds=timeout,
+            stdin=stdin,
+            env=environment,
+            out=stdout,
+            err=stderr,
         )
 
     def _spawn(
         self,
         argv: list[str],
+        *,
         inner: str,
         inner_cwd: str,
         host_cwd: str,
