@@ -114,15 +114,7 @@ class DAPOTrainer:
             cfg.model, corpus=lambda: env_corpus(cfg.envs, seed_start=cfg.train_seed_start)
         )
         if cfg.lora.enabled:
-            model = apply_lora(
-                model,
-                r=cfg.lora.r,
-                alpha=cfg.lora.alpha,
-                dropout=cfg.lora.dropout,
-                target_modules=cfg.lora.target_modules,
-                target_experts=cfg.lora.target_experts,
-                seed=derive_seed("lora", cfg.run.seed),
-            )
+            model = apply_lora(model, cfg.lora, seed=derive_seed("lora", cfg.run.seed))
         self.model = model
         pad = (
             self.tokenizer.pad_token_id

@@ -30,7 +30,7 @@ from torch import nn
 from agentgym import ConfigError, UnknownNameError
 
 if TYPE_CHECKING:
-    from agentgym.trainers.config import ModelConfig
+    from agentgym.trainers.config import LoraSettings, ModelConfig
 
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny-qwen2": {
@@ -212,17 +212,9 @@ def resolve_lora_targets(
     return LoraTargets(tuple(sorted(chosen)), tuple(sorted(experts)), experts)
 
 
-def apply_lora(
-    model: nn.Module,
-    *,
-    r: int = 8,
-    alpha: float = 16.0,
-    dropout: float = 0.0,
-    target_modules: Iterable[str] | None = None,
-    target_experts: bool = True,
-    seed: int = 0,
-) -> Any:
-    """Wrap ``model`` in a peft LoRA adapter and check what was adapted.
+def apply_lora(model: nn.Module, lora: LoraSettings, *, seed: int = 0) -> Any:
+    """Wrap ``model`` in a peft LoRA adapter as the ``lora`` section says, and check what
+    was adapted.
 
     Base weights are frozen; only the adapter trains. ``seed`` seeds the adapter's
     initialisation (``lora_A``) without touching the global RNG.
@@ -232,11 +224,11 @@ def apply_lora(
     """
     from peft import LoraConfig, get_peft_model
 
-    targets = resolve_lora_targets(model, target_modules, target_experts)
+    targets = resolve_lora_targets(model, lora.target_modules, lora.target_experts)
     config = LoraConfig(
-        r=r,
-        lora_alpha=alpha,
-        lora_dropout=dropout,
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
         target_modules=list(targets.modules) or None,
         target_parameters=list(targets.parameters) or None,
         bias="none",
@@ -245,7 +237,7 @@ def apply_lora(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         peft_model = get_peft_model(model, config)
-    check_lora_targets(peft_model, targets, r)
+    check_lora_targets(peft_model, targets, lora.r)
     peft_model.agentgym_lora_targets = targets
     return peft_model
 

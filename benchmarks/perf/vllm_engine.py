@@ -119,13 +119,19 @@ def run(quick: bool = False) -> dict[str, Any]:
         return {"title": TITLE, "ratios": {}, "figures": {}, "notes": f"Skipped: {why}."}
     import torch
 
-    from agentgym.trainers import adapter_state_dict, apply_lora, build_preset, build_tokenizer
+    from agentgym.trainers import (
+        LoraSettings,
+        adapter_state_dict,
+        apply_lora,
+        build_preset,
+        build_tokenizer,
+    )
     from agentgym.trainers.engines import logprob_mismatch, make_engine
 
     s = _settings(quick)
     tok = build_tokenizer()
     base = build_preset("tiny-qwen2", tok, seed=0, overrides={"hidden_size": 256})
-    trainer = apply_lora(base, r=s["lora_r"], seed=1)
+    trainer = apply_lora(base, LoraSettings(r=s["lora_r"]), seed=1)
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, p in trainer.named_parameters():

@@ -14,6 +14,7 @@ from peft.tuners.lora import LoraLayer
 from agentgym import ConfigError, Message, SamplingParams
 from agentgym.trainers.algorithm import selected_logprobs
 from agentgym.trainers.batch import Sample, make_microbatches
+from agentgym.trainers.config import LoraSettings
 from agentgym.trainers.engines import GenerationRequest, HFEngine, HFEngineOptions, merged_lora
 from agentgym.trainers.models import adapter_state_dict, apply_lora, build_preset
 from agentgym.trainers.tokenizer import encode_prompt
@@ -21,7 +22,9 @@ from agentgym.trainers.tokenizer import encode_prompt
 
 @pytest.fixture
 def engine(tokenizer):
-    model = apply_lora(build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), r=4)
+    model = apply_lora(
+        build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), LoraSettings(r=4)
+    )
     return HFEngine(model, tokenizer)
 
 
@@ -118,10 +121,10 @@ def test_policy_respects_max_batch(engine):
 
 def test_separate_engine_copy_follows_load_adapter(tokenizer):
     trainer_model = apply_lora(
-        build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), r=4, seed=1
+        build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), LoraSettings(r=4), seed=1
     )
     engine_model = apply_lora(
-        build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), r=4, seed=1
+        build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), LoraSettings(r=4), seed=1
     )
     with torch.no_grad():
         for n, p in trainer_model.named_parameters():
@@ -202,7 +205,9 @@ def _mixed_requests() -> list[GenerationRequest]:
 
 
 def _lora_model(tokenizer, preset: str, overrides=None):
-    model = apply_lora(build_preset(preset, tokenizer, overrides=overrides, seed=0), r=4, seed=1)
+    model = apply_lora(
+        build_preset(preset, tokenizer, overrides=overrides, seed=0), LoraSettings(r=4), seed=1
+    )
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():  # a trained-looking adapter, so that it changes the outputs
         for n, p in model.named_parameters():

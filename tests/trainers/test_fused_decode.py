@@ -9,6 +9,7 @@ import torch
 from conftest import TINY_QWEN
 
 from agentgym import Message, SamplingParams
+from agentgym.trainers.config import LoraSettings
 from agentgym.trainers.engines import GenerationRequest, HFEngine, HFEngineOptions, merged_lora
 from agentgym.trainers.engines.fast_attention import growing_kv_layer_class
 from agentgym.trainers.engines.fused import FusedDecoder, supported
@@ -98,7 +99,7 @@ def test_fused_step_equals_the_model_forward(tokenizer, index):
 
 
 def test_engine_gives_the_same_tokens_with_and_without_the_fused_step(tokenizer):
-    model = apply_lora(_llama(tokenizer), r=4, seed=1)
+    model = apply_lora(_llama(tokenizer), LoraSettings(r=4), seed=1)
     with torch.no_grad():
         for n, p in model.named_parameters():
             if "lora_B" in n:
@@ -119,7 +120,7 @@ def test_engine_gives_the_same_tokens_with_and_without_the_fused_step(tokenizer)
 
 def test_models_the_fused_step_does_not_reproduce_are_left_to_their_forward(tokenizer):
     assert not supported(build_preset("tiny-deepseek-v3", tokenizer))  # MLA + MoE
-    lora = apply_lora(build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), r=4)
+    lora = apply_lora(build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), LoraSettings(r=4))
     assert not supported(lora)  # the peft wrapper itself
     assert not supported(lora.get_base_model())  # LoRA layers not folded
     with torch.no_grad(), merged_lora(lora) as folded:

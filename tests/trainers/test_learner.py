@@ -9,7 +9,7 @@ import torch
 from conftest import TINY_QWEN
 
 from agentgym.trainers.batch import Sample, make_microbatches
-from agentgym.trainers.config import AlgorithmConfig, OptimConfig
+from agentgym.trainers.config import AlgorithmConfig, LoraSettings, OptimConfig
 from agentgym.trainers.learner import Learner
 from agentgym.trainers.models import apply_lora, build_preset
 
@@ -30,7 +30,9 @@ def _samples(vocab: int, seed: int = 0) -> list[Sample]:
 
 
 def _learner(preset: str, overrides: dict, tokenizer, *, share: bool) -> Learner:
-    model = apply_lora(build_preset(preset, tokenizer, overrides=overrides, seed=3), r=4, seed=5)
+    model = apply_lora(
+        build_preset(preset, tokenizer, overrides=overrides, seed=3), LoraSettings(r=4), seed=5
+    )
     with torch.no_grad():  # a non-zero adapter, so that its gradients are not trivial
         for name, p in model.named_parameters():
             if "lora_B" in name:
@@ -146,6 +148,8 @@ def test_lora_as_one_matmul_gives_peft_gradients(tokenizer, preset, overrides):
 def test_lora_layers_with_dropout_keep_peft_forward(tokenizer):
     from agentgym.trainers.fused_lora import fused_lora_forward
 
-    model = apply_lora(build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), r=4, dropout=0.1)
+    model = apply_lora(
+        build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), LoraSettings(r=4, dropout=0.1)
+    )
     with fused_lora_forward(model) as n_fused:
         assert n_fused == 0

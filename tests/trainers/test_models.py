@@ -9,6 +9,7 @@ import torch
 from conftest import TINY_QWEN
 
 from agentgym.errors import ConfigError, UnknownNameError
+from agentgym.trainers.config import LoraSettings
 from agentgym.trainers.models import (
     adapter_state_dict,
     apply_lora,
@@ -69,7 +70,9 @@ def test_bpe_tokenizer_splits_digits_and_round_trips():
 
 
 def test_dense_lora_targets_attention_only(tokenizer):
-    model = apply_lora(build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), r=4)
+    model = apply_lora(
+        build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), LoraSettings(r=4)
+    )
     targets = model.agentgym_lora_targets
     assert {n.split(".")[-1] for n in targets.modules} == {"q_proj", "k_proj", "v_proj", "o_proj"}
     assert targets.parameters == ()
@@ -83,7 +86,7 @@ def test_moe_lora_targets_attention_and_fused_experts(tokenizer):
         "model.layers.1.mlp.experts.gate_up_proj": 4,
         "model.layers.1.mlp.experts.down_proj": 4,
     }
-    model = apply_lora(base, r=2)
+    model = apply_lora(base, LoraSettings(r=2))
     ranks = lora_ranks(model)
     assert ranks["model.layers.1.mlp.experts.gate_up_proj"] == 2 * 4  # r per expert
     assert ranks["model.layers.1.mlp.experts.down_proj"] == 2 * 4
@@ -95,16 +98,19 @@ def test_moe_mlp_names_are_rejected_instead_of_silently_remapped(tokenizer):
     with pytest.raises(ConfigError, match="adapted but not asked for"):
         apply_lora(
             base,
-            r=2,
-            target_modules=["q_a_proj", "gate_proj", "up_proj", "down_proj"],
-            target_experts=False,
+            LoraSettings(
+                r=2,
+                target_modules=["q_a_proj", "gate_proj", "up_proj", "down_proj"],
+                target_experts=False,
+            ),
         )
 
 
 def test_unknown_target_module_suggests(tokenizer):
     with pytest.raises(UnknownNameError, match="q_proj"):
         apply_lora(
-            build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), target_modules=["q_prj"]
+            build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN),
+            LoraSettings(target_modules=["q_prj"]),
         )
 
 
@@ -112,7 +118,7 @@ def test_unknown_target_module_suggests(tokenizer):
 def test_lora_weights_move_base_weights_do_not(tokenizer, preset, overrides):
     base = build_preset(preset, tokenizer, overrides=overrides)
     frozen_copy = copy.deepcopy(base)
-    model = apply_lora(base, r=4)
+    model = apply_lora(base, LoraSettings(r=4))
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n for n in trainable)
@@ -142,8 +148,12 @@ def test_lora_weights_move_base_weights_do_not(tokenizer, preset, overrides):
 
 
 def test_adapter_state_round_trip_into_a_separate_copy(tokenizer):
-    a = apply_lora(build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), r=4, seed=1)
-    b = apply_lora(build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), r=4, seed=2)
+    a = apply_lora(
+        build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), LoraSettings(r=4), seed=1
+    )
+    b = apply_lora(
+        build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), LoraSettings(r=4), seed=2
+    )
     with torch.no_grad():
         for n, p in a.named_parameters():
             if "lora_B" in n:

@@ -20,6 +20,7 @@ import yaml
 
 from agentgym import ConfigError, UnknownNameError, load_config
 from agentgym.trainers import TrainConfig
+from agentgym.trainers.config import LoraSettings
 from agentgym.trainers.plan import (
     GIB,
     Architecture,
@@ -130,7 +131,7 @@ def test_counts_match_real_models(tiny_models, name: str) -> None:
     assert count_parameters(arch).total == sum(p.numel() for p in model.parameters())
     import copy
 
-    peft_model = apply_lora(copy.deepcopy(model), r=4)
+    peft_model = apply_lora(copy.deepcopy(model), LoraSettings(r=4))
     trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
     assert count_lora_parameters(arch, LoraSpec(r=4)) == trainable
 
@@ -205,7 +206,7 @@ def measure_peak_bytes(model, *, batch: int, seq_len: int, r: int) -> int:
     from agentgym.trainers.models import apply_lora
 
     model.config.use_cache = False
-    peft_model = apply_lora(model, r=r)
+    peft_model = apply_lora(model, LoraSettings(r=r))
     peft_model.train()
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     params = [p for p in peft_model.parameters() if p.requires_grad]

@@ -29,6 +29,7 @@ import torch
 from conftest import TINY_QWEN
 
 from agentgym import ConfigError, Message, SamplingParams, UnknownNameError
+from agentgym.trainers.config import LoraSettings
 from agentgym.trainers.engines import (
     ENGINE_KINDS,
     VLLM_LORA_RANKS,
@@ -66,7 +67,7 @@ def _tiny(tokenizer, seed: int = 0):
 
 
 def _perturbed_lora(model, r: int = 4, std: float = 0.5, seed: int = 1):
-    peft = apply_lora(model, r=r, seed=seed)
+    peft = apply_lora(model, LoraSettings(r=r), seed=seed)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in peft.named_parameters():
@@ -92,7 +93,7 @@ def test_missing_vllm_says_how_to_install(monkeypatch, tokenizer, tmp_path):
     path = save_model(_tiny(tokenizer), tokenizer, tmp_path / "m")
     with pytest.raises(ConfigError, match=r"agentgym\[vllm\]"):
         VLLMEngine(path, tokenizer)
-    peft = apply_lora(_tiny(tokenizer), r=4)
+    peft = apply_lora(_tiny(tokenizer), LoraSettings(r=4))
     with pytest.raises(ConfigError, match=r"agentgym\[vllm\]"):
         make_engine("vllm", model=peft, tokenizer=tokenizer, workdir=tmp_path / "w")
     assert not (tmp_path / "w").exists()  # nothing written before the import failed
@@ -127,7 +128,7 @@ def test_peft_adapter_round_trip(tmp_path, tokenizer):
 
 
 def test_adapter_config_from_lora_config_and_inferred_from_shapes(tokenizer):
-    peft = apply_lora(_tiny(tokenizer), r=4, alpha=8.0)
+    peft = apply_lora(_tiny(tokenizer), LoraSettings(r=4, alpha=8.0))
     from_config = adapter_config_dict(peft.peft_config["default"])
     assert from_config == adapter_config_dict(peft)
     inferred = infer_adapter_config(adapter_state_dict(peft), alpha=8.0)
@@ -138,7 +139,7 @@ def test_adapter_config_from_lora_config_and_inferred_from_shapes(tokenizer):
 
 
 def test_writer_refuses_full_weights_and_unservable_configs(tmp_path, tokenizer):
-    peft = apply_lora(_tiny(tokenizer), r=4)
+    peft = apply_lora(_tiny(tokenizer), LoraSettings(r=4))
     config = adapter_config_dict(peft)
     full = {"model.embed_tokens.weight": torch.zeros(4, 4)}
     with pytest.raises(ConfigError, match="never full model weights"):
@@ -278,7 +279,7 @@ def test_engine_factory_and_default_sleep_wake(tokenizer):
         make_engine("hf", model=model, tokenizer=tokenizer, options={"decode": "fast"})
     with pytest.raises(ConfigError, match="LoRA adapter"):
         make_engine("vllm", model=model, tokenizer=tokenizer)
-    peft = apply_lora(_tiny(tokenizer), r=4)
+    peft = apply_lora(_tiny(tokenizer), LoraSettings(r=4))
     with pytest.raises(UnknownNameError, match="gpu_memory_utilization"):
         make_engine("vllm", model=peft, tokenizer=tokenizer, options={"gpu_memory_util": 0.3})
 
@@ -399,7 +400,7 @@ def fake_vllm(monkeypatch, tokenizer):
 @pytest.mark.parametrize("level", [1, 2])
 def test_vllm_engine_takes_its_settings_from_the_options(fake_vllm, tmp_path, tokenizer, level):
     path = save_model(_tiny(tokenizer), tokenizer, tmp_path / "m")
-    peft = apply_lora(_tiny(tokenizer), r=4)
+    peft = apply_lora(_tiny(tokenizer), LoraSettings(r=4))
     opts = engine_options("vllm", {"max_num_seqs": 8, "sleep_level": level, "dtype": "bfloat16"})
     engine = VLLMEngine(path, tokenizer, opts, adapter_config=peft, seed=3)
     llm = engine.llm
@@ -462,7 +463,9 @@ def gpu(tmp_path_factory, tokenizer):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     base = build_preset("tiny-qwen2", tokenizer, seed=0, overrides=GPU_OVERRIDES)
-    peft = apply_lora(copy.deepcopy(base), r=8, seed=1)  # lora_B = 0: same as the base
+    peft = apply_lora(
+        copy.deepcopy(base), LoraSettings(r=8), seed=1
+    )  # lora_B = 0: same as the base
     engine = make_engine(
         "vllm",
         model=peft,

@@ -22,54 +22,44 @@ What the rest of agentgym takes from here; the modules inside are the package's 
 
 from __future__ import annotations
 
-from agentgym.trainers.engines.adapters import (
-    VLLM_LORA_RANKS,
-    adapter_config_dict,
-    infer_adapter_config,
-    save_base_model,
-    vllm_lora_rank,
-    write_peft_adapter,
-)
-from agentgym.trainers.engines.base import BatchingPolicy, GenerationRequest, RolloutEngine
-from agentgym.trainers.engines.completion import finish_completion
-from agentgym.trainers.engines.factory import ENGINE_KINDS, make_engine
-from agentgym.trainers.engines.hf import HFEngine
-from agentgym.trainers.engines.lora_fold import merged_lora
-from agentgym.trainers.engines.mismatch import logprob_mismatch
-from agentgym.trainers.engines.options import (
-    EngineOptions,
-    HFEngineOptions,
-    VLLMEngineOptions,
-    engine_options,
-)
-from agentgym.trainers.engines.spec import policy_from_spec
-from agentgym.trainers.engines.vllm import VLLMEngine, import_vllm, vllm_llm_kwargs
-from agentgym.trainers.engines.vllm_sampling import sampled_logprobs, vllm_sampling_kwargs
+import importlib
+from typing import Any
 
-__all__ = [
-    "ENGINE_KINDS",
-    "VLLM_LORA_RANKS",
-    "BatchingPolicy",
-    "EngineOptions",
-    "GenerationRequest",
-    "HFEngine",
-    "HFEngineOptions",
-    "RolloutEngine",
-    "VLLMEngine",
-    "VLLMEngineOptions",
-    "adapter_config_dict",
-    "engine_options",
-    "finish_completion",
-    "import_vllm",
-    "infer_adapter_config",
-    "logprob_mismatch",
-    "make_engine",
-    "merged_lora",
-    "policy_from_spec",
-    "sampled_logprobs",
-    "save_base_model",
-    "vllm_llm_kwargs",
-    "vllm_lora_rank",
-    "vllm_sampling_kwargs",
-    "write_peft_adapter",
-]
+#: public name -> the module that defines it. Loaded on first use, so that reading a
+#: config (which only needs the options) does not import torch.
+_LAZY = {
+    "VLLM_LORA_RANKS": "agentgym.trainers.engines.adapters",
+    "adapter_config_dict": "agentgym.trainers.engines.adapters",
+    "infer_adapter_config": "agentgym.trainers.engines.adapters",
+    "save_base_model": "agentgym.trainers.engines.adapters",
+    "vllm_lora_rank": "agentgym.trainers.engines.adapters",
+    "write_peft_adapter": "agentgym.trainers.engines.adapters",
+    "BatchingPolicy": "agentgym.trainers.engines.base",
+    "GenerationRequest": "agentgym.trainers.engines.base",
+    "RolloutEngine": "agentgym.trainers.engines.base",
+    "finish_completion": "agentgym.trainers.engines.completion",
+    "ENGINE_KINDS": "agentgym.trainers.engines.factory",
+    "make_engine": "agentgym.trainers.engines.factory",
+    "HFEngine": "agentgym.trainers.engines.hf",
+    "merged_lora": "agentgym.trainers.engines.lora_fold",
+    "logprob_mismatch": "agentgym.trainers.engines.mismatch",
+    "EngineOptions": "agentgym.trainers.engines.options",
+    "HFEngineOptions": "agentgym.trainers.engines.options",
+    "VLLMEngineOptions": "agentgym.trainers.engines.options",
+    "engine_options": "agentgym.trainers.engines.options",
+    "policy_from_spec": "agentgym.trainers.engines.spec",
+    "VLLMEngine": "agentgym.trainers.engines.vllm",
+    "import_vllm": "agentgym.trainers.engines.vllm",
+    "vllm_llm_kwargs": "agentgym.trainers.engines.vllm",
+    "sampled_logprobs": "agentgym.trainers.engines.vllm_sampling",
+    "vllm_sampling_kwargs": "agentgym.trainers.engines.vllm_sampling",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'agentgym.trainers.engines' has no attribute {name!r}")
+
+
+__all__ = sorted(_LAZY)

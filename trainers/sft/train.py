@@ -79,15 +79,7 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
 
     model, tok, examples = build_model_and_examples(cfg)
     if cfg.lora.enabled:
-        model = apply_lora(
-            model,
-            r=cfg.lora.r,
-            alpha=cfg.lora.alpha,
-            dropout=cfg.lora.dropout,
-            target_modules=cfg.lora.target_modules,
-            target_experts=cfg.lora.target_experts,
-            seed=derive_seed("lora", cfg.run.seed),
-        )
+        model = apply_lora(model, cfg.lora, seed=derive_seed("lora", cfg.run.seed))
     encoded = [
         (encode_prompt(tok, msgs), encode_completion(tok, reply)) for msgs, reply in examples
     ]
