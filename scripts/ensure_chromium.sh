@@ -6,6 +6,7 @@
 # Set AGENTGYM_SKIP_CHROMIUM=1 to skip (the browser test then skips outside CI and fails
 # in CI, where CI is set).
 set -euo pipefail
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 
 if [[ "${AGENTGYM_SKIP_CHROMIUM:-}" == "1" ]]; then
     echo "[chromium] AGENTGYM_SKIP_CHROMIUM=1: not checking"
@@ -35,10 +36,10 @@ export DEBIAN_FRONTEND=noninteractive
 # An apt cache that does not know the package yet needs an update first.
 if ! apt-cache show chromium >/dev/null 2>&1; then
     echo "[chromium] apt-get update"
-    $SUDO apt-get update -q
+    quietly apt-update $SUDO apt-get update -q
 fi
-echo "[chromium] apt-get install chromium"
-$SUDO apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core
+echo "[chromium] apt-get install chromium (log: .cache/setup-logs/apt-chromium.log)"
+quietly apt-chromium $SUDO apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core
 if [[ ! -x /usr/bin/chromium ]]; then
     echo "[chromium] the chromium package installed but /usr/bin/chromium is missing" >&2
     exit 1

@@ -10,6 +10,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+source "$ROOT/scripts/lib.sh"
 export DEBIAN_FRONTEND=noninteractive
 WAIT_S="${AGENTGYM_DOCKERD_WAIT:-60}"
 LOG="${AGENTGYM_DOCKERD_LOG:-/var/log/agentgym-dockerd.log}"
@@ -54,9 +55,10 @@ fi
 if [[ ${#missing[@]} -gt 0 ]]; then
     command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and no apt-get here; install them by hand."
     say "installing ${missing[*]} with apt-get"
-    as_root apt-get update -qq || die "apt-get update failed (are you root? is the package mirror reachable?)"
-    as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
-        || die "apt-get install ${missing[*]} failed; run it by hand to see why."
+    quietly apt-update as_root apt-get update -qq \
+        || die "apt-get update failed (are you root? is the package mirror reachable?)"
+    quietly apt-docker as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+        || die "apt-get install ${missing[*]} failed (log above)."
 fi
 
 # 2. engine -----------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+source "$ROOT/scripts/lib.sh"
 PY="${PYTHON:-python3}"
 VENV="$ROOT/.venv"
 STAMP="$VENV/.agentgym-install-stamp"
@@ -22,10 +23,10 @@ if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]] && "$VENV/bin/python" -c "i
     exit 0
 fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-"$VENV/bin/python" -m pip install -q --upgrade pip setuptools wheel
+quietly pip-tools "$VENV/bin/python" -m pip install --upgrade pip setuptools wheel
 echo "[setup] installing torch==2.13.0 (CPU build) first"
-"$VENV/bin/python" -m pip install -q "torch==2.13.0"
-echo "[setup] installing agentgym and its dependencies (editable)"
-"$VENV/bin/python" -m pip install -q -e ".[dev]"
+quietly pip-torch "$VENV/bin/python" -m pip install "torch==2.13.0"
+echo "[setup] installing agentgym and its dependencies (editable; log: .cache/setup-logs/pip-agentgym.log)"
+quietly pip-agentgym "$VENV/bin/python" -m pip install -e ".[dev]"
 echo "$WANT" > "$STAMP"
 echo "[setup] done"
