@@ -1,3 +1,5 @@
+"""``python -m agentgym``: the command line (:mod:`agentgym.cli`)."""
+
 from agentgym.cli import main
 
 raise SystemExit(main())

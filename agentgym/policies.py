@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.metadata
 import inspect
 import os
 import random
@@ -292,11 +293,36 @@ class OpenAIPolicy:
         self._clients.clear()
 
 
-#: Extra ``--policy`` schemes provided by higher layers, as "module:function" strings
-#: taking the text after the colon. Loaded only when used.
-POLICY_SCHEMES: dict[str, str] = {
-    "hf": "agentgym.trainers.engines:policy_from_spec",
-}
+#: Entry-point group of extra ``--policy`` schemes: ``name = "module:function"``, the
+#: function taking the text after ``name:``. agentgym's own trainers fill it (``hf``, in
+#: pyproject.toml), so the core names no module of a higher layer; other packages can add
+#: schemes the same way, or call :func:`register_policy_scheme`.
+POLICY_GROUP = "agentgym.policies"
+
+_registered_schemes: dict[str, str] = {}
+
+
+def register_policy_scheme(name: str, factory: str) -> None:
+    """Make ``--policy NAME:ARGS`` call ``factory`` (``"module:function"``) with ``ARGS``."""
+    if not name.isidentifier():
+        raise ConfigError(f"policy scheme {name!r} must be a plain name (letters, digits, _).")
+    if ":" not in factory:
+        raise ConfigError(f"policy scheme {name!r}: give the factory as 'module:function'.")
+    _registered_schemes[name] = factory
+
+
+def policy_schemes() -> dict[str, str]:
+    """Every extra policy scheme: name -> ``"module:function"`` (entry points, then
+    :func:`register_policy_scheme`)."""
+    schemes: dict[str, str] = {}
+    try:
+        for ep in importlib.metadata.entry_points(group=POLICY_GROUP):
+            schemes[ep.name] = ep.value
+    except Exception:  # broken package metadata must not break policy parsing
+        pass
+    schemes.update(_registered_schemes)
+    return schemes
+
 
 BUILTIN_POLICIES = (
     "oracle",
@@ -336,13 +362,14 @@ def make_policy(spec: str | Policy, **kwargs: Any) -> Any:
     if scheme == "openai" and rest:
         model, _, url = rest.partition("@")
         return OpenAIPolicy(model, url or None, **kwargs)
-    if scheme in POLICY_SCHEMES and rest:
-        factory = _import_object(POLICY_SCHEMES[scheme], f"Policy scheme {scheme!r}")
+    schemes = policy_schemes()
+    if scheme in schemes and rest:
+        factory = _import_object(schemes[scheme], f"Policy scheme {scheme!r}")
         return factory(rest, **kwargs)
     raise UnknownNameError(
         "policy",
         spec,
-        ["oracle", "random", "scripted", "openai", *POLICY_SCHEMES],
+        ["oracle", "random", "scripted", "openai", *schemes],
         hint="Specs: " + ", ".join(BUILTIN_POLICIES) + ".",
     )
 

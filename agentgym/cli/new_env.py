@@ -60,9 +60,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentgym import ActResult, ConversationEnv, Task
-from agentgym.errors import ConfigError
-from agentgym.types import Message
+from agentgym import ActResult, ConfigError, ConversationEnv, Message, Task
 
 WORDS = ("gymnasium", "summary", "reward", "context", "episode", "policy", "sandbox", "token")
 
@@ -136,8 +134,7 @@ from __future__ import annotations
 import gymnasium as gym
 
 import agentgym  # noqa: F401  (registers installed plugins)
-from agentgym import check_env, rollout
-from agentgym.policies import OraclePolicy
+from agentgym import OraclePolicy, check_env, rollout
 
 ENV_ID = "{env_id}"
 

@@ -13,7 +13,7 @@ import pytest
 
 from agentgym.benchmarks.runner import describe_policy, run_suite
 from agentgym.benchmarks.suites import Suite, SuiteEntry
-from agentgym.policies import POLICY_SCHEMES
+from agentgym.policies import policy_schemes, register_policy_scheme
 
 
 def hf_factory_or_skip():
@@ -24,13 +24,27 @@ def hf_factory_or_skip():
     if not hasattr(engines, "policy_from_spec"):
         pytest.skip(
             "agentgym.trainers.engines.policy_from_spec does not exist yet: the hf: policy "
-            "scheme maps to it (agentgym.policies.POLICY_SCHEMES) and the trainers provide it"
+            "scheme maps to it (entry-point group agentgym.policies) and the trainers provide it"
         )
     return engines.policy_from_spec
 
 
 def test_hf_scheme_points_at_the_trainers_factory():
-    assert POLICY_SCHEMES["hf"] == "agentgym.trainers.engines:policy_from_spec"
+    # the trainers declare it (pyproject.toml's entry points); the core names no trainer module
+    assert policy_schemes()["hf"] == "agentgym.trainers.engines:policy_from_spec"
+
+
+def test_a_package_can_register_a_policy_scheme(monkeypatch):
+    from agentgym import ConfigError, make_policy
+    from agentgym.policies import _registered_schemes
+
+    monkeypatch.setattr("agentgym.policies._registered_schemes", dict(_registered_schemes))
+    register_policy_scheme("echo", "tests_policy_echo:make")
+    assert policy_schemes()["echo"] == "tests_policy_echo:make"
+    with pytest.raises(ConfigError, match="cannot import make from tests_policy_echo"):
+        make_policy("echo:hello")
+    with pytest.raises(ConfigError, match="module:function"):
+        register_policy_scheme("bad", "no_colon")
 
 
 def test_hf_policy_description_records_model_and_adapter():

@@ -1,7 +1,7 @@
 """``hf:PATH[@ADAPTER]`` policies: a local Hugging Face model as an agentgym Policy.
 
-Used by ``--policy hf:...`` in ``agentgym eval`` and ``agentgym bench`` (through
-``agentgym.policies.POLICY_SCHEMES``). The model is loaded from a local directory written
+Used by ``--policy hf:...`` in ``agentgym eval`` and ``agentgym bench`` (the scheme is
+declared in pyproject.toml's entry-point group ``agentgym.policies``). The model is loaded from a local directory written
 by ``save_pretrained`` (for example the output of ``agentgym sft``); an optional peft
 adapter directory (a trainer checkpoint's adapter) is applied on top. Generation goes
 through :class:`~agentgym.trainers.engines.hf.HFEngine`, which batches the concurrent
