@@ -166,3 +166,20 @@ def test_new_env_package_installs_and_passes_the_checker(tmp_path):
     assert t.returncode == 0, t.stdout + t.stderr
     assert "3 passed" in t.stdout
     assert not any(Path(site).glob("agentgym*")), "the plugin must not vendor agentgym"
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """``agentgym ... | head``: a closed pipe is not a traceback."""
+    code = (
+        "import agentgym.cli.envs as envs\n"
+        "def cmd_list(args):\n"
+        "    print('first line', flush=True)\n"
+        "    raise BrokenPipeError\n"
+        "envs.cmd_list = cmd_list\n"
+        "from agentgym.cli import main\n"
+        "raise SystemExit(main(['list']))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0
+    assert r.stdout == "first line\n"
+    assert "Traceback" not in r.stderr
