@@ -58,6 +58,25 @@ class SandboxError(AgentGymError, RuntimeError):
     """The sandbox could not be created or used (engine missing, image missing, bad path)."""
 
 
+class InfraError(AgentGymError, RuntimeError):
+    """Something around the agent failed, so its episode cannot be scored.
+
+    A sandbox or its container died, the Docker engine stopped answering, a grader worker
+    crashed or ran out of time, an endpoint went away. Never the agent's fault: an env
+    raises this instead of returning a reward of 0 (which training would learn from), and
+    :func:`agentgym.rollout` records the episode as failed with ``reason``.
+
+    Args:
+        message: what failed and what to check.
+        reason: a short code, the key failures are counted by (``sandbox_died``,
+            ``grader_timeout``, ``grader_crashed``, ``docker_unreachable``, ...).
+    """
+
+    def __init__(self, message: str, *, reason: str = "infra") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """A ' Did you mean: X?' suffix, or '' when nothing is close."""
     close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.5)
