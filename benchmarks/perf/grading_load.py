@@ -6,7 +6,8 @@ a grading worker counted against the deadline and a timeout was a wrong answer.
 
 This benchmark starts ``burners`` CPU-bound processes (default: one per core), then
 grades ``answers`` distinct correct answers that all need the symbolic path (expanded
-vs factored polynomials, radicals, multiples of pi, matrices; no two alike, so the
+vs factored polynomials, radicals, multiples of pi, matrices, sets, inequalities vs
+intervals; no two alike, so the
 verdict cache never answers) from 8 and from 32 threads at once, through the public
 :func:`agentgym.envs.math.grade`. For each thread count it reports how many were scored
 correct, wrong, and failed as infrastructure (``result.infra_failure``: the env raises
@@ -41,9 +42,12 @@ _TEMPLATES = [
     ("{k}\\pi", "\\pi\\cdot {k}"),
     (
         "\\begin{{pmatrix}}{k}&1\\\\0&{kp1}\\end{{pmatrix}}",
-        "\\begin{{bmatrix}}{k}&1\\\\0&{kp1}\\end{{bmatrix}}",
+        "\\begin{{bmatrix}}{k}&\\frac{{2}}{{2}}\\\\0&{kp1}\\end{{bmatrix}}",
     ),
     ("\\frac{{x+{k}}}{{2}}", "\\frac{{x}}{{2}}+\\frac{{{k}}}{{2}}"),
+    # sets and relations: decided by math-verify itself, not by evaluation
+    ("\\pm\\sqrt{{{k}}}", "\\sqrt{{{k}}}, -\\sqrt{{{k}}}"),
+    ("[\\sqrt{{{k}}}, \\infty)", "x \\ge \\sqrt{{{k}}}"),
 ]
 
 
@@ -131,7 +135,8 @@ def run(quick: bool = False, burners: int | None = None, answers: int | None = N
         for p in procs:
             p.join(timeout=5)
     pool = get_pool()
-    figures["grading_workers_started"] = getattr(pool, "size", "?")
+    figures["grading_workers_at_start"] = getattr(pool, "size", "?")
+    figures["grading_workers_after"] = getattr(pool, "workers", "?")
     figures["grading_workers_max"] = getattr(pool, "max_size", getattr(pool, "size", "?"))
     return {
         "title": "Math grading under load: right answers graded by 8 and 32 threads",

@@ -9,9 +9,16 @@ killing the process.
 Relations and sets compare both ways (``x \\ge 3`` matches ``[3, \\infty)`` and the
 reverse; math-verify's default only allows a set answer for a relation gold).
 
-Extension over math-verify: a decimal answer is also accepted for an irrational gold
-value (``1.4142`` for ``\\sqrt{2}``) under the same rule the fast path applies to
-non-terminating fractions (within one unit of the last digit and a relative 1e-4).
+Extensions over math-verify:
+
+* equivalence by evaluation (:mod:`agentgym.envs.math._evaluate`), tried first for
+  plain expressions: complex exponentials, trigonometric identities, expanded vs
+  factored forms; when it decides, ``simplify`` is not needed (right answers get faster,
+  and a clear numeric difference is a wrong answer without ``simplify``);
+* ``degrees=True`` (the gold carries a degree sign): an answer in radians is accepted;
+* a decimal answer is accepted for an irrational gold value (``1.4142`` for
+  ``\\sqrt{2}``) under the same rule the fast path applies to non-terminating fractions
+  (within one unit of the last digit and a relative 1e-4).
 
 Importing this module imports sympy and math-verify (about a second); the parent
 process never imports it.
@@ -27,6 +34,7 @@ from typing import Any
 import sympy
 from math_verify import parse, verify
 
+from agentgym.envs.math._evaluate import equal_by_value, to_radians
 from agentgym.envs.math.fastcheck import Num, parse_value
 
 logging.getLogger("math_verify").setLevel(logging.CRITICAL)
@@ -61,36 +69,63 @@ def _decimal_matches_irrational(gold_parsed: tuple[Any, ...], pred: str) -> bool
     return False
 
 
-def check(gold: str, preds: list[str], raw: bool = False) -> list[bool]:
+def _by_value(golds: tuple[Any, ...], preds: list[Any], pred: str) -> bool | None:
+    """Evaluation's verdict on the first parsed forms (None: let math-verify decide)."""
+    if not golds or not preds or "\\%" in pred:
+        return None
+    return equal_by_value(golds[0], preds[0])
+
+
+def _one(gold: str, pred: str, degrees: bool) -> bool:
+    g = _parse_gold(gold)
+    parsed = _parse(pred)
+    if not g or not parsed:
+        return False
+    verdict = _by_value(g, parsed, pred)
+    if verdict is None:
+        verdict = bool(verify(list(g), parsed, timeout_seconds=None, allow_set_relation_comp=True))
+        if not verdict:
+            verdict = _decimal_matches_irrational(g, pred)
+    if not verdict and degrees:
+        rad = to_radians(g[0])
+        if rad is not None:
+            verdict = bool(
+                equal_by_value(rad, parsed[0])
+                or verify([rad], parsed, timeout_seconds=None)
+                or _decimal_matches_irrational((rad,), pred)
+            )
+    return verdict
+
+
+def check(
+    gold: str,
+    preds: list[str],
+    raw: bool = False,
+    degrees: bool = False,
+    golds: list[str] | None = None,
+) -> list[bool]:
     """For each prediction: is it equivalent to the gold answer?
 
     Args:
         gold / preds: normalised answers, or (``raw=True``) answers as extracted, too long
-            to be normalised in the caller; they are then normalised and fast-checked
-            here, under the pool's time bound.
+            to be normalised in the caller; they are then normalised, label-aligned and
+            fast-checked here, under the pool's time bound.
+        degrees: the gold carries a degree sign (an answer in radians is accepted).
+        golds: one gold per prediction, when they differ (labels aligned per answer).
     """
     if raw:
         from agentgym.envs.math.fastcheck import fast_compare
         from agentgym.envs.math.grading import normalize_gold
-        from agentgym.envs.math.normalize import align_assignments, normalize
+        from agentgym.envs.math.labels import align_labels
+        from agentgym.envs.math.normalize import has_degrees, normalize
 
-        gold = normalize_gold(gold)
+        degrees = has_degrees(gold)
+        gold_n = normalize_gold(gold)
         out = []
         for p in preds:
-            n = align_assignments(gold, normalize(p))
-            verdict, _ = fast_compare(gold, n)
-            out.append(verdict if verdict is not None else check(gold, [n])[0])
+            g, n = align_labels(gold_n, normalize(p))
+            verdict, _ = fast_compare(g, n)
+            out.append(verdict if verdict is not None else _one(g, n, degrees))
         return out
-    g = _parse_gold(gold)
-    out = []
-    for p in preds:
-        parsed = _parse(p)
-        ok = (
-            bool(g)
-            and bool(parsed)
-            and verify(list(g), parsed, timeout_seconds=None, allow_set_relation_comp=True)
-        )
-        if not ok and g:
-            ok = _decimal_matches_irrational(g, p)
-        out.append(bool(ok))
-    return out
+    per_pred = golds if golds is not None else [gold] * len(preds)
+    return [_one(g, p, degrees) for g, p in zip(per_pred, preds, strict=True)]

@@ -61,7 +61,11 @@ def _limit_memory() -> None:
 
 
 def _worker_main(fd: int) -> None:
-    """Serve ``(gold, preds, raw)`` requests on ``fd`` until end of file; never returns."""
+    """Serve ``(gold, preds, raw, options)`` requests on ``fd`` until end of file; never
+    returns. Each reply is ``(status, value, cpu_s)``: the verdicts (or an error) and the
+    CPU seconds this worker has used so far, which the pool uses to tell a costly answer
+    from a starved worker."""
+    import time
     from multiprocessing.connection import Connection
 
     code = 0
@@ -73,14 +77,14 @@ def _worker_main(fd: int) -> None:
         conn = Connection(fd)
         while True:
             try:
-                gold, preds, raw = conn.recv()
+                gold, preds, raw, options = conn.recv()
             except (EOFError, OSError):
                 break
             try:
-                reply: tuple = ("ok", check(gold, preds, raw))
+                reply: tuple = ("ok", check(gold, preds, raw, **options))
             except BaseException as e:  # MemoryError, RecursionError, sympy bugs...
                 reply = ("error", f"{type(e).__name__}: {str(e)[:200]}")
-            conn.send(reply)
+            conn.send((*reply, time.process_time()))
     except BaseException:
         code = 1
     finally:

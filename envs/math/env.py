@@ -10,6 +10,7 @@ from agentgym import (
     ActResult,
     ConfigError,
     ConversationEnv,
+    InfraError,
     MemoryConfig,
     Message,
     Task,
@@ -26,7 +27,7 @@ from agentgym.envs.math.generator import (
     generate,
     parse_task_id,
 )
-from agentgym.envs.math.grading import DEFAULT_TIMEOUT_S, grade
+from agentgym.envs.math.grading import DEFAULT_HEDGING, DEFAULT_TIMEOUT_S, HEDGING_MODES, grade
 from agentgym.envs.math.pool import warm_up
 from agentgym.envs.math.rewards import RewardConfig
 from agentgym.envs.math.sources import MathItem, load_hard, load_problems
@@ -100,6 +101,12 @@ class BalancedMathEnv(ConversationEnv):
     overlong charges all (``token_cost_on`` overrides). See
     :mod:`agentgym.envs.math.rewards`.
 
+    A reply the grader cannot judge because the grading machinery failed (a worker
+    crashed, or the machine was too busy to check it in time) is not the agent's fault:
+    ``step`` raises :class:`agentgym.InfraError` (``reason`` ``"grader_timeout"`` or
+    ``"grader_crashed"``) instead of returning a reward, and the rollout records the
+    episode as failed. An answer too costly to check (a power tower) is wrong.
+
     ``info["reward_breakdown"]`` at the terminal step: ``correct``, ``extracted``,
     ``gold``, ``format_ok``, ``answer_format``, ``found_format``, ``grade_reason``,
     ``grade_method``, ``response_tokens``, ``correctness_reward``, ``token_cost``,
@@ -135,7 +142,10 @@ class BalancedMathEnv(ConversationEnv):
       ``token_cost_on``, ``max_response_tokens`` (1024), ``linear_lambda`` (0.1),
       ``linear_budget``, ``target_tokens``, ``target_alpha`` (0.001), ``overlong_cache``
       (``max_response_tokens // 4``): see Rewards.
-    * ``grading_timeout_s``: bound on one grading call (1.5 s).
+    * ``grading_timeout_s``: bound on the grading of one reply (1.5 s).
+    * ``hedging``: ``"last"`` (default; the last final answer counts, candidates
+      offered as alternatives in it are wrong) or ``"reject"`` (every final answer the
+      reply states must be right); see :func:`agentgym.envs.math.grade`.
     * ``memory``, ``count_tokens``, ``max_turns``, ``max_total_tokens``,
       ``render_mode``: as in :class:`~agentgym.env.ConversationEnv`. ``count_tokens``
       defaults to :func:`agentgym.tokens.approx_tokens` (UTF-8 bytes / 4, rounded up);
@@ -145,7 +155,9 @@ class BalancedMathEnv(ConversationEnv):
     for the generator, ``<name>/<row>`` or ``hard/<id>`` for data; ``{"index": i}``
     picks row ``i`` of a data source.
 
-    **Version history.** v0: first version.
+    **Version history.** v0: first version; grading later learned self-correction,
+    multi-box answers, hedging strictness (``hedging``) and equivalence by evaluation,
+    and raises ``InfraError`` on grader failures (issues 17 and 19).
     """
 
     memory_defaults: ClassVar[dict[str, Any]] = {"summary_prompt": MATH_SUMMARY_PROMPT}
@@ -175,6 +187,7 @@ class BalancedMathEnv(ConversationEnv):
         target_alpha: float = 0.001,
         overlong_cache: int | None = None,
         grading_timeout_s: float = DEFAULT_TIMEOUT_S,
+        hedging: str = DEFAULT_HEDGING,
         memory: MemoryConfig | dict | bool | None = None,
         count_tokens: TokenCounter | None = None,
         max_turns: int | None = None,
@@ -206,6 +219,9 @@ class BalancedMathEnv(ConversationEnv):
         if not isinstance(grading_timeout_s, int | float) or grading_timeout_s <= 0:
             raise ConfigError(f"grading_timeout_s must be > 0 seconds, got {grading_timeout_s!r}.")
         self.grading_timeout_s = float(grading_timeout_s)
+        if hedging not in HEDGING_MODES:
+            raise UnknownNameError("hedging", str(hedging), HEDGING_MODES)
+        self.hedging = hedging
         self.rewards = RewardConfig(
             reward_scheme=reward_scheme,
             correct_reward=correct_reward,
@@ -311,8 +327,22 @@ class BalancedMathEnv(ConversationEnv):
 
     def _score(self, end_reason: str) -> tuple[float, dict[str, Any]]:
         cur = self.current
-        result = grade(self._last_reply, cur.answer, timeout_s=self.grading_timeout_s)
+        result = grade(
+            self._last_reply, cur.answer, timeout_s=self.grading_timeout_s, hedging=self.hedging
+        )
         self.episode_metrics["grading_time_s"] = result.elapsed_s
+        if result.infra_failure:
+            what = (
+                "a grading worker crashed or could not be started"
+                if result.reason == "grader_crashed"
+                else "the grader got too little CPU to finish in time (the machine is "
+                "overloaded; fewer env threads or more cores help)"
+            )
+            raise InfraError(
+                f"BalancedMath could not grade the reply to task {cur.task_id}: {what}. "
+                "This is not the agent's fault: the episode cannot be scored.",
+                reason=result.reason,
+            )
         format_ok = self.answer_format in result.formats
         correct = result.correct and (format_ok or not self.strict_format)
         reason = result.reason

@@ -15,12 +15,17 @@ Rules (``gold`` is the reference, ``pred`` the answer being graded):
   (1/3, 2/7) when it is within one unit of its last digit *and* within a relative 1e-4
   (``0.3333`` and ``0.33333`` match 1/3; ``0.333`` does not). A gold value with a
   terminating expansion must be matched exactly (``2.9999`` is not 3);
-* percentages: ``50\\%`` matches ``50`` and ``0.5``;
+* percentages: ``50\\%`` matches ``50`` and ``0.5``; scientific notation
+  (``1.5\\times10^{3}``, ``1.5e3``), repeating decimals (``0.\\overline{3}`` is 1/3) and
+  ratios of two numbers (``5:9`` is 5/9, so ``10:18`` and ``\\frac{5}{9}`` match it) are
+  numbers;
 * a bare comma list (``2,3``, from "2 or 3") and a set ``\\{2,3\\}`` compare as sets;
   parenthesised/bracketed sequences compare in order with the same brackets, so
   ``(1,2)`` != ``(2,1)`` and ``[1,2)`` != ``[1,2]``; a list of several values never
   equals a single value;
-* a gold choice letter (``B``, ``(B)``) is matched by ``B``, ``(B)``, ``b``, ``B) 42``.
+* a gold choice letter (``B``, ``(B)``) is matched by ``B``, ``(B)``, ``b``, ``B) 42``;
+* word answers (three letters or more: ``Yes``, ``\\text{odd}``, ``Monday``) compare
+  without regard to case.
 
 :func:`fast_compare` returns ``True``/``False`` when it is sure, ``None`` when the
 answer needs the full symbolic check.
@@ -49,6 +54,10 @@ _MIXED_RE = re.compile(rf"({_SIGN})({_INT})\\frac\{{({_INT})\}}\{{({_INT})\}}")
 _SCI_RE = re.compile(
     rf"({_SIGN}{_DEC})(?:\\times|\\cdot|\*)10\^(?:\{{({_SIGN}\d{{1,3}})\}}|({_SIGN}\d))"
 )
+_SCI_E_RE = re.compile(rf"({_SIGN}{_DEC})[eE]([+-]?\d{{1,3}})")
+_REPEATING_RE = re.compile(rf"({_SIGN})(\d{{0,30}})\.(\d{{0,30}})\\overline\{{(\d{{1,30}})\}}")
+_RATIO_RE = re.compile(rf"({_SIGN}{_DEC}):({_DEC})")
+_WORD_RE = re.compile(r"[A-Za-z]{3,40}")
 _INF_RE = re.compile(r"([+-]?)(?:\\infty|\\inf|inf|infinity)")
 _CHOICE_GOLD_RE = re.compile(r"\(?([A-J])\)?")
 _CHOICE_PRED_RE = re.compile(r"\(([A-Ja-j])\).*|([A-J])\).*|([A-Ja-j])|([A-J])[:.].*", re.S)
@@ -117,6 +126,19 @@ def _number(s: str) -> Num | Inf | None:
         if abs(exp) > 100:
             return None
         return Num(Fraction(m.group(1)) * Fraction(10) ** exp, None, percent)
+    m = _SCI_E_RE.fullmatch(s)
+    if m:
+        return Num(Fraction(m.group(1)) * Fraction(10) ** int(m.group(2)), None, percent)
+    m = _REPEATING_RE.fullmatch(s)
+    if m:
+        whole, head, rep = m.group(2) or "0", m.group(3), m.group(4)
+        val = Fraction(int(whole)) + Fraction(int(head or "0"), 10 ** len(head))
+        val += Fraction(int(rep), (10 ** len(rep) - 1) * 10 ** len(head))
+        return Num(-val if m.group(1) == "-" else val, None, percent)
+    m = _RATIO_RE.fullmatch(s)
+    if m and not percent:
+        den = Fraction(m.group(2))
+        return Num(Fraction(m.group(1)) / den, None, False) if den else None
     m = _INF_RE.fullmatch(s)
     if m and not percent:
         return Inf(-1 if m.group(1) == "-" else 1)
@@ -239,6 +261,8 @@ def fast_compare(gold: str, pred: str) -> tuple[bool | None, str]:
         return parse_choice(pred, gold=False) == choice, "choice"
     gv = parse_value(gold)
     if gv is None:
+        if _WORD_RE.fullmatch(gold) and _WORD_RE.fullmatch(pred):
+            return gold.lower() == pred.lower(), "string"
         return None, "symbolic"
     pv = parse_value(pred)
     if pv is None:

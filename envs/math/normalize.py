@@ -9,14 +9,21 @@ still LaTeX (math-verify parses it afterwards). What it does, in order:
   ``−``, ``×``, ``÷``, ``π``, ``∞``, ``√``, ``≤``, ``≥`` -> LaTeX;
 * thousands separators (``1,000``, ``1{,}000``, ``1\\,000``, ``1 000``) are removed;
 * degrees (``^\\circ``, ``°``), currency (``\\$``, ``$``) and trailing units
-  (``5\\text{ cm}``, ``12 apples``, ``3 km/h``) are dropped; ``%``, ``percent`` ->
-  ``\\%`` (kept: whether 50% may equal 0.5 is decided when comparing);
+  (``5\\text{ cm}``, ``12 apples``, ``3 km/h``, ``5\\text{ cm}^2``) are dropped; inside a
+  trigonometric function a degree becomes radians (``\\sin 30^\\circ`` ->
+  ``\\sin(\\frac{30\\pi}{180})``); ``%``, ``percent`` -> ``\\%`` (kept: whether 50% may
+  equal 0.5 is decided when comparing);
+* ``\\varnothing``, ``\\{\\}`` -> ``\\emptyset``; a plain mixed number ``2 1/2`` ->
+  ``2\\frac{1}{2}``;
+* inequalities joined by "or" (``x < -1 \\text{ or } x > 2``) become a union of
+  intervals (``(-\\infty,-1)\\cup(2,\\infty)``);
 * ``\\text{}``, ``\\textbf{}``, ``\\mathrm{}``, ``\\mbox{}``... are unwrapped;
 * "or"/"and"/``\\lor`` between alternatives become commas, so "3 or 4" is the list
   ``3,4`` (never the single value 3);
 * ``x = 3`` -> ``3`` (a single name on the left: ``x``, ``a_1``, ``f(x)``, ``\\theta``);
   ``x = 2 or x = 3`` -> ``2,3``; ``x = 6/2 = 3`` -> ``3``; ``x \\in (1, 2)`` -> ``(1,2)``.
-  Lists of assignments to *different* names (``x=2, y=3``) are kept;
+  Names also include ``PQ``, ``x_{1}``, ``f(2)``, ``\\angle ABC``. Lists of assignments to
+  *different* names (``x=2, y=3``) are kept (see :mod:`agentgym.envs.math.labels`);
 * whitespace is removed except where it separates a command from a letter
   (``\\pi r``); a final full stop and a leading ``+`` are dropped.
 
@@ -31,8 +38,10 @@ from agentgym.envs.math.extract import strip_boxed
 
 __all__ = [
     "MAX_INLINE_CHARS",
+    "NAME_RE",
     "UNITS",
     "align_assignments",
+    "has_degrees",
     "normalize",
     "split_top_level",
     "top_level_equals",
@@ -102,8 +111,31 @@ _ALT_RE = re.compile(
 )
 _THOUSANDS_RE = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _THOUSANDS_SPACE_RE = re.compile(r"[+-]?\d{1,3}(?: \d{3})+(?:\.\d+)?")
-_NAME = r"(?:[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?|[A-Za-z]+\([A-Za-z]\)|\\[A-Za-z]+(?:_\{?[A-Za-z0-9]+\}?)?)"
+# a label: x, x_1, x_{10}, PQ, f(x), f(2), \theta, \theta_0, \angle ABC, m\angle A
+_NAME = (
+    r"(?:(?:[A-Za-z]{1,8}|\\[A-Za-z]+)(?:_\{?[A-Za-z0-9]{1,4}\}?)?(?:\([A-Za-z0-9]{1,3}\))?"
+    r"|m?\\angle ?[A-Z]{1,3})"
+)
 _NAME_RE = re.compile(_NAME)
+#: A label (see :mod:`agentgym.envs.math.labels`), matched against a normalised string.
+NAME_RE = _NAME_RE
+_TRIG_RE = re.compile(r"\\(?:sin|cos|tan|cot|sec|csc)(?![A-Za-z])")
+_DEGREE_NUMBER_RE = re.compile(
+    r"(\d+(?:\.\d+)?)\s*(?:\^\s*\{?\s*\\circ\s*\}?|\\degree(?![A-Za-z]))"
+)
+_EMPTY_SET_RE = re.compile(r"\\varnothing(?![A-Za-z])|\\\{\s*\\\}|\\empty(?![A-Za-z])")
+_MIXED_PLAIN_RE = re.compile(r"([+-]?\d{1,12}) (\d{1,12})/(\d{1,12})")
+_OR_SPLIT_RE = re.compile(
+    r"\s*,?\s*(?:\\lor(?![A-Za-z])|\\vee(?![A-Za-z])|(?<![A-Za-z\\])or(?![A-Za-z]))\s*"
+)
+_REL = r"(<|>|\\leq?(?:slant)?(?![A-Za-z])|\\geq?(?:slant)?(?![A-Za-z]))"
+_BOUND = r"([^<>=\\]*(?:\\(?!le|ge)[A-Za-z]+[^<>=\\]*)*)"
+_INEQ_NAME = r"([A-Za-z](?:_\{?[A-Za-z0-9]{1,4}\}?)?)"
+_INEQ_RIGHT_RE = re.compile(r"\s*" + _INEQ_NAME + r"\s*" + _REL + r"\s*" + _BOUND + r"\s*")
+_INEQ_LEFT_RE = re.compile(r"\s*" + _BOUND + r"\s*" + _REL + r"\s*" + _INEQ_NAME + r"\s*")
+_INEQ_BOTH_RE = re.compile(
+    r"\s*" + _BOUND + r"\s*" + _REL + r"\s*" + _INEQ_NAME + r"\s*" + _REL + r"\s*" + _BOUND
+)
 _IN_PREFIX_RE = re.compile(r"^" + _NAME + r"\s*\\in\s*")
 _UNIT_TOKEN_RE = re.compile(r"[A-Za-z]+(?:/[A-Za-z]+)?\.?(?:\^\{?\d\}?)?")
 _SQRT_SHORT_RE = re.compile(r"\\sqrt\s*(\d)")
@@ -262,6 +294,67 @@ def _remove_spaces(s: str) -> str:
     return s.replace("\x00", " ")
 
 
+def has_degrees(answer: str) -> bool:
+    """The answer carries a degree sign on its value (``60^\\circ``, ``60°``), not only
+    inside a trigonometric function."""
+    s = _UNICODE_RE.sub(lambda m: _UNICODE[m.group(0)], answer)
+    return bool(_DEGREE_RE.search(s)) and not _TRIG_RE.search(s)
+
+
+def _degrees_in_trig(s: str) -> str:
+    if ("circ" not in s and "degree" not in s) or not _TRIG_RE.search(s):
+        return s
+    return _DEGREE_NUMBER_RE.sub(r"(\\frac{\1\\pi}{180})", s)
+
+
+def _is_less(rel: str) -> bool:
+    return rel == "<" or rel.startswith("\\le")
+
+
+def _strict(rel: str) -> bool:
+    return rel in ("<", ">")
+
+
+def _interval(piece: str) -> tuple[str, str] | None:
+    """``x < 3`` -> ("x", "(-\\infty,3)"); ``1 \\le x < 2`` -> ("x", "[1,2)")."""
+    m = _INEQ_BOTH_RE.fullmatch(piece)
+    if m and m.group(1).strip() and m.group(5).strip():
+        lo, r1, name, r2, hi = (g.strip() for g in m.groups())
+        if _is_less(r1) != _is_less(r2):
+            return None
+        if not _is_less(r1):
+            lo, hi, r1, r2 = hi, lo, r2, r1
+        left = "(" if _strict(r1) else "["
+        right = ")" if _strict(r2) else "]"
+        return name, f"{left}{lo},{hi}{right}"
+    m = _INEQ_RIGHT_RE.fullmatch(piece)
+    if m and m.group(3).strip():
+        name, rel, bound = (g.strip() for g in m.groups())
+    else:
+        m = _INEQ_LEFT_RE.fullmatch(piece)
+        if not (m and m.group(1).strip()):
+            return None
+        bound, rel, name = (g.strip() for g in m.groups())
+        rel = {"<": ">", ">": "<"}.get(rel, rel.replace("\\le", "\\GE").replace("\\ge", "\\le"))
+        rel = rel.replace("\\GE", "\\ge")
+    if _is_less(rel):
+        return name, f"(-\\infty,{bound}" + (")" if _strict(rel) else "]")
+    return name, ("(" if _strict(rel) else "[") + f"{bound},\\infty)"
+
+
+def _or_inequalities(s: str) -> str:
+    """``x < -1 or x > 2`` -> ``(-\\infty,-1)\\cup(2,\\infty)`` (one variable only)."""
+    if "<" not in s and ">" not in s and "\\le" not in s and "\\ge" not in s:
+        return s
+    pieces = [p.strip(" ,") for p in _OR_SPLIT_RE.split(s)]
+    if len(pieces) < 2 or len(pieces) > 8:
+        return s
+    intervals = [_interval(p) for p in pieces]
+    if any(i is None for i in intervals) or len({i[0] for i in intervals}) != 1:  # type: ignore[index]
+        return s
+    return "\\cup".join(i[1] for i in intervals)  # type: ignore[index]
+
+
 def normalize(answer: str) -> str:
     """Canonical form of a final answer (see the module docstring). ``""`` stays ``""``."""
     s = _UNICODE_RE.sub(lambda m: _UNICODE[m.group(0)], answer)
@@ -275,7 +368,9 @@ def normalize(answer: str) -> str:
     s = s.replace("{,}", ",")
     s = re.sub(r"(?<=\d)\\[,!; ](?=\d{3}(?!\d))", "", s)  # 1\,000 -> 1000
     s = _SPACING_RE.sub(" ", s)
+    s = _degrees_in_trig(s)
     s = _DEGREE_RE.sub("", s)
+    s = _EMPTY_SET_RE.sub(r"\\emptyset", s)
     s = s.replace("\\$", "").replace("$", "")
     # \text{...} and friends: unwrap (innermost first)
     for _ in range(8):
@@ -284,8 +379,10 @@ def normalize(answer: str) -> str:
             break
         s = new
     s = re.sub(r"\s+", " ", s).strip()
+    s = re.sub(r" \^", "^", s)  # "5 cm ^2" (after \text{cm}^2) -> "5 cm^2"
     s = re.sub(r"(?<!\\)%", r"\\%", s)
     s = re.sub(r"\s*(?<![A-Za-z\\])percent(?:age)?(?![A-Za-z])", r"\\%", s)
+    s = _or_inequalities(s)
     s = _ALT_RE.sub(",", s).strip(",").strip()
     s = _drop_trailing_units(s)
     s = _SQRT_SHORT_RE.sub(r"\\sqrt{\1}", s)
@@ -295,6 +392,8 @@ def normalize(answer: str) -> str:
     s = _IN_PREFIX_RE.sub("", s)
     if _THOUSANDS_RE.fullmatch(s) or _THOUSANDS_SPACE_RE.fullmatch(s):
         s = s.replace(",", "").replace(" ", "")
+    elif _MIXED_PLAIN_RE.fullmatch(s):
+        s = _MIXED_PLAIN_RE.sub(r"\1\\frac{\2}{\3}", s)
     s = _remove_spaces(s)
     s = _strip_assignments(s)
     s = _strip_outer_parens(s)

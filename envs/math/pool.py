@@ -9,14 +9,25 @@ How: one *zygote* process (:mod:`agentgym.envs.math._zygote`) imports sympy and
 math-verify once, then forks workers on request (milliseconds each). Each worker owns
 one socket to this process; a request is ``(gold, [preds], raw)`` and the reply a list
 of verdicts. Idle workers wait in a queue; a caller takes one, so any number of threads may
-grade at once (waiting for a free worker counts against the caller's deadline).
+grade at once.
+
+Capacity scales with the callers: when no worker is idle the pool forks another one
+(milliseconds), up to ``max_size``; only beyond that does a caller wait in the queue.
+The deadline counts the *grading*, from the moment a worker takes the request; the wait
+for a worker is bounded separately (``queue_timeout_s``). A request that misses its
+deadline is told apart by the CPU time its worker got: a worker that ran for at least a
+third of the time was busy with the answer itself (``"timeout"``: the answer is too
+costly to check, the caller's verdict is wrong), one that ran less was starved by a busy
+machine (``"starved"``: no verdict, an infrastructure failure).
 
 Start-up (about a second, once per process) happens on first use or on
 :func:`warm_up`; it is not counted against the deadline. The pool shuts down at exit;
 the zygote also exits (killing its workers) when this process dies, because that
 closes the control socket, and workers die with the zygote (``PR_SET_PDEATHSIG``).
 
-Size: ``AGENTGYM_GRADING_WORKERS`` or ``max(2, min(8, cpu_count // 2))``.
+Size: ``AGENTGYM_GRADING_WORKERS`` workers at start (default ``max(2, min(8, cores //
+2))``), growing on demand up to ``AGENTGYM_GRADING_MAX_WORKERS`` (default ``min(32, max(8,
+2 * cores))``); each worker costs about 15 MB of private memory.
 """
 
 from __future__ import annotations
@@ -35,10 +46,24 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-__all__ = ["GradingPool", "PoolError", "get_pool", "shutdown_pool", "warm_up"]
+__all__ = [
+    "QUEUE_TIMEOUT_S",
+    "GradingPool",
+    "PoolError",
+    "PoolReply",
+    "get_pool",
+    "shutdown_pool",
+    "warm_up",
+]
 
 #: Longest wait for the zygote to import sympy and math-verify.
 START_TIMEOUT_S = 120.0
+#: Default bound on the wait for a free worker (separate from the grading deadline).
+QUEUE_TIMEOUT_S = 30.0
+#: A worker that got less than this share of a core before its deadline was starved by
+#: the machine's load (an infrastructure failure), not slowed down by the answer.
+STARVED_CPU_SHARE = 1 / 3
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class PoolError(RuntimeError):
@@ -49,32 +74,88 @@ class PoolError(RuntimeError):
 class _Worker:
     pid: int
     conn: Connection
+    cpu_s: float = 0.0  # CPU seconds the worker had used at its last reply
+
+
+@dataclass(frozen=True)
+class PoolReply:
+    """What :meth:`GradingPool.request` returns.
+
+    Attributes:
+        status: ``"ok"`` (``value`` holds the verdicts), ``"timeout"`` (the check used
+            its whole deadline: the answer is too costly), ``"starved"`` (the deadline
+            passed while the worker got little CPU: the machine is overloaded),
+            ``"busy"`` (no worker came free within the queue bound), ``"crashed"`` (the
+            worker died) or ``"error"`` (the check raised; ``value`` says what).
+        value: the verdicts, or an error message, or ``None``.
+        wait_s: seconds spent waiting for a worker (not part of the deadline).
+        cpu_s: CPU seconds the worker spent on the request (``None`` when unknown).
+    """
+
+    status: str
+    value: Any = None
+    wait_s: float = 0.0
+    cpu_s: float | None = None
+
+
+def _env_int(name: str) -> int | None:
+    env = os.environ.get(name)
+    if not env:
+        return None
+    try:
+        n = int(env)
+    except ValueError:
+        raise PoolError(f"{name} must be a positive integer, got {env!r}.") from None
+    if n < 1:
+        raise PoolError(f"{name} must be >= 1, got {n}.")
+    return n
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 2
 
 
 def default_size() -> int:
-    env = os.environ.get("AGENTGYM_GRADING_WORKERS")
-    if env:
-        try:
-            n = int(env)
-        except ValueError:
-            raise PoolError(
-                f"AGENTGYM_GRADING_WORKERS must be a positive integer, got {env!r}."
-            ) from None
-        if n < 1:
-            raise PoolError(f"AGENTGYM_GRADING_WORKERS must be >= 1, got {n}.")
-        return n
-    return max(2, min(8, (os.cpu_count() or 2) // 2))
+    """Workers started with the pool: ``AGENTGYM_GRADING_WORKERS`` or ``max(2, min(8,
+    cores // 2))``."""
+    n = _env_int("AGENTGYM_GRADING_WORKERS")
+    return n if n is not None else max(2, min(8, _cores() // 2))
+
+
+def default_max_size() -> int:
+    """Most workers the pool grows to: ``AGENTGYM_GRADING_MAX_WORKERS`` or ``min(32,
+    max(8, 2 * cores))``."""
+    n = _env_int("AGENTGYM_GRADING_MAX_WORKERS")
+    return n if n is not None else min(32, max(8, 2 * _cores()))
+
+
+def _process_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) process ``pid`` has used, from /proc (Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 class GradingPool:
     """Worker processes that run :func:`agentgym.envs.math._check.check` under a deadline.
 
     Args:
-        size: number of worker processes.
+        size: worker processes started with the pool.
+        max_size: most worker processes the pool grows to when callers find none idle
+            (at least ``size``).
     """
 
-    def __init__(self, size: int | None = None) -> None:
+    def __init__(self, size: int | None = None, max_size: int | None = None) -> None:
         self.size = size or default_size()
+        self.max_size = max(self.size, max_size or default_max_size())
+        self._workers = 0  # workers alive or being started (grows up to max_size)
+        self._grow_lock = threading.Lock()
         self._lock = threading.Lock()  # start/stop
         self._ctrl_lock = threading.Lock()  # one control request at a time
         self._idle: queue.Queue[_Worker] = queue.Queue()
@@ -128,6 +209,7 @@ class GradingPool:
             self._idle = queue.Queue()
             for _ in range(self.size):
                 self._idle.put(self._spawn())
+            self._workers = self.size
             self._ready = True
 
     def shutdown(self) -> None:
@@ -138,6 +220,7 @@ class GradingPool:
 
     def _stop_locked(self) -> None:
         self._ready = False
+        self._workers = 0
         while True:
             try:
                 w = self._idle.get_nowait()
@@ -198,42 +281,109 @@ class GradingPool:
             self._idle.put(self._spawn())
         except PoolError:
             # the zygote died: the next call restarts everything (outside its deadline)
+            with self._grow_lock:
+                self._workers -= 1
             with contextlib.suppress(OSError):
                 if self._zygote is not None:
                     self._zygote.kill()
 
+    def _take(self, queue_timeout_s: float) -> _Worker | None:
+        """An idle worker, a new one while below ``max_size``, else wait for one."""
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            pass
+        with self._grow_lock:
+            grow = self._workers < self.max_size
+            if grow:
+                self._workers += 1
+        if grow:
+            try:
+                return self._spawn()
+            except PoolError:
+                with self._grow_lock:
+                    self._workers -= 1
+        try:
+            return self._idle.get(timeout=max(0.0, queue_timeout_s))
+        except queue.Empty:
+            return None
+
+    @property
+    def workers(self) -> int:
+        """Worker processes alive now (between ``size`` and ``max_size``)."""
+        return self._workers
+
     # ------------------------------------------------------------------ requests
     def run(
-        self, gold: str, preds: list[str], timeout_s: float, *, raw: bool = False
+        self,
+        gold: str,
+        preds: list[str],
+        timeout_s: float,
+        *,
+        raw: bool = False,
+        options: dict[str, Any] | None = None,
+        queue_timeout_s: float = QUEUE_TIMEOUT_S,
     ) -> tuple[str, Any]:
-        """Check ``preds`` against ``gold`` within ``timeout_s`` seconds.
+        """:meth:`request` reduced to ``(status, value)``."""
+        reply = self.request(
+            gold, preds, timeout_s, raw=raw, options=options, queue_timeout_s=queue_timeout_s
+        )
+        return reply.status, reply.value
 
-        ``raw``: the answers are not normalised yet (see ``_check.check``).
+    def request(
+        self,
+        gold: str,
+        preds: list[str],
+        timeout_s: float,
+        *,
+        raw: bool = False,
+        options: dict[str, Any] | None = None,
+        queue_timeout_s: float = QUEUE_TIMEOUT_S,
+    ) -> PoolReply:
+        """Check ``preds`` against ``gold``, with ``timeout_s`` seconds of grading.
 
-        Returns ``("ok", [bool, ...])``, ``("timeout", None)`` or ``("error", message)``.
-        The time to start the pool is not counted; the wait for a free worker is.
+        Args:
+            gold, preds: normalised answers (``raw``: as extracted; see ``_check.check``).
+            timeout_s: the grading deadline, counted from the moment a worker takes the
+                request.
+            options: comparison options for ``_check.check`` (``{"degrees": True}``).
+            queue_timeout_s: longest wait for a free worker (not counted in
+                ``timeout_s``); the pool first grows up to ``max_size`` workers.
+
+        Returns:
+            A :class:`PoolReply`. The time to start the pool is not counted anywhere.
         """
         if not self.started:
             self.start()
-        deadline = time.monotonic() + timeout_s
+        t0 = time.monotonic()
+        w = self._take(queue_timeout_s)
+        started = time.monotonic()
+        wait_s = started - t0
+        if w is None:
+            return PoolReply("busy", None, wait_s)
+        deadline = started + timeout_s
         try:
-            w = self._idle.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            return "timeout", None
-        try:
-            w.conn.send((gold, preds, raw))
+            w.conn.send((gold, preds, raw, options or {}))
             if not w.conn.poll(max(0.0, deadline - time.monotonic())):
+                now_cpu = _process_cpu_s(w.pid)
+                elapsed = max(1e-9, time.monotonic() - started)
                 self._replace(w)
-                return "timeout", None
-            status, value = w.conn.recv()
+                if now_cpu is None:
+                    return PoolReply("timeout", None, wait_s)
+                used = max(0.0, now_cpu - w.cpu_s)
+                status = "timeout" if used >= STARVED_CPU_SHARE * elapsed else "starved"
+                return PoolReply(status, None, wait_s, used)
+            status, value, cpu_s = w.conn.recv()
         except (EOFError, OSError) as e:
             self._replace(w)
-            return "error", f"grading worker died ({type(e).__name__})"
+            return PoolReply("crashed", f"grading worker died ({type(e).__name__})", wait_s)
+        used = max(0.0, cpu_s - w.cpu_s)
+        w.cpu_s = cpu_s
         if status == "error" and value.startswith("MemoryError"):
             self._replace(w)  # a worker that ran out of memory may be in a bad state
         else:
             self._idle.put(w)
-        return status, value
+        return PoolReply(status, value, wait_s, used)
 
 
 _POOL: GradingPool | None = None

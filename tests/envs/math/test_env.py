@@ -284,6 +284,7 @@ def test_hard_source_oracle_solves_every_problem():
         ({"source": "/nonexistent/data.jsonl"}, ConfigError, "not found"),
         ({"source": "hard", "levels": [1]}, ConfigError, "generator"),
         ({"grading_timeout_s": 0}, ConfigError, "grading_timeout_s"),
+        ({"hedging": "first"}, UnknownNameError, "hedging"),
         ({"token_cost": "target"}, ConfigError, "target_tokens"),
         ({"max_response_tokens": "many"}, ConfigError, "integer"),
         ({"system_prompt": 3}, ConfigError, "system_prompt"),

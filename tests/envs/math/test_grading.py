@@ -114,7 +114,9 @@ def test_symbolic_verdicts_are_cached_but_timeouts_are_not(monkeypatch):
 
     assert grade("\\boxed{(x+7)^2}", "x^2+14x+49").correct
     assert not grade("\\boxed{(x+7)^3}", "x^2+14x+49").correct
-    assert grade("\\boxed{9^{9^{9^9}}}", "2").reason == "timeout"
+    # issue 17: a check starved of CPU by a busy machine is "grader_timeout" (no verdict),
+    # one that used its whole time on the answer is "timeout"; neither is cached
+    assert grade("\\boxed{9^{9^{9^9}}}", "2").reason in ("timeout", "grader_timeout")
 
     def no_pool():
         raise PoolError("no pool in this test")
@@ -122,8 +124,10 @@ def test_symbolic_verdicts_are_cached_but_timeouts_are_not(monkeypatch):
     monkeypatch.setattr(grading, "get_pool", no_pool)
     assert grade("\\boxed{(x+7)^2}", "x^2+14x+49").correct  # from the cache
     assert grade("\\boxed{(x+7)^3}", "x^2+14x+49").reason == "mismatch"
-    assert grade("\\boxed{9^{9^{9^9}}}", "2").reason == "grader_error"  # not cached
-    assert grade("\\boxed{(7+x)^2}", "x^2+14x+49").reason == "grader_error"
+    # issue 17: a grading pool that cannot be reached is an infrastructure failure
+    # ("grader_crashed", the env raises InfraError), no longer scored as "grader_error"
+    assert grade("\\boxed{9^{9^{9^9}}}", "2").reason == "grader_crashed"  # not cached
+    assert grade("\\boxed{(7+x)^2}", "x^2+14x+49").reason == "grader_crashed"
 
 
 # ----------------------------------------------------------------------------- bound
@@ -142,8 +146,9 @@ def test_hostile_input_returns_within_the_bound(response: str):
     elapsed = time.monotonic() - start
     assert elapsed < BOUND_S, f"{response} took {elapsed:.2f}s"
     assert not r.correct
-    # a worker may also run out of its memory cap first (grader_error)
-    assert r.reason in ("timeout", "mismatch", "grader_error")
+    # a worker may also run out of its memory cap first (grader_error); on a busy machine
+    # a worker starved of CPU gives no verdict (grader_timeout, issue 17)
+    assert r.reason in ("timeout", "mismatch", "grader_error", "grader_timeout")
 
 
 def test_huge_reply_is_fast_and_graded():
@@ -171,7 +176,7 @@ def test_absurdly_long_reply_is_not_read():
 
 def test_many_hostile_calls_from_threads_each_return_within_the_bound():
     pool = get_pool()
-    n = pool.size * 3  # more calls than workers: some wait, all must still return in time
+    n = pool.size * 3  # more calls than workers at start: the pool grows, none waits
 
     def call(_: int) -> tuple[float, GradeResult]:
         t = time.monotonic()
@@ -182,7 +187,9 @@ def test_many_hostile_calls_from_threads_each_return_within_the_bound():
         results = list(ex.map(call, range(n)))
     for elapsed, res in results:
         assert elapsed < BOUND_S
-        assert res.reason in ("timeout", "grader_error") and not res.correct
+        # issue 17: several towers at once on a small machine may starve each other of
+        # CPU, which is an infrastructure failure (grader_timeout), not a verdict
+        assert res.reason in ("timeout", "grader_error", "grader_timeout") and not res.correct
     # the pool replaced the killed workers and grades normally afterwards
     assert grade("\\boxed{(x-1)(x+1)}", "x^2-1").correct
 
@@ -221,7 +228,9 @@ def test_pool_replaces_a_timed_out_worker_and_leaves_no_process_behind():
         zygote = pool._zygote.pid
         first = pool._idle.queue[0].pid
         status, _ = pool.run("1", ["9^{9^{9^9}}"], timeout_s=0.5)
-        assert status == "timeout"
+        # "starved" when the machine is too busy to give the worker a third of a core
+        # (issue 17: the caller then gets no verdict instead of a wrong one)
+        assert status in ("timeout", "starved")
         assert pool.replaced == 1
         deadline = time.monotonic() + 5
         while _alive(first) and time.monotonic() < deadline:

@@ -1,0 +1,139 @@
+"""Issue 17's grading item: capacity that grows with the callers, a deadline that counts
+the grading (not the queue), and grader failures that are infrastructure failures."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import gymnasium as gym
+import pytest
+
+import agentgym
+from agentgym.envs.math import grade, grading, pool, warm_up
+from agentgym.envs.math.pool import GradingPool, PoolError, PoolReply
+
+TOWER = "9^{9^{9^9}}"  # sympy would work on this for hours
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _warm_pool():
+    warm_up()
+
+
+class _FakePool:
+    """Answers every request with one status, as a pool in trouble would."""
+
+    def __init__(self, status: str) -> None:
+        self.status = status
+
+    def request(self, *args, **kwargs) -> PoolReply:
+        return PoolReply(self.status, None, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "infra"),
+    [
+        ("starved", "grader_timeout", True),
+        ("busy", "grader_timeout", True),
+        ("crashed", "grader_crashed", True),
+        ("timeout", "timeout", False),
+        ("error", "grader_error", False),
+    ],
+)
+def test_pool_statuses_become_reasons(monkeypatch, status, reason, infra):
+    monkeypatch.setattr(grading, "get_pool", lambda: _FakePool(status))
+    r = grade("\\boxed{(x+3)^5}", "x^5+1")  # needs the symbolic path
+    assert (r.correct, r.reason, r.infra_failure) == (False, reason, infra)
+
+
+def test_an_unreachable_pool_is_a_crashed_grader(monkeypatch):
+    def broken():
+        raise PoolError("the zygote did not start")
+
+    monkeypatch.setattr(grading, "get_pool", broken)
+    r = grade("\\boxed{(x+3)^6}", "x^6+1")
+    assert (r.reason, r.infra_failure) == ("grader_crashed", True)
+
+
+def _env_step(monkeypatch, status: str):
+    monkeypatch.setattr(grading, "get_pool", lambda: _FakePool(status))
+    env = gym.make("agentgym/BalancedMath-v0").unwrapped
+    env.reset(options={"task_id": "gen/simplify/2/5"})
+    return env, env.step("So \\boxed{(x+1)^7}.")  # a polynomial: symbolic path
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"), [("starved", "grader_timeout"), ("crashed", "grader_crashed")]
+)
+def test_env_raises_infra_error_instead_of_scoring(monkeypatch, status, reason):
+    with pytest.raises(agentgym.InfraError) as info:
+        _env_step(monkeypatch, status)
+    assert info.value.reason == reason
+    assert "gen/simplify/2/5" in str(info.value) and "not the agent's fault" in str(info.value)
+
+
+def test_env_scores_a_costly_answer_as_wrong(monkeypatch):
+    # a check that used its whole deadline on the answer is the answer's fault
+    env, (_, reward, terminated, _, info) = _env_step(monkeypatch, "timeout")
+    assert terminated and reward == 0.0
+    assert info["reward_breakdown"]["grade_reason"] == "timeout"
+
+
+# ------------------------------------------------------------------------------ the pool
+def test_a_timeout_is_classified_by_the_cpu_the_worker_got(monkeypatch):
+    p = GradingPool(size=1, max_size=1)
+    try:
+        p.start()
+        monkeypatch.setattr(pool, "_process_cpu_s", lambda pid: 0.0)  # got no CPU at all
+        assert p.request("1", [TOWER], 0.3).status == "starved"
+        monkeypatch.setattr(pool, "_process_cpu_s", lambda pid: 1e6)  # ran all the time
+        assert p.request("1", [TOWER], 0.3).status == "timeout"
+        assert p.replaced == 2
+        assert p.run("x^2-1", ["(x-1)(x+1)"], timeout_s=5) == ("ok", [True])
+    finally:
+        p.shutdown()
+
+
+def test_the_pool_grows_so_that_no_caller_waits():
+    p = GradingPool(size=1, max_size=3)
+    try:
+        p.start()
+        with ThreadPoolExecutor(max_workers=3) as ex:
+            replies = list(ex.map(lambda _: p.request("1", [TOWER], 0.6), range(3)))
+        assert p.workers == 3
+        for r in replies:
+            assert r.status in ("timeout", "starved")
+            assert r.wait_s < 0.3  # a fresh worker, not a queue
+    finally:
+        p.shutdown()
+
+
+def test_the_queue_wait_is_bounded_separately_from_the_grading():
+    p = GradingPool(size=1, max_size=1)
+    try:
+        p.start()
+        with ThreadPoolExecutor(max_workers=3) as ex:
+            slow = ex.submit(p.request, "1", [TOWER], 0.6)
+            time.sleep(0.1)  # the tower holds the only worker
+            queued = ex.submit(p.request, "x^2-1", ["(x-1)(x+1)"], 0.2, queue_timeout_s=10)
+            busy = ex.submit(p.request, "x^2-1", ["(x-1)(x+1)"], 0.2, queue_timeout_s=0.05)
+            first, second, third = slow.result(), queued.result(), busy.result()
+        assert first.status in ("timeout", "starved")
+        # waited for the tower's worker (longer than its own 0.2 s deadline), then graded
+        assert second.status == "ok" and second.value == [True] and second.wait_s > 0.2
+        assert third.status == "busy"
+    finally:
+        p.shutdown()
+
+
+def test_right_answers_from_many_threads_are_all_scored_right():
+    # distinct symbolic answers (no cache), more threads than the pool has workers
+    pairs = [(f"\\boxed{{(x+{k})(x-{k})}}", f"x^2-{k * k}") for k in range(101, 141)]
+    pairs += [
+        (f"\\boxed{{\\frac{{\\sqrt{{{k}}}}}{{2}}}}", f"\\frac{{1}}{{2}}\\sqrt{{{k}}}")
+        for k in (2, 3, 5, 6, 7, 10, 11, 13)
+    ]
+    with ThreadPoolExecutor(max_workers=32) as ex:
+        results = list(ex.map(lambda pr: grade(*pr), pairs))
+    assert [r.reason for r in results] == ["correct"] * len(pairs)
