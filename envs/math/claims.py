@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentgym.envs.math.extract import Statement
-from agentgym.envs.math.fastcheck import fast_compare
+from agentgym.envs.math.fastcheck import Num, fast_compare, parse_value
 from agentgym.envs.math.final import Selection
 from agentgym.envs.math.labels import align_labels, gold_arity, join_parts
-from agentgym.envs.math.normalize import normalize
+from agentgym.envs.math.normalize import NAME_RE, has_degrees, normalize, top_level_equals
 
 __all__ = [
     "VERDICT_CACHE_SIZE",
@@ -83,19 +83,46 @@ class Claim:
         return [p for option in self.options for p in option]
 
 
-def _pair(gold: str, pred: str) -> Pair:
-    g, p = align_labels(gold, pred)
+@dataclass(frozen=True)
+class _Gold:
+    text: str  # normalised (or raw)
+    equation: str | None = None  # normalised with its label kept, when it is "y = ..."
+    degrees: bool = False  # carries a degree sign
+
+
+def _is_equation(pred: str) -> bool:
+    sides = top_level_equals(pred)
+    return len(sides) == 2 and not NAME_RE.fullmatch(sides[0])
+
+
+def _pair(gold: _Gold, pred: str) -> Pair:
+    if gold.equation is not None and _is_equation(pred):
+        return Pair(gold.equation, pred)  # "2x + y = 5" against the gold "y = 5 - 2x"
+    g, p = align_labels(gold.text, pred)
     return Pair(g, p)
 
 
-def _claim(parts: tuple[Statement, ...], combine: bool, gold: str, raw: bool) -> Claim:
+def _single(gold: _Gold, text: str) -> list[list[Pair]]:
+    """Options for one stated answer: as it is and, for an answer in degrees against a
+    gold in radians (``60^\\circ`` for ``\frac{\\pi}{3}``), converted to radians."""
+    n = normalize(text)
+    options = [[_pair(gold, n)]]
+    degrees_only_here = not gold.degrees and has_degrees(text)
+    if degrees_only_here and parse_value(gold.text) is None and isinstance(parse_value(n), Num):
+        options.append([_pair(gold, f"\\frac{{{n}\\pi}}{{180}}")])
+    return options
+
+
+def _claim(parts: tuple[Statement, ...], combine: bool, gold: _Gold, raw: bool) -> Claim:
     texts = [st.text for st in parts]
     if raw:
         joined = ",".join(texts)
         if combine:
-            return Claim([[Pair(gold, joined, raw=True)]])
-        return Claim([[Pair(gold, t, raw=True) for t in texts]])
+            return Claim([[Pair(gold.text, joined, raw=True)]])
+        return Claim([[Pair(gold.text, t, raw=True) for t in texts]])
     if not combine:
+        if len(texts) == 1:
+            return Claim(_single(gold, texts[0]))
         return Claim([[_pair(gold, normalize(t)) for t in texts]])
     options = [[_pair(gold, join_parts([(st.label, st.text) for st in parts]))]]
     each = [normalize(t) for t in texts]
@@ -104,16 +131,29 @@ def _claim(parts: tuple[Statement, ...], combine: bool, gold: str, raw: bool) ->
     return Claim(options)
 
 
-def build_claims(sel: Selection, gold: str, *, raw: bool = False) -> list[Claim]:
+def build_claims(
+    sel: Selection,
+    gold: str,
+    *,
+    raw: bool = False,
+    gold_equation: str | None = None,
+    gold_degrees: bool = False,
+) -> list[Claim]:
     """The claims of a selected final answer (the final answer's own claim first).
 
-    ``gold`` is normalised, or raw when ``raw`` (answers too long to normalise here:
-    the worker does it).
+    Args:
+        sel: the final answer (and, for ``hedging="reject"``, the other answers).
+        gold: normalised, or raw when ``raw`` (answers too long to normalise here: the
+            worker does it).
+        gold_equation: the gold normalised with its label kept, when the gold is an
+            equation ``y = ...`` (compared with answers that are equations).
+        gold_degrees: the gold carries a degree sign.
     """
     arity = 1 if raw else gold_arity(gold)
-    claims = [_claim(sel.parts, sel.combine, gold, raw)]
+    g = _Gold(gold, gold_equation, gold_degrees)
+    claims = [_claim(sel.parts, sel.combine, g, raw)]
     for group in sel.others:
-        claims.append(_claim(group, arity > 1 and len(group) > 1, gold, raw))
+        claims.append(_claim(group, arity > 1 and len(group) > 1, g, raw))
     return claims
 
 

@@ -27,8 +27,10 @@ final answer from the groups:
   statement in it must be right, so hedging (``5 or 6``) is never credited; for a
   multi-part gold (a set, a list, a tuple, labelled values, ``\\pm``) its statements are
   combined into one answer, and when it has fewer distinct parts than the gold, earlier
-  groups joined to it by *sequence* (not by a correction) are added while they bring new
-  parts (a reply that boxes ``a`` and, after more work, ``b``);
+  groups are added while they bring values for labels not given yet (a reply that finds
+  ``a = \\boxed{12}`` and, after more work, ``b = \\boxed{7}``; a new value for a label
+  already given is a correction). Unlabelled boxes separated by reasoning are not
+  combined: the later one replaces the earlier;
 * with ``hedging="reject"`` (strict) every *other* group must be right too, so a reply
   that changed its final answer is wrong even when its last answer is right.
 
@@ -41,6 +43,8 @@ import re
 from dataclasses import dataclass
 
 from agentgym.envs.math.extract import Statement
+from agentgym.envs.math.labels import split_label
+from agentgym.envs.math.normalize import normalize
 
 __all__ = ["HEDGING_MODES", "Group", "Selection", "group_statements", "link", "select"]
 
@@ -150,6 +154,10 @@ def _key(s: str) -> str:
     return "".join(s.split())
 
 
+def _label(st: Statement) -> str | None:
+    return split_label(st.text)[0] or (normalize(st.label) if st.label else None)
+
+
 def _distinct(statements: tuple[Statement, ...]) -> list[Statement]:
     seen: dict[str, Statement] = {}
     for st in statements:
@@ -183,18 +191,11 @@ def select(groups: list[Group], arity: int, hedging: str = "last") -> Selection:
     first = len(groups) - 1
     chosen = list(groups[first].statements)
     if arity > 1:
-        while (
-            first > 0
-            and groups[first].after == "sequence"
-            and len(_distinct(tuple(chosen))) < arity
-        ):
-            new = [
-                s
-                for s in groups[first - 1].statements
-                if _key(s.text) not in {_key(c.text) for c in chosen}
-            ]
-            if not new:
-                break
+        while first > 0 and len(_distinct(tuple(chosen))) < arity:
+            labels = [_label(st) for st in chosen]
+            earlier = [_label(st) for st in groups[first - 1].statements]
+            if None in labels or None in earlier or set(labels) & set(earlier):
+                break  # only values for labels not given yet are added
             first -= 1
             chosen = list(groups[first].statements) + chosen
     parts = tuple(_distinct(tuple(chosen)))

@@ -256,10 +256,16 @@ def grade(
         return result(False, "too_many_answers", "none")
 
     raw = not inline or any(len(st.text) > MAX_INLINE_CHARS for st in sel.parts)
-    claims = build_claims(sel, gold if raw else gold_n, raw=raw)
+    degrees = has_degrees(gold) if inline else False
+    gold_eq = None
+    if (inline and "=" in gold_n) or "=" in gold:
+        full = normalize(strip_boxed(gold), keep_label=True) if inline else None
+        gold_eq = full if full and full != gold_n else None
+    claims = build_claims(
+        sel, gold if raw else gold_n, raw=raw, gold_equation=gold_eq, gold_degrees=degrees
+    )
     first = claims[0].options[0][0] if claims[0].options and claims[0].options[0] else None
     normalized = None if raw or first is None else first.pred
-    degrees = has_degrees(gold) if inline else False
     outcome = evaluate(claims, degrees)
     if outcome.pending:
         remaining = timeout_s - (time.perf_counter() - start)

@@ -13,8 +13,10 @@ still LaTeX (math-verify parses it afterwards). What it does, in order:
   trigonometric function a degree becomes radians (``\\sin 30^\\circ`` ->
   ``\\sin(\\frac{30\\pi}{180})``); ``%``, ``percent`` -> ``\\%`` (kept: whether 50% may
   equal 0.5 is decided when comparing);
-* ``\\varnothing``, ``\\{\\}`` -> ``\\emptyset``; a plain mixed number ``2 1/2`` ->
-  ``2\\frac{1}{2}``;
+* ``\\varnothing``, ``\\{\\}``, "no solution" -> ``\\emptyset``; "all real numbers",
+  ``\\mathbb{R}`` -> ``(-\\infty,\\infty)``; a plain mixed number ``2 1/2`` ->
+  ``2\\frac{1}{2}``; a trailing ``\\pmod{7}`` is dropped; a one-row or one-column
+  ``pmatrix`` (a vector) becomes a tuple;
 * inequalities joined by "or" (``x < -1 \\text{ or } x > 2``) become a union of
   intervals (``(-\\infty,-1)\\cup(2,\\infty)``);
 * ``\\text{}``, ``\\textbf{}``, ``\\mathrm{}``, ``\\mbox{}``... are unwrapped;
@@ -124,6 +126,15 @@ _DEGREE_NUMBER_RE = re.compile(
     r"(\d+(?:\.\d+)?)\s*(?:\^\s*\{?\s*\\circ\s*\}?|\\degree(?![A-Za-z]))"
 )
 _EMPTY_SET_RE = re.compile(r"\\varnothing(?![A-Za-z])|\\\{\s*\\\}|\\empty(?![A-Za-z])")
+_MOD_SUFFIX_RE = re.compile(
+    r"\s*(?:\\pmod\s*\{?\s*\w+\s*\}?|\(\s*\\(?:bmod|mod)\s*\{?\s*\w+\s*\}?\s*\)"
+    r"|\(\s*mod\s+\w+\s*\))$"
+)
+_ALL_REALS_RE = re.compile(
+    r"(?i)all\s*real\s*(?:numbers|values)?|all\s*reals|\\mathbb\s*\{?\s*R\s*\}?|\\R(?![A-Za-z])"
+)
+_NO_SOLUTION_RE = re.compile(r"(?i)no\s*(?:real\s*)?solutions?")
+_VECTOR_RE = re.compile(r"\\begin\{pmatrix\}((?:(?!\\end\{pmatrix\}|\\begin).)*)\\end\{pmatrix\}")
 _MIXED_PLAIN_RE = re.compile(r"([+-]?\d{1,12}) (\d{1,12})/(\d{1,12})")
 _OR_SPLIT_RE = re.compile(
     r"\s*,?\s*(?:\\lor(?![A-Za-z])|\\vee(?![A-Za-z])|(?<![A-Za-z\\])or(?![A-Za-z]))\s*"
@@ -355,8 +366,23 @@ def _or_inequalities(s: str) -> str:
     return "\\cup".join(i[1] for i in intervals)  # type: ignore[index]
 
 
-def normalize(answer: str) -> str:
-    """Canonical form of a final answer (see the module docstring). ``""`` stays ``""``."""
+def _vector(m: re.Match[str]) -> str:
+    body = m.group(1)
+    rows = body.split("\\\\")
+    cols = body.split("&")
+    if len(rows) > 1 and "&" not in body:
+        return "(" + ",".join(rows) + ")"
+    if len(cols) > 1 and "\\\\" not in body:
+        return "(" + ",".join(cols) + ")"
+    return m.group(0)
+
+
+def normalize(answer: str, *, keep_label: bool = False) -> str:
+    """Canonical form of a final answer (see the module docstring). ``""`` stays ``""``.
+
+    ``keep_label``: keep a single label (``y=5-2x`` stays an equation), for comparing
+    a gold equation with an answer that is an equation too.
+    """
     s = _UNICODE_RE.sub(lambda m: _UNICODE[m.group(0)], answer)
     s = _strip_delimiters(s.strip())
     s = s.replace("\\displaystyle", "")
@@ -383,6 +409,11 @@ def normalize(answer: str) -> str:
     s = re.sub(r"(?<!\\)%", r"\\%", s)
     s = re.sub(r"\s*(?<![A-Za-z\\])percent(?:age)?(?![A-Za-z])", r"\\%", s)
     s = _or_inequalities(s)
+    s = _MOD_SUFFIX_RE.sub("", s)
+    if _ALL_REALS_RE.fullmatch(s):
+        s = "(-\\infty,\\infty)"
+    elif _NO_SOLUTION_RE.fullmatch(s):
+        s = "\\emptyset"
     s = _ALT_RE.sub(",", s).strip(",").strip()
     s = _drop_trailing_units(s)
     s = _SQRT_SHORT_RE.sub(r"\\sqrt{\1}", s)
@@ -395,7 +426,10 @@ def normalize(answer: str) -> str:
     elif _MIXED_PLAIN_RE.fullmatch(s):
         s = _MIXED_PLAIN_RE.sub(r"\1\\frac{\2}{\3}", s)
     s = _remove_spaces(s)
-    s = _strip_assignments(s)
+    if "pmatrix" in s:
+        s = _VECTOR_RE.sub(_vector, s)
+    if not keep_label:
+        s = _strip_assignments(s)
     s = _strip_outer_parens(s)
     if s.endswith("."):
         s = s[:-1]
