@@ -13,6 +13,11 @@ processes, output, files) and these rules are the same for every backend:
   sandbox itself failed (engine gone, sandbox closed) or the caller asked for something
   invalid.
 * Output is capped per stream; the excess is read and thrown away, never held in memory.
+* Backends that can (``supports_users``: Docker) run a command as another uid
+  (``run(..., user="0:0")``), so that one sandbox can hold two parties that cannot read
+  each other's private files or signal each other's processes, and start a command in the
+  background (:meth:`Sandbox.start`). Every process of every user is killed, and every
+  file removed, when the sandbox is reset.
 
 :class:`Sandbox` checks every input once (command, timeout, stdin, env, cwd, paths,
 file content), serialises calls, caps the output and builds the result; a backend
@@ -124,6 +129,8 @@ class Sandbox(ABC):
 
     backend: str = ""
     isolation: str = ""
+    #: whether ``run(user=...)`` and :meth:`start` work (the backend has real uids)
+    supports_users: bool = False
 
     def __init__(self, limits: SandboxLimits) -> None:
         self.limits = limits
@@ -141,6 +148,7 @@ class Sandbox(ABC):
         *,
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        user: str | None = None,
     ) -> ExecResult:
         """Run a command in the workspace and wait for it.
 
@@ -152,18 +160,24 @@ class Sandbox(ABC):
                 ``None`` gives it an empty standard input.
             env: extra environment variables.
             cwd: working directory relative to the workspace (default: its root).
+            user: ``"uid:gid"`` to run as instead of ``limits.user`` (only where
+                ``supports_users``; in Docker, ``"0:0"`` is a root without capabilities
+                other than ``CAP_DAC_OVERRIDE``: it reads and changes every file).
 
         Returns:
             The :class:`ExecResult`; never raises for anything the command did.
 
         Raises:
             SandboxError: the sandbox is closed or broken, or an argument is invalid.
+            agentgym.InfraError: the sandbox died under the command (its container was
+                killed or removed, the engine went away): not the command's doing.
         """
         argv = command_argv(cmd)
         seconds = self._timeout(timeout)
         extra_env = env_strings(env)
         workdir = None if cwd is None else check_relative_path(cwd)
         data = None if stdin is None else to_bytes(stdin, "stdin")
+        as_user = self._user(user)
         stdout = CappedBuffer(self.limits.output_limit)
         stderr = CappedBuffer(self.limits.output_limit)
         with self._lock:
@@ -176,6 +190,7 @@ class Sandbox(ABC):
                 cwd=workdir,
                 stdout=stdout,
                 stderr=stderr,
+                **({"user": as_user} if as_user else {}),
             )
         return ExecResult(
             exit_code=status.exit_code,
@@ -187,6 +202,39 @@ class Sandbox(ABC):
             stderr_truncated=stderr.truncated,
             oom_killed=status.oom_killed,
         )
+
+    def start(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+    ) -> None:
+        """Start a command in the background and return at once (only where
+        ``supports_users``).
+
+        Its output is discarded; it is killed with everything it started at ``timeout``,
+        or earlier by :meth:`reset` (the next holder never sees it). Arguments as for
+        :meth:`run`.
+
+        Raises:
+            SandboxError: the backend cannot, the sandbox is closed, or an argument is bad.
+        """
+        argv = command_argv(cmd)
+        seconds = self._timeout(timeout)
+        extra_env = env_strings(env)
+        workdir = None if cwd is None else check_relative_path(cwd)
+        as_user = self._user(user)
+        if not self.supports_users:
+            raise SandboxError(
+                f"The {self.backend} backend cannot start background commands; use the "
+                "docker backend."
+            )
+        with self._lock:
+            self._check_usable()
+            self._start(argv, timeout=seconds, env=extra_env, cwd=workdir, user=as_user)
 
     def write_files(self, files: Mapping[str, str | bytes]) -> None:
         """Write files into the workspace, creating parent directories.
@@ -253,7 +301,22 @@ class Sandbox(ABC):
                 (exit code 2 and a line on stderr), not an exception.
             stdout: where the command's standard output goes (it caps itself).
             stderr: the same for standard error.
+
+        Backends with ``supports_users`` also receive ``user`` (``"uid:gid"``) when the
+        caller asked for another user than ``limits.user``.
         """
+
+    def _start(
+        self,
+        argv: list[str],
+        *,
+        timeout: float,
+        env: dict[str, str],
+        cwd: str | None,
+        user: str | None,
+    ) -> None:
+        """Start ``argv`` detached (backends with ``supports_users`` implement this)."""
+        raise SandboxError(f"The {self.backend} backend cannot start background commands.")
 
     @abstractmethod
     def _write_files(self, entries: list[tuple[str, bytes]]) -> None:
@@ -307,6 +370,20 @@ class Sandbox(ABC):
                 f"This sandbox is broken ({self._broken}); close it and open a new one "
                 "(a SandboxPool replaces broken sandboxes by itself)."
             )
+
+    def _user(self, user: str | None) -> str | None:
+        """``user`` checked (``"uid:gid"``), or None for ``limits.user``."""
+        if user is None or user == self.limits.user:
+            return None
+        if not self.supports_users:
+            raise SandboxError(
+                f"The {self.backend} backend runs every command as its one user; "
+                "user= needs the docker backend."
+            )
+        uid, sep, gid = str(user).partition(":")
+        if not (sep and uid.isdigit() and gid.isdigit()):
+            raise SandboxError(f"user must be 'uid:gid' (numbers), got {user!r}.")
+        return f"{int(uid)}:{int(gid)}"
 
     def _timeout(self, timeout: float | None) -> float:
         t = self.limits.timeout if timeout is None else timeout

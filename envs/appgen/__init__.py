@@ -10,6 +10,15 @@
 from __future__ import annotations
 
 from agentgym.envs.appgen.env import AppGenEnv
+from agentgym.envs.appgen.grading import GradeResult, grade
 from agentgym.envs.appgen.taskset import AppTask, builtin_task_names, load_task, load_tasks
 
-__all__ = ["AppGenEnv", "AppTask", "builtin_task_names", "load_task", "load_tasks"]
+__all__ = [
+    "AppGenEnv",
+    "AppTask",
+    "GradeResult",
+    "builtin_task_names",
+    "grade",
+    "load_task",
+    "load_tasks",
+]

@@ -1,49 +1,79 @@
-"""Grading an AppGen project: hidden tests in a fresh sandbox, defended against tampering.
+"""Grading an AppGen project: hidden tests that the code under test cannot subvert.
 
-:func:`grade` copies the agent's project into a fresh sandbox, adds the hidden tests and a
-small runner, runs pytest once and reads back per-test outcomes. The reward is the share
-of hidden test cases that passed.
+:func:`grade` runs a task's hidden tests against the agent's project in a fresh sandbox
+and reads back per-test outcomes; the reward is the share of hidden test cases that pass.
+A policy optimised against the grader will look for any way to be told "passed", so the
+design rests on one rule: **no code the agent wrote runs in a process that records
+outcomes, holds the report secret, or can reach the hidden tests**. Checks that live in
+the same process as the agent's code (canaries, hashes, secrets in memory) can all be
+reached by it, so they are not the defence.
 
-What the agent controls is the content of its project. What it must not be able to do is
-turn a failing test into a pass. The defences, in order:
+The boundary (Docker backend):
 
-1. **Filtering** (:func:`filter_project`). Only the project's own source and data files are
-   copied. Dropped: pytest and packaging configuration (``conftest.py``, ``pytest.ini``,
-   ``pytest.toml``, ``tox.ini``, ``setup.cfg``, ``pyproject.toml``), interpreter start-up
-   hooks (``sitecustomize.py``, ``usercustomize.py``, ``*.pth``), package metadata
-   (``*.dist-info``, ``*.egg-info``, which could declare pytest plugins), caches and
-   bytecode, and every test module (``test_*.py``, ``*_test.py``, the ``tests/``
-   directory).
-2. **Isolation of the run.** The hidden tests live in a directory with a random name
-   outside the project; pytest runs with the grader's own ini file (``-c``), ``--rootdir``
-   there, ``--noconftest``, ``-p no:cacheprovider``, ``--import-mode=importlib``, plugin
-   autoloading off and ``PYTEST_ADDOPTS`` cleared. Python starts in isolated mode
-   (``-I``: no user site, no ``PYTHON*`` variables), and the project is *appended* to
-   ``sys.path``, so a project module cannot shadow the standard library or pytest.
-3. **A report the agent cannot forge.** The runner records outcomes with an in-process
-   plugin, writes them with a per-run secret (read from a file the runner deletes before any
-   project code runs; never in argv or the environment)
-   and ends with ``os._exit`` so ``atexit`` hooks of the agent's code never run. The exit
-   code is ignored; a missing, unreadable or unsigned report means every test failed.
-4. **Tamper checks.** Canary tests with random names run first and last: one must fail,
-   one must pass. If a must-fail canary passes (say the agent's code patched pytest to
-   pass everything) or a must-pass canary does not, the run is declared tampered and
-   scores 0. The hidden test files are hashed before the run and again after collection
-   (a project that rewrites them on import is caught). Each test case runs under a
-   SIGALRM timeout, the whole run under the sandbox timeout.
+* Two users in the sandbox. The grader's process runs as root in the container
+  (:data:`GRADER_USER`), holding no capability but ``CAP_DAC_OVERRIDE`` (so the tests may
+  read and change whatever the project wrote, whatever its modes); the agent's code runs
+  as the sandbox user, which holds none. The hidden tests, fixtures, grader modules and
+  the secret live in a directory of mode 0700 created by the grader's process (they arrive
+  on its standard input, never in a file the agent's user can read, in argv or in the
+  environment). The agent's processes cannot read those files, signal the grader, trace
+  it or read its memory.
+* The agent's code runs in worker processes forked, one per test, by a spawner that runs
+  as the sandbox user (started detached by the host before grading). Hidden tests reach
+  the project through proxies (``apptest``, in the grader's process): importing a project
+  module gives a proxy; calls, attribute reads, items, iteration, ``len``, ``str``,
+  ``in`` and ``with`` run in the test's worker, and only plain data crosses back
+  (numbers, strings, bytes, lists, tuples, dicts, sets, None, booleans, dates, paths),
+  rebuilt by the grader's own code, so a returned value cannot lie about its equality or
+  type. Any other object stays in the worker and is seen as a proxy equal only to
+  itself. Exceptions cross as class name, message and arguments (a built-in class as
+  itself, a project class as a mirror class built by name). Tests that run the project's
+  CLI do so through ``apptest.subprocess``: the command starts in the worker, as the
+  sandbox user. HTTP tests talk to a server that the worker started.
+* Outcomes are recorded by a pytest plugin in the grader's process and written, with a
+  per-run secret, to that process's own standard output (pytest's output goes to
+  /dev/null, so nothing that came from the project reaches the report's stream). The
+  exit code is ignored; a missing, unreadable or unsigned report means every test failed.
+* Limits: every test has a timeout (SIGALRM in the grader, and a deadline on every answer
+  from the worker); the whole run has the task's ``grade_timeout``, and the grader stops
+  starting tests shortly before it, so the outcomes so far are still reported. Workers
+  have a CPU-time limit and an OOM score that makes the kernel kill them before the
+  grader. A worker that crashes, exits, hangs or is killed fails only the test it served;
+  the next test gets a fresh one, after every process the previous one left is killed.
+  After grading, the sandbox's reset kills every process and removes every file of both
+  users.
 
-Only test cases the task expects (found statically by :mod:`.taskset`) count; extra tests
-are ignored, missing ones count as failed.
+Also, as before: only the project's own source and data files are copied
+(:func:`filter_project` drops pytest and packaging configuration, interpreter start-up
+hooks, package metadata, caches, test modules and the ``tests/`` directory); pytest runs
+with the grader's own ini, ``--noconftest``, no cache, importlib mode, plugin autoloading
+off; canary tests with random names (one must fail, one must pass) and hashes of the
+hidden test files guard the runner itself (``tampered``: score 0). Only test cases the
+task expects (found statically by :mod:`.taskset`) count.
 
-What this does not defend against: code that runs inside the pytest process can in
-principle read the runner's memory and subvert it in ways the canaries do not see (for
-example patching only the hidden tests' modules). The checks raise the bar well above
-the file-based tricks (config files, conftest, overwritten tests, exit codes, fake
-reports); the sandbox bounds what such code can reach.
+During the episode, the hidden tests are never in the agent's sandbox; the Docker image
+does not contain agentgym, and the local backend's bubblewrap level hides agentgym's own
+files, so ``<run>`` commands cannot read, list or name them.
+
+What this does not defend against:
+
+* The local backend has one user: the grader and the workers are separate processes (so
+  every in-process trick fails), but a worker runs as the grader's uid and could, in
+  principle, read the hidden test files or interfere with the grader's process from
+  outside. Grade with the Docker backend when the policy is being optimised.
+* The worker sees the inputs the tests pass in and the order of the calls, and could
+  notice whether a test goes on after one of its answers; it never sees an expected value
+  (assertion messages of the tests' own functions are not sent back to it).
+* Test names: pytest's ``tmp_path`` directories are anonymous, but a test's own strings
+  are whatever the task author wrote.
+* Kernel exploits and Docker escapes (see :mod:`agentgym.sandbox.docker.sandbox`).
+* A project that exhausts memory, processes or disk can make its own tests fail, or the
+  grader's run fail (then every test counts as failed): never pass.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -53,6 +83,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentgym.envs.appgen.grader import GRADER_MODULES, WORKER_MODULES, source
 from agentgym.envs.appgen.taskset import VISIBLE_TESTS_DIR, AppTask, is_test_file
 from agentgym.sandbox import Sandbox
 
@@ -75,6 +106,14 @@ DROPPED_SUFFIXES = (".pth", ".pyc", ".pyo")
 MAX_PROJECT_FILES = 300
 MAX_FILE_BYTES = 1_000_000
 PROJECT_DIR = "project"
+#: where the spawner's modules go in the workspace (readable by the project's user)
+WORKER_DIR = ".agentgym-worker"
+#: the uid:gid of the grader's process when the sandbox has users: in Docker, a root that
+#: holds only CAP_DAC_OVERRIDE (it reads and changes what the project wrote, whatever the
+#: modes); the project's user cannot signal, trace or read it
+GRADER_USER = "0:0"
+#: seconds before ``grade_timeout`` at which the grader stops starting tests
+RESERVE_SECONDS = 5.0
 
 OUTCOMES = ("passed", "failed", "error", "skipped", "not run")
 
@@ -148,130 +187,6 @@ class GradeResult:
         return self.passed / self.total
 
 
-# The runner executes inside the grading sandbox with the sandbox's python3 (3.8+ syntax).
-RUNNER = r"""
-import hashlib, json, os, signal, sys
-
-def main():
-    here = os.path.dirname(os.path.abspath(__file__))
-    # the config (with the report secret) is read and deleted before any project code runs
-    config_path = os.path.join(here, "config.json")
-    with open(config_path) as f:
-        cfg = json.load(f)
-    os.remove(config_path)
-    secret = cfg.pop("secret")
-    os.makedirs(cfg["project"], exist_ok=True)
-    os.chdir(cfg["project"])
-    project = os.getcwd()
-    report_path = os.path.join(here, "report.json")
-    for var in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):
-        os.environ.pop(var, None)
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    sys.dont_write_bytecode = True
-
-    def digests():
-        out = {}
-        for rel in cfg["hashes"]:
-            try:
-                with open(os.path.join(here, rel), "rb") as f:
-                    out[rel] = hashlib.sha256(f.read()).hexdigest()
-            except OSError:
-                out[rel] = None
-        return out
-
-    def scrub(text):
-        text = text.replace(here, "<grader>").replace(project, "<project>")
-        return text
-
-    state = {"tests": {}, "collect_errors": {}, "source_ok": digests() == cfg["hashes"],
-             "source_ok_after_collection": None}
-    sys.path.append(project)
-    import pytest
-
-    class Timeout(BaseException):
-        pass
-
-    def on_alarm(signum, frame):
-        raise Timeout("test exceeded %ss" % cfg["test_timeout"])
-
-    class Recorder:
-        def _guard(self):
-            signal.signal(signal.SIGALRM, on_alarm)
-            signal.setitimer(signal.ITIMER_REAL, cfg["test_timeout"], 1.0)
-
-        def _unguard(self):
-            signal.setitimer(signal.ITIMER_REAL, 0)
-
-        @pytest.hookimpl(hookwrapper=True)
-        def pytest_runtest_setup(self, item):
-            self._guard()
-            try:
-                yield
-            finally:
-                self._unguard()
-
-        @pytest.hookimpl(hookwrapper=True)
-        def pytest_runtest_call(self, item):
-            self._guard()
-            try:
-                yield
-            finally:
-                self._unguard()
-
-        @pytest.hookimpl(hookwrapper=True)
-        def pytest_runtest_teardown(self, item):
-            self._guard()
-            try:
-                yield
-            finally:
-                self._unguard()
-
-        def pytest_collection_finish(self, session):
-            state["source_ok_after_collection"] = digests() == cfg["hashes"]
-
-        def pytest_collectreport(self, report):
-            if report.failed:
-                lines = [l for l in str(report.longrepr).splitlines() if l.startswith("E ")]
-                msg = lines[-1][1:].strip() if lines else "collection failed"
-                state["collect_errors"][report.nodeid] = scrub(msg)[:300]
-
-        def pytest_runtest_logreport(self, report):
-            tests = state["tests"]
-            prev = tests.get(report.nodeid)
-            if report.when == "call":
-                outcome = report.outcome
-                if hasattr(report, "wasxfail"):
-                    outcome = "skipped"
-            elif report.failed:
-                outcome = "error"
-            elif report.skipped:
-                outcome = "skipped"
-            else:
-                outcome = prev or "passed"
-            if prev in ("failed", "error", "skipped") and outcome == "passed":
-                outcome = prev
-            if prev == "failed" and outcome == "error":
-                outcome = "failed"
-            tests[report.nodeid] = outcome
-
-    args = ["-c", os.path.join(here, "pytest.ini"), "--rootdir", here, "-p", "no:cacheprovider",
-            "--noconftest", "--import-mode=importlib", "-q", "--color=no",
-            "--basetemp", os.path.join(here, "tmp")]
-    args += [os.path.join(here, f) for f in cfg["files"]]
-    try:
-        pytest.main(args, plugins=[Recorder()])
-    except BaseException as e:
-        state["crash"] = scrub("%s: %s" % (type(e).__name__, e))[:300]
-    state["secret"] = secret
-    data = json.dumps(state)
-    fd = os.open(report_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.write(fd, data.encode())
-    os.close(fd)
-    os._exit(0)
-
-main()
-"""
-
 INI = "[pytest]\naddopts =\n"
 
 _CANARY = """\
@@ -291,14 +206,49 @@ def _canary(token: str) -> tuple[str, str, str, str]:
     return name, fail, ok, _CANARY.format(fail=fail, ok=ok)
 
 
+# Runs as ``python3 -I -c BOOT`` with the bundle on stdin: writes the grader's files into a
+# fresh private directory (mode 0700) and hands over to apptest_runner.
+BOOT = """
+import base64, json, os, sys, tempfile
+cfg = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+here = tempfile.mkdtemp(prefix=".agentgym-grader-")
+for rel, data in cfg.pop("contents").items():
+    path = os.path.join(here, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(base64.b64decode(data))
+sys.path.insert(0, here)
+import apptest_runner
+apptest_runner.main(here, cfg)
+"""
+
+
+def top_level_names(paths: list[str]) -> list[str]:
+    """The importable top-level names of a project: its top directories and modules."""
+    names = set()
+    for path in paths:
+        head, _, rest = path.partition("/")
+        name = head if rest else (head[:-3] if head.endswith(".py") else "")
+        if name.isidentifier():
+            names.add(name)
+    return sorted(names)
+
+
 def grade(task: AppTask, files: Mapping[str, bytes], sandbox: Sandbox) -> GradeResult:
     """Run ``task``'s hidden tests against ``files`` (the agent's project) in ``sandbox``.
 
-    ``sandbox`` must be fresh (empty workspace); it is not closed here.
+    ``sandbox`` must be fresh (empty workspace); it is not closed here. With a sandbox
+    that ``supports_users`` (Docker) the grader runs as :data:`GRADER_USER` and the
+    project as the sandbox user; otherwise both share the sandbox's one user (see the
+    module docstring for what that does not defend).
+
+    Raises:
+        agentgym.InfraError: the sandbox died or its engine went away during grading: the
+            project cannot be scored (never the project's doing).
     """
     start = time.monotonic()
     project, dropped = filter_project(files)
-    grader = f".grader-{secrets.token_hex(8)}"
+    two_users = sandbox.supports_users and sandbox.limits.user != GRADER_USER
     secret = secrets.token_hex(16)
     first = _canary(secrets.token_hex(16))
     last = _canary(secrets.token_hex(16))
@@ -308,39 +258,52 @@ def grade(task: AppTask, files: Mapping[str, bytes], sandbox: Sandbox) -> GradeR
     test_files = sorted(f"hidden/{t}" for t in {e.file for e in task.expected_tests})
     run_order = [f"hidden/{first[0]}", *test_files, f"hidden/{last[0]}"]
 
-    payload: dict[str, bytes | str] = {f"{PROJECT_DIR}/{p}": d for p, d in project.items()}
-    payload.update({f"{grader}/{p}": d for p, d in hidden.items()})
-    config = {
+    payload: dict[str, bytes] = {f"{PROJECT_DIR}/{p}": d for p, d in project.items()}
+    payload.update({f"{WORKER_DIR}/{m}": source(m) for m in WORKER_MODULES})
+    sandbox.write_files(payload)
+
+    limits = task.limits
+    socket_name = f"agentgym-grading-{secrets.token_hex(8)}"
+    lifetime = float(limits.grade_timeout) + 15.0
+    worker = [
+        "python3",
+        "-I",
+        f"{WORKER_DIR}/apptest_worker.py",
+        socket_name,
+        PROJECT_DIR,
+        "sweep" if two_users else "group",
+        str(int(limits.test_timeout) + 5),
+        str(int(lifetime)),
+    ]
+    if two_users:
+        sandbox.start(worker, timeout=lifetime)
+    grader_files: dict[str, bytes] = {m: source(m) for m in GRADER_MODULES}
+    grader_files["pytest.ini"] = INI.encode()
+    grader_files.update(hidden)
+    bundle = {
+        "contents": {p: base64.b64encode(d).decode("ascii") for p, d in grader_files.items()},
         "secret": secret,
         "project": PROJECT_DIR,
+        "worker": None if two_users else worker,
+        "socket": socket_name,
+        "names": top_level_names(list(project)),
         "files": run_order,
-        "test_timeout": float(task.limits.test_timeout),
+        "test_timeout": float(limits.test_timeout),
+        "grade_timeout": float(limits.grade_timeout),
+        "reserve": RESERVE_SECONDS,
         "hashes": {p: hashlib.sha256(hidden[p]).hexdigest() for p in run_order},
     }
-    payload[f"{grader}/runner.py"] = RUNNER
-    payload[f"{grader}/pytest.ini"] = INI
-    payload[f"{grader}/config.json"] = json.dumps(config)
-    sandbox.write_files(payload)
     result = sandbox.run(
-        ["python3", "-I", f"{grader}/runner.py"], timeout=float(task.limits.grade_timeout)
+        ["python3", "-I", "-c", BOOT],
+        stdin=json.dumps(bundle),
+        timeout=float(limits.grade_timeout),
+        user=GRADER_USER if two_users else None,
     )
-    report: dict[str, Any] | None = None
-    problem = None
-    try:
-        report = json.loads(sandbox.read_bytes(f"{grader}/report.json"))
-    except FileNotFoundError:
-        problem = "no test report was written"
-    except (ValueError, OSError) as e:
-        problem = f"the test report could not be read ({type(e).__name__})"
-    except Exception as e:  # a sandbox error reading the file
-        problem = f"the test report could not be read ({type(e).__name__})"
-    if report is not None and (not isinstance(report, dict) or report.get("secret") != secret):
-        report, problem = None, "the test report was not written by the grader"
-
+    report, problem = _read_report(result.stdout, result.stdout_truncated, secret)
     out = GradeResult(passed=0, total=task.num_hidden_tests, dropped=dropped)
     if result.timed_out:
         out.timed_out = True
-        out.errors.append(f"the hidden tests did not finish within {task.limits.grade_timeout}s")
+        out.errors.append(f"the hidden tests did not finish within {limits.grade_timeout}s")
     if report is None:
         out.errors.append(f"grading failed: {problem}; every hidden test counts as failed")
         if not result.timed_out and result.exit_code != 0:
@@ -350,18 +313,54 @@ def grade(task: AppTask, files: Mapping[str, bytes], sandbox: Sandbox) -> GradeR
         out.per_test = {t.test_id: "not run" for t in task.expected_tests}
         out.seconds = time.monotonic() - start
         return out
+    _apply_report(out, report, task, (first, last))
+    out.seconds = time.monotonic() - start
+    return out
 
-    tests: dict[str, str] = {str(k): str(v) for k, v in report.get("tests", {}).items()}
-    for nodeid, msg in sorted(report.get("collect_errors", {}).items()):
-        out.errors.append(f"collecting {nodeid.removeprefix('hidden/')}: {_mask(msg)}")
+
+def _read_report(
+    stdout: str, truncated: bool, secret: str
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The grader's report (from its standard output) and, when there is none, why."""
+    if not stdout.strip():
+        return None, "no test report was written"
+    if truncated:
+        return None, "the test report was larger than the sandbox's output limit"
+    try:
+        report = json.loads(stdout)
+    except ValueError as e:
+        return None, f"the test report could not be read ({type(e).__name__})"
+    if not isinstance(report, dict) or report.get("secret") != secret:
+        return None, "the test report was not written by the grader"
+    return report, None
+
+
+def _apply_report(
+    out: GradeResult, report: dict[str, Any], task: AppTask, canaries: tuple[tuple, ...]
+) -> None:
+    """Fill ``out`` from a signed report: outcomes, errors, tamper checks."""
+    raw = report.get("tests")
+    tests: dict[str, str] = (
+        {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+    )
+    collect_errors = report.get("collect_errors")
+    for nodeid, msg in sorted((collect_errors if isinstance(collect_errors, dict) else {}).items()):
+        out.errors.append(f"collecting {str(nodeid).removeprefix('hidden/')}: {_mask(msg)}")
     if report.get("crash"):
         out.errors.append(f"pytest crashed: {_mask(report['crash'])}")
-    for canary in (first, last):
+    if report.get("out_of_time"):
+        out.errors.append(
+            f"the grading time ({task.limits.grade_timeout}s) ran out; the tests not started "
+            "by then count as failed"
+        )
+    for canary in canaries:
         fail_id = f"hidden/{canary[0]}::{canary[1]}"
         ok_id = f"hidden/{canary[0]}::{canary[2]}"
         if tests.get(fail_id) not in ("failed", None) or tests.get(ok_id) not in ("passed", None):
             out.tampered = True
-        if tests.get(fail_id) is None or tests.get(ok_id) is None:
+        if not report.get("out_of_time") and (
+            tests.get(fail_id) is None or tests.get(ok_id) is None
+        ):
             out.tampered = True  # a canary that did not run: the run was cut short or rigged
     if not report.get("source_ok") or report.get("source_ok_after_collection") is False:
         out.tampered = True
@@ -371,7 +370,6 @@ def grade(task: AppTask, files: Mapping[str, bytes], sandbox: Sandbox) -> GradeR
             "tampering detected: the grader's canary tests did not behave as they must, "
             "so no hidden test is counted"
         )
-
     for exp in task.expected_tests:
         base = f"hidden/{exp.file}::{exp.name}"
         if exp.count == 1:
@@ -383,8 +381,6 @@ def grade(task: AppTask, files: Mapping[str, bytes], sandbox: Sandbox) -> GradeR
         for i in range(exp.count - len(cases)):
             out.per_test[f"{exp.test_id}[#{len(cases) + i}]"] = "not run"
     out.passed = 0 if out.tampered else sum(v == "passed" for v in out.per_test.values())
-    out.seconds = time.monotonic() - start
-    return out
 
 
 _HEX = re.compile(r"0x[0-9a-fA-F]{6,}")

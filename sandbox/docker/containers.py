@@ -30,6 +30,7 @@ __all__ = [
     "LABEL_HOST",
     "LABEL_PID",
     "LABEL_START",
+    "ROOT_CAPABILITIES",
     "install_signal_handlers",
     "remove_container",
     "remove_live_containers",
@@ -41,6 +42,10 @@ LABEL_PID = "agentgym.owner_pid"
 LABEL_HOST = "agentgym.owner_host"
 LABEL_START = "agentgym.owner_start"
 LABEL_CREATED = "agentgym.created"
+#: the only capabilities in a sandbox container's bounding set: held by commands run as
+#: root (``user="0:0"``, a trusted party such as a grader, which may then read and change
+#: every file), never by the sandbox user (non-root, no-new-privileges: it holds none)
+ROOT_CAPABILITIES = ("DAC_OVERRIDE",)
 
 
 def start_container(
@@ -64,6 +69,7 @@ def start_container(
         init=True,
         network_mode="bridge" if limits.network else "none",
         cap_drop=["ALL"],
+        cap_add=list(ROOT_CAPABILITIES),
         security_opt=["no-new-privileges"],
         read_only=limits.read_only_root,
         tmpfs={

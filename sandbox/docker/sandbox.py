@@ -3,13 +3,15 @@
 Isolation (defaults, each configurable through :class:`~agentgym.sandbox.SandboxLimits`):
 
 * no network (``network_mode="none"``: the container has only its own loopback),
-* every capability dropped, ``no-new-privileges``, Docker's default seccomp profile,
+* every capability dropped, ``no-new-privileges``, Docker's default seccomp profile (the
+  bounding set keeps only ``CAP_DAC_OVERRIDE``, which only a command run as root by the
+  host can hold; the sandbox user never does),
 * read-only root filesystem; the only writable places are size-bounded tmpfs mounts:
   ``/workspace`` (the workspace), ``/tmp`` and Docker's ``/dev/shm``,
 * memory (swap included), CPU and pids limits from the container's cgroups,
 * commands run as a non-root user (``1000:1000``); the container's own processes (an init
-  and an idle keeper) run as another user (``65534``), so nothing a command does can
-  signal them and stop the container,
+  and an idle keeper) run as root, so nothing a command does can signal them and stop the
+  container (signalling another uid needs ``CAP_KILL``),
 * an init process (Docker's ``init=True``) that reaps orphans.
 
 How a command runs: each :meth:`DockerSandbox.run` is one ``docker exec`` of a small shell
@@ -20,6 +22,23 @@ pid). After any timeout the sandbox also kills every process of the sandbox user
 -9 -1`` from one more exec) so that processes that left the process group die too. If
 the output stream stays open past the deadline plus a grace period, that kill happens
 from the host side.
+
+Two users: commands run as ``limits.user`` unless the caller names another uid
+(``run(..., user="0:0")``; never the keeper's uid). Processes of different uids cannot
+signal, trace or read the memory of each other (no ``CAP_KILL``, no ``CAP_SYS_PTRACE``),
+and private files are protected by their modes, so one container can hold a grader and
+the code it grades. Root in the container is such a second user with one power more:
+``CAP_DAC_OVERRIDE``, so it may read and change whatever the sandbox user wrote. A
+reset then cleans once per user that ran something: the sandbox user first (what it may
+remove), then each other user, and the last pass checks that nothing is left (else the
+container is replaced). :meth:`~agentgym.sandbox.Sandbox.start` runs a command detached.
+
+A container that dies under a command (killed or removed from outside, the engine
+restarted) is not a command result: any failed exec is followed by a look at the
+container, and a container that is no longer running raises
+:class:`~agentgym.sandbox.docker.streaming.ContainerGoneError`, an
+:class:`agentgym.InfraError` with ``reason="sandbox_died"`` (``"docker_unreachable"`` when
+the engine does not answer). The sandbox is then broken; a pool replaces it.
 
 Every container carries the labels ``agentgym.sandbox=1``, ``agentgym.owner_pid``,
 ``agentgym.owner_host``, ``agentgym.owner_start`` and ``agentgym.created``. Containers are
@@ -36,26 +55,39 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from typing import Any
 
-from agentgym import SandboxError
+from agentgym import InfraError, SandboxError
 from agentgym.sandbox.base import ExecStatus, Sandbox
 from agentgym.sandbox.capture import CappedBuffer
 from agentgym.sandbox.docker.client import docker_client
 from agentgym.sandbox.docker.containers import remove_container, start_container
 from agentgym.sandbox.docker.image import default_image
+from agentgym.sandbox.docker.leftovers import prune
 from agentgym.sandbox.docker.scripts import (
+    CLEAN,
+    CLEAN_PARTLY,
     CLEANUP_FAILED,
     HELPER_TIMEOUT,
+    KEEPER_USER,
     KILL_ALL,
+    NO_CLEAN,
     READ_OOM,
     WORKSPACE,
     helper_argv,
     oom_kills,
     wrapped_argv,
 )
-from agentgym.sandbox.docker.streaming import ContainerGoneError, ExecEnd, stream_exec
+from agentgym.sandbox.docker.streaming import (
+    ContainerGoneError,
+    ExecEnd,
+    engine_errors,
+    start_detached,
+    stream_exec,
+    unreachable,
+)
 from agentgym.sandbox.errors import SandboxPathError
 from agentgym.sandbox.limits import SandboxLimits
 
@@ -79,6 +111,7 @@ class DockerSandbox(Sandbox):
 
     backend = "docker"
     isolation = "docker"
+    supports_users = True
 
     def __init__(
         self,
@@ -95,15 +128,21 @@ class DockerSandbox(Sandbox):
         self.name: str = ""
         self._oom_seen = 0
         self._needs_clean = False
+        self._other_users: set[str] = set()  # uids besides limits.user that ran commands
+        _prune_once()
         self._start_container()
 
     # -- container lifecycle -----------------------------------------------------------
     def _start_container(self) -> None:
-        self.container_id, self.name = start_container(
-            self._api, self.image, self.limits, self._name_prefix
-        )
+        try:
+            self.container_id, self.name = start_container(
+                self._api, self.image, self.limits, self._name_prefix
+            )
+        except engine_errors() as e:
+            raise unreachable(self._name_prefix, e) from e
         self._oom_seen = 0
         self._needs_clean = False
+        self._other_users = set()
         self._broken = None
 
     def _remove_container(self) -> None:
@@ -131,14 +170,15 @@ class DockerSandbox(Sandbox):
         self._needs_clean = True
 
     def healthy(self) -> bool:
-        """Not closed, not broken, and the container is running."""
+        """Not closed, not broken, and the container is running (not paused, restarting,
+        being removed or dead)."""
         if self._closed or self._broken:
             return False
         try:
             state = self._api.inspect_container(self.container_id)["State"]
         except Exception:
             return False
-        return bool(state.get("Running")) and not state.get("Paused")
+        return _running(state)
 
     def describe(self) -> str:
         return f"{super().describe()}; image {self.image}; container {self.name}"
@@ -154,10 +194,18 @@ class DockerSandbox(Sandbox):
         cwd: str | None,
         stdout: CappedBuffer,
         stderr: CappedBuffer,
+        user: str | None = None,
     ) -> ExecStatus:
         workdir = WORKSPACE if cwd is None else f"{WORKSPACE}/{cwd}"
         end = self._exec_wrapped(
-            argv, timeout=timeout, stdin=stdin, env=env, workdir=workdir, out=stdout, err=stderr
+            argv,
+            timeout=timeout,
+            stdin=stdin,
+            env=env,
+            workdir=workdir,
+            out=stdout,
+            err=stderr,
+            user=self._other_user(user),
         )
         if self._closed:
             raise SandboxError("The sandbox was closed while the command ran.")
@@ -165,10 +213,42 @@ class DockerSandbox(Sandbox):
         oom = False
         if timed_out:
             if not end.host_killed:
-                self._kill_all()  # processes that left the process group
+                self._kill_all(self._other_user(user))  # processes that left the group
         elif end.exit_code != 0:
             oom = self._oom_increased()
         return ExecStatus(end.exit_code, end.duration, timed_out=timed_out, oom_killed=oom)
+
+    def _start(
+        self,
+        argv: list[str],
+        *,
+        timeout: float,
+        env: dict[str, str],
+        cwd: str | None,
+        user: str | None,
+    ) -> None:
+        user = self._other_user(user)
+        if self._needs_clean:
+            self._clean_every_user()
+        if user is not None:
+            self._other_users.add(user)
+        workdir = WORKSPACE if cwd is None else f"{WORKSPACE}/{cwd}"
+        wrapped = wrapped_argv(argv, clean=NO_CLEAN, workdir=workdir, timeout=timeout)
+        try:
+            start_detached(
+                self._api,
+                self.container_id,
+                wrapped,
+                user=user or self.limits.user,
+                env=env,
+                label=self.name,
+            )
+        except ContainerGoneError as e:
+            self._broken = e.detail
+            raise
+
+    def _other_user(self, user: str | None) -> str | None:
+        return None if user is None or user == self.limits.user else user
 
     def _write_files(self, entries: list[tuple[str, bytes]]) -> None:
         if not entries:
@@ -227,19 +307,28 @@ class DockerSandbox(Sandbox):
         workdir: str,
         out: CappedBuffer,
         err: CappedBuffer,
+        user: str | None = None,
     ) -> ExecEnd:
-        """Run ``argv`` inside the wrapper, cleaning up after the previous holder first when
-        :meth:`reset` asked for it; a container that cannot be cleaned is replaced once."""
+        """Run ``argv`` inside the wrapper (as ``user``, default ``limits.user``), cleaning
+        up after the previous holder first when :meth:`reset` asked for it; a container that
+        cannot be cleaned is replaced once."""
+        if self._needs_clean and (user is not None or self._other_users):
+            self._clean_every_user()  # one pass per user, before the command
+        if user is not None:
+            self._other_users.add(user)
         for attempt in (0, 1):
             clean = self._needs_clean
             end = self._stream(
-                wrapped_argv(argv, clean=clean, workdir=workdir, timeout=timeout),
+                wrapped_argv(
+                    argv, clean=CLEAN if clean else NO_CLEAN, workdir=workdir, timeout=timeout
+                ),
                 stdin=stdin,
                 env=env,
                 deadline=timeout + 2.0 + 0.05 * timeout,
                 out=out,
                 err=err,
                 kill_on_deadline=True,
+                user=user,
             )
             if not clean:
                 return end
@@ -248,13 +337,47 @@ class DockerSandbox(Sandbox):
                     log.warning("sandbox %s could not be cleaned; replacing it", self.name)
                     out.clear()
                     err.clear()
-                    self._remove_container()
-                    self._start_container()
+                    self._replace()
                     continue
                 raise SandboxError("Could not clean a sandbox even after replacing it.")
             self._needs_clean = False
             return end
         raise AssertionError("unreachable")
+
+    def _clean_every_user(self) -> None:
+        """Kill every process and remove every file of every user that ran commands: the
+        sandbox user first (what it may remove), each other user next; the last pass checks
+        that nothing is left, else the container is replaced."""
+        users = [None, *sorted(self._other_users)]
+        for i, user in enumerate(users):
+            out, err = CappedBuffer(4096), CappedBuffer(4096)
+            mode = CLEAN if i == len(users) - 1 else CLEAN_PARTLY
+            argv = wrapped_argv(
+                ["true"],
+                clean=mode,
+                workdir=WORKSPACE,
+                timeout=HELPER_TIMEOUT,
+                kill=user != KEEPER_USER,
+            )
+            end = self._stream(
+                argv,
+                stdin=None,
+                env={},
+                deadline=HELPER_TIMEOUT + 5.0,
+                out=out,
+                err=err,
+                user=user,
+            )
+            if end.exit_code != 0:
+                log.warning("sandbox %s could not be cleaned; replacing it", self.name)
+                self._replace()
+                return
+        self._other_users.clear()
+        self._needs_clean = False
+
+    def _replace(self) -> None:
+        self._remove_container()
+        self._start_container()
 
     def _stream(
         self,
@@ -266,42 +389,83 @@ class DockerSandbox(Sandbox):
         out: CappedBuffer,
         err: CappedBuffer,
         kill_on_deadline: bool = False,
+        user: str | None = None,
     ) -> ExecEnd:
-        """One exec as the sandbox user; records in ``broken`` what it did to the container."""
+        """One exec (as ``user``, default the sandbox user); records in ``broken`` what it
+        did to the container, and raises when the container died under it."""
         try:
             end = stream_exec(
                 self._api,
                 self.container_id,
                 argv,
-                user=self.limits.user,
+                user=user or self.limits.user,
                 stdin=stdin,
                 env=env,
                 deadline=deadline,
                 stdout=out,
                 stderr=err,
-                on_deadline=self._kill_all if kill_on_deadline else None,
+                on_deadline=(lambda: self._kill_all(user))
+                if kill_on_deadline and user != KEEPER_USER
+                else None,
                 label=self.name,
             )
         except ContainerGoneError as e:
-            self._broken = e.reason
+            self._broken = e.detail
+            raise
+        except InfraError:
+            self._broken = "the Docker engine stopped answering"
             raise
         if end.broken is not None:
             self._broken = end.broken
+        if end.exit_code != 0:
+            self._check_alive()
         return end
 
-    def _system_exec(self, script: str, deadline: float) -> tuple[ExecEnd, str]:
+    def _check_alive(self) -> None:
+        """Raise :class:`ContainerGoneError` if the container is no longer running (a
+        failed exec may be the container's death, not the command's exit)."""
+        if self._closed:
+            return  # closed by its holder meanwhile: run() says so
+        from docker.errors import NotFound
+
+        try:
+            state = self._api.inspect_container(self.container_id)["State"]
+        except NotFound as e:
+            state, why = None, f"it was removed ({e})"
+        except engine_errors() as e:
+            self._broken = "the Docker engine stopped answering"
+            raise unreachable(self.name, e) from e
+        else:
+            why = f"its state is {state.get('Status')!r}, exit code {state.get('ExitCode')}"
+            if _running(state):
+                return
+        self._broken = f"the container died: {why}"
+        raise ContainerGoneError(
+            f"Sandbox container {self.name} died under a command ({why}): it was killed or "
+            "removed from outside, or the engine restarted. The episode cannot be scored; "
+            "a SandboxPool replaces the sandbox.",
+            detail=self._broken,
+        )
+
+    def _system_exec(
+        self, script: str, deadline: float, user: str | None = None
+    ) -> tuple[ExecEnd, str]:
         """Run a short shell script of the sandbox's own (kill, probe); its end and stdout."""
         out, err = CappedBuffer(4096), CappedBuffer(4096)
         end = self._stream(
-            ["sh", "-c", script], stdin=None, env={}, deadline=deadline, out=out, err=err
+            ["sh", "-c", script], stdin=None, env={}, deadline=deadline, out=out, err=err, user=user
         )
         return end, out.text()
 
-    def _kill_all(self) -> bool:
-        """Kill every process of the sandbox user (not the container's init and keeper)."""
+    def _kill_all(self, user: str | None = None) -> bool:
+        """Kill every process of ``user`` (default the sandbox user). Root's processes are
+        the host's own and are left to their wrapper's timeout: a kill as root would reach
+        the container's init and keeper."""
+        if user == KEEPER_USER:
+            return True
         for attempt in range(5):
             try:
-                end, _ = self._system_exec(KILL_ALL, deadline=15.0)
+                end, _ = self._system_exec(KILL_ALL, deadline=15.0, user=user)
             except SandboxError:
                 return False
             if end.exit_code == 0:
@@ -319,6 +483,39 @@ class DockerSandbox(Sandbox):
         count = oom_kills(report)
         seen, self._oom_seen = self._oom_seen, max(self._oom_seen, count)
         return count > seen
+
+
+def _running(state: dict[str, Any]) -> bool:
+    """Whether a container's ``State`` says it can run commands."""
+    return (
+        bool(state.get("Running"))
+        and state.get("Status", "running") == "running"
+        and not state.get("Paused")
+        and not state.get("Restarting")
+        and not state.get("Dead")
+    )
+
+
+_PRUNED = threading.Event()
+_PRUNE_LOCK = threading.Lock()
+
+
+def _prune_once() -> None:
+    """Remove, once per process, the containers of agentgym processes that died (SIGKILL,
+    OOM, a crashed machine) before they could remove them."""
+    if _PRUNED.is_set():
+        return
+    with _PRUNE_LOCK:
+        if _PRUNED.is_set():
+            return
+        _PRUNED.set()
+        try:
+            removed = prune()
+        except Exception as e:  # the engine misbehaves: the sandbox itself will say so
+            log.debug("pruning leftover sandbox containers failed: %s", e)
+            return
+        if removed:
+            log.info("removed %d leftover sandbox container(s) of dead processes", len(removed))
 
 
 def _raise_helper_error(info: dict[str, Any], limits: SandboxLimits) -> None:

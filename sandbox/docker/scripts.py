@@ -13,10 +13,13 @@ from __future__ import annotations
 
 __all__ = [
     "BASE_ENV",
+    "CLEAN",
     "CLEANUP_FAILED",
+    "CLEAN_PARTLY",
     "HELPER_TIMEOUT",
     "KEEPER_USER",
     "KILL_ALL",
+    "NO_CLEAN",
     "READ_OOM",
     "WORKSPACE",
     "helper_argv",
@@ -25,8 +28,9 @@ __all__ = [
 ]
 
 WORKSPACE = "/workspace"
-#: uid:gid of the container's init and keeper; never the uid commands run as.
-KEEPER_USER = "65534:65534"
+#: uid:gid of the container's init and keeper: root, holding only the capabilities of
+#: ``ROOT_CAPABILITIES`` (no CAP_KILL), so the sandbox user cannot signal them
+KEEPER_USER = "0:0"
 #: what a command's environment starts from
 BASE_ENV = {
     "HOME": WORKSPACE,
@@ -54,18 +58,23 @@ READ_OOM = (
     "cat /sys/fs/cgroup/memory.events 2>/dev/null; exit 0"
 )
 
-# The wrapper every exec runs: $1 = clean first (0/1), $2 = working directory,
-# $3 = timeout in seconds, then the command's argv.
+# The wrapper every exec runs: $1 = clean first (0: no; 1: kill this user's processes,
+# empty the writable places and check that nothing is left; 2: the same, leaving what this
+# user may not remove to another user's pass; 3 and 4: as 1 and 2 without the kill, for
+# root, whose kill would reach the container's keeper), $2 = working directory, $3 =
+# timeout in seconds, then the command's argv.
 _WRAPPER = f"""
-if [ "$1" = 1 ]; then
-  i=0; while kill -9 -1 2>/dev/null && [ "$i" -lt 200 ]; do i=$((i+1)); done
+if [ "$1" != 0 ]; then
+  case "$1" in 1|2) i=0; while kill -9 -1 2>/dev/null && [ "$i" -lt 200 ]; do i=$((i+1)); done;; esac
   dirty=
   for f in {_GLOBS}; do if [ -e "$f" ] || [ -L "$f" ]; then dirty=1; break; fi; done
   if [ -n "$dirty" ]; then
     rm -rf -- {_GLOBS} 2>/dev/null || {{ chmod -R u+rwX {" ".join(_WRITABLE)} 2>/dev/null; rm -rf -- {_GLOBS} 2>/dev/null; }}
-    for f in {_GLOBS}; do
-      if [ -e "$f" ] || [ -L "$f" ]; then echo '{CLEANUP_FAILED}' >&2; exit 125; fi
-    done
+    if [ "$1" = 1 ] || [ "$1" = 3 ]; then
+      for f in {_GLOBS}; do
+        if [ -e "$f" ] || [ -L "$f" ]; then echo '{CLEANUP_FAILED}' >&2; exit 125; fi
+      done
+    fi
   fi
 fi
 cd -- "$2" 2>/dev/null || {{ echo "agentgym-sandbox: no directory ${{2#{WORKSPACE}/}} in the workspace" >&2; exit 2; }}
@@ -130,15 +139,26 @@ elif op == "list":
 """
 
 
-def wrapped_argv(argv: list[str], *, clean: bool, workdir: str, timeout: float) -> list[str]:
-    """``argv`` inside the wrapper: cleaned up first if ``clean``, run in ``workdir``
-    (absolute, in the container), killed with everything it started after ``timeout``."""
+#: clean modes of :func:`wrapped_argv`
+NO_CLEAN, CLEAN, CLEAN_PARTLY = 0, 1, 2
+
+
+def wrapped_argv(
+    argv: list[str], *, clean: int, workdir: str, timeout: float, kill: bool = True
+) -> list[str]:
+    """``argv`` inside the wrapper, run in ``workdir`` (absolute, in the container) and
+    killed with everything it started after ``timeout``. First, with ``clean`` =
+    :data:`CLEAN`, every process of the exec's user is killed (unless ``kill`` is false:
+    root's processes are the host's own, and its kill would reach the keeper) and the
+    writable places are emptied (exit 125 if something stays); with :data:`CLEAN_PARTLY`
+    the same, but what this user may not remove is left for another user's pass."""
+    mode = int(clean) + (2 if clean and not kill else 0)
     return [
         "sh",
         "-c",
         _WRAPPER,
         "agentgym-sandbox",
-        "1" if clean else "0",
+        str(mode),
         workdir,
         f"{timeout:.3f}",
         *argv,

@@ -16,29 +16,95 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentgym import SandboxError
+from agentgym import InfraError, SandboxError
 from agentgym.sandbox.capture import CappedBuffer
 from agentgym.sandbox.docker.scripts import WORKSPACE
 
 log = logging.getLogger("agentgym.sandbox")
 
-__all__ = ["ContainerGoneError", "ExecEnd", "stream_exec"]
+__all__ = [
+    "ContainerGoneError",
+    "EngineUnreachableError",
+    "ExecEnd",
+    "start_detached",
+    "stream_exec",
+]
 
 #: seconds a command's output may stay open after the host-side kill
 _AFTER_KILL = 10.0
 _CHUNK = 256 * 1024
 
 
-class ContainerGoneError(SandboxError):
-    """The container cannot run commands any more (removed or stopped).
+class ContainerGoneError(InfraError):
+    """The container died under the sandbox (killed, stopped or removed from outside): an
+    infrastructure failure (``reason="sandbox_died"``), never the command's doing.
 
     Attributes:
-        reason: a short account of what happened, for the sandbox's ``broken`` state.
+        detail: a short account of what happened, for the sandbox's ``broken`` state.
     """
 
-    def __init__(self, message: str, reason: str) -> None:
-        super().__init__(message)
-        self.reason = reason
+    def __init__(self, message: str, detail: str) -> None:
+        super().__init__(message, reason="sandbox_died")
+        self.detail = detail
+
+
+class EngineUnreachableError(InfraError):
+    """The Docker engine stopped answering (``reason="docker_unreachable"``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="docker_unreachable")
+
+
+def engine_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions the SDK raises when the engine cannot be reached."""
+    from requests.exceptions import ConnectionError as RequestsConnectionError
+
+    return (RequestsConnectionError, ConnectionError)
+
+
+def unreachable(label: str, e: BaseException) -> EngineUnreachableError:
+    """The error for a sandbox whose engine went away."""
+    return EngineUnreachableError(
+        f"The Docker engine stopped answering while sandbox {label} was in use ({e}). The "
+        "episode cannot be scored; check `docker info` (the engine may be restarting)."
+    )
+
+
+def start_detached(
+    api: Any, container_id: str, argv: list[str], *, user: str, env: Mapping[str, str], label: str
+) -> None:
+    """Start ``argv`` in the container as ``user`` and return at once (output discarded).
+
+    Raises:
+        ContainerGoneError: the engine refused the exec (container removed or stopped).
+        EngineUnreachableError: the engine did not answer.
+    """
+    from docker.errors import APIError, NotFound
+
+    try:
+        exec_id = api.exec_create(
+            container_id,
+            argv,
+            stdout=False,
+            stderr=False,
+            stdin=False,
+            user=user,
+            environment=dict(env) if env else None,
+            workdir=WORKSPACE,
+        )["Id"]
+        api.exec_start(exec_id, detach=True)
+    except (NotFound, APIError) as e:
+        raise _gone(label, e) from e
+    except engine_errors() as e:
+        raise unreachable(label, e) from e
+
+
+def _gone(label: str, e: BaseException) -> ContainerGoneError:
+    return ContainerGoneError(
+        f"Sandbox container {label} cannot run commands: {e}. It died or was removed from "
+        "outside; the episode cannot be scored (a SandboxPool replaces the sandbox).",
+        detail=f"the container is gone or stopped: {str(e)[:200]}",
+    )
 
 
 @dataclass(frozen=True)
@@ -81,6 +147,7 @@ def stream_exec(
 
     Raises:
         ContainerGoneError: the engine refused the exec (container removed or stopped).
+        EngineUnreachableError: the engine did not answer.
     """
     from docker.errors import APIError, NotFound
 
@@ -99,11 +166,9 @@ def stream_exec(
         )["Id"]
         sock = api.exec_start(exec_id, socket=True)
     except (NotFound, APIError) as e:
-        raise ContainerGoneError(
-            f"Sandbox container {label} cannot run commands: {e}. Close this sandbox and "
-            "open a new one.",
-            reason=f"the container is gone or stopped: {str(e)[:200]}",
-        ) from e
+        raise _gone(label, e) from e
+    except engine_errors() as e:
+        raise unreachable(label, e) from e
     try:
         raw_sock, pending = _raw_socket(sock)
         demux.feed(pending)

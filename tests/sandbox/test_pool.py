@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from agentgym.errors import ConfigError, SandboxError
+from agentgym.errors import ConfigError, InfraError, SandboxError
 from agentgym.sandbox import SandboxPool, docker_client
 
 from .conftest import COUNT_USER_PROCS, skip_without_docker
@@ -62,11 +62,12 @@ def test_broken_sandboxes_are_replaced():
         sb = pool.acquire()
         assert sb.container_id != first
         assert sb.run("echo fine").stdout == "fine\n"
-        # broken while held: the holder sees a clear error; release replaces it
+        # broken while held: the holder sees an infrastructure error; release replaces it
         second = sb.container_id
         api.remove_container(second, force=True)
-        with pytest.raises(SandboxError, match="new one"):
+        with pytest.raises(InfraError, match="removed from outside") as info:
             sb.run("true")
+        assert info.value.reason == "sandbox_died"
         pool.release(sb)
         sb = pool.acquire()
         assert sb.container_id not in (first, second)

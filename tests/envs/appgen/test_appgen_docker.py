@@ -54,7 +54,8 @@ def test_tampering_gains_nothing_with_docker():
         patched_result = grade(task, patched, sb)
     assert 0 < honest.passed < honest.total
     assert conftest.passed == honest.passed and not conftest.tampered
-    assert patched_result.tampered and patched_result.score == 0.0
+    # pytest is patched in the project's own process now, where it changes nothing
+    assert patched_result.per_test == honest.per_test and not patched_result.tampered
 
 
 def test_eval_cli_oracle_json():

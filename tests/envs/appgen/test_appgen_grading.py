@@ -136,8 +136,11 @@ def _with_init(code: str) -> dict[str, bytes]:
     return files
 
 
+# The project's code never runs in the grader's process any more (see grading.py), so an
+# in-process trick changes nothing: "honest" rows must score exactly the honest partial
+# project, never be flagged, and the one that kills the project's process scores 0.
 @pytest.mark.parametrize(
-    "name, files, expect_tampered",
+    "name, files, expected",
     [
         (
             "conftest forcing passes",
@@ -146,7 +149,7 @@ def _with_init(code: str) -> dict[str, bytes]:
                 "conftest.py": FORCE_PASS_CONFTEST.encode(),
                 "ratelimit/conftest.py": FORCE_PASS_CONFTEST.encode(),
             },
-            False,
+            "honest",
         ),
         (
             "pytest.ini and pyproject",
@@ -155,7 +158,7 @@ def _with_init(code: str) -> dict[str, bytes]:
                 "pytest.ini": b"[pytest]\naddopts = -p ratelimit.clock\n",
                 "pyproject.toml": b"[tool.pytest.ini_options]\npython_files = none\n",
             },
-            False,
+            "honest",
         ),
         (
             "overwritten test files",
@@ -164,7 +167,7 @@ def _with_init(code: str) -> dict[str, bytes]:
                 "tests/test_ratelimit.py": HIDDEN_NAMED_TESTS.encode(),
                 "test_ratelimit.py": HIDDEN_NAMED_TESTS.encode(),
             },
-            False,
+            "honest",
         ),
         (
             "start-up hooks",
@@ -174,23 +177,25 @@ def _with_init(code: str) -> dict[str, bytes]:
                 "usercustomize.py": PATCH_PYTEST.encode(),
                 "zz.pth": b"import sitecustomize\n",
             },
-            False,
+            "honest",
         ),
-        ("atexit rewriting the report", _with_init(ATEXIT_FAKE_REPORT), False),
-        ("fake report written early", _with_init(FAKE_REPORT_NOW), False),
-        ("pytest patched on import", _with_init(PATCH_PYTEST), True),
-        ("hidden tests rewritten on import", _with_init(REWRITE_HIDDEN_TESTS), True),
-        ("os._exit on import", _with_init(EXIT_AT_IMPORT), False),
+        ("atexit rewriting the report", _with_init(ATEXIT_FAKE_REPORT), "honest"),
+        ("fake report written early", _with_init(FAKE_REPORT_NOW), "honest"),
+        ("pytest patched on import", _with_init(PATCH_PYTEST), "honest"),
+        ("hidden tests rewritten on import", _with_init(REWRITE_HIDDEN_TESTS), "honest"),
+        ("os._exit on import", _with_init(EXIT_AT_IMPORT), 0),
     ],
 )
-def test_tampering_gains_nothing(sandbox, honest_partial, name, files, expect_tampered):
+def test_tampering_gains_nothing(sandbox, honest_partial, name, files, expected):
     result = grade(TASK, files, sandbox)
     assert result.passed <= honest_partial.passed, (name, result)
     assert result.score <= honest_partial.score
-    assert result.tampered == expect_tampered, (name, result)
-    if expect_tampered:
-        assert result.score == 0.0
-        assert any("tamper" in e for e in result.errors)
+    assert not result.tampered, (name, result)
+    if expected == "honest":
+        assert result.per_test == honest_partial.per_test, name
+    else:
+        assert result.passed == expected, (name, result)
+        assert any("project's process" in e for e in result.errors), result.errors
 
 
 def test_a_hanging_test_fails_alone(sandbox, tmp_path):

@@ -31,7 +31,15 @@ def test_event_roundtrip():
         "type": "Deposited",
         "data": {"amount": 5, "memo": "x"},
     }
-    assert Event.from_dict(e.to_dict()) == e
+    back = Event.from_dict(e.to_dict())
+    assert (back.seq, back.account, back.version, back.type, back.data) == (
+        3,
+        "A",
+        2,
+        "Deposited",
+        {"amount": 5, "memo": "x"},
+    )
+    assert back.to_dict() == e.to_dict()
 
 
 def test_store_versions_and_persistence(path):

@@ -1,9 +1,10 @@
 import math
 import os
-import subprocess
 import sys
 
 import pytest
+
+from apptest import subprocess
 
 ROOT = os.getcwd()
 

@@ -1,9 +1,10 @@
 import json
 import os
-import subprocess
 import sys
 
 import pytest
+
+from apptest import subprocess
 
 ROOT = os.getcwd()
 

@@ -1,8 +1,9 @@
 import json
 import os
-import subprocess
 import sys
 from datetime import datetime, timezone
+
+from apptest import subprocess
 
 ROOT = os.getcwd()
 

@@ -1,6 +1,7 @@
 import os
-import subprocess
 import sys
+
+from apptest import subprocess
 
 ROOT = os.getcwd()
 

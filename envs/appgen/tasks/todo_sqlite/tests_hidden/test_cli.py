@@ -1,7 +1,8 @@
 import json
 import os
-import subprocess
 import sys
+
+from apptest import subprocess
 
 ROOT = os.getcwd()
 

@@ -1,12 +1,12 @@
 import json
 import os
-import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.request
 
 import pytest
+
+from apptest import subprocess, threading
 
 ROOT = os.getcwd()
 
