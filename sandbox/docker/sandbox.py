@@ -73,6 +73,7 @@ from agentgym.sandbox.docker.scripts import (
     HELPER_TIMEOUT,
     KEEPER_USER,
     KILL_ALL,
+    KILL_ALL_ROOT,
     NO_CLEAN,
     READ_OOM,
     WORKSPACE,
@@ -357,7 +358,7 @@ class DockerSandbox(Sandbox):
                 clean=mode,
                 workdir=WORKSPACE,
                 timeout=HELPER_TIMEOUT,
-                kill=user != KEEPER_USER,
+                root=user == KEEPER_USER,
             )
             end = self._stream(
                 argv,
@@ -404,9 +405,7 @@ class DockerSandbox(Sandbox):
                 deadline=deadline,
                 stdout=out,
                 stderr=err,
-                on_deadline=(lambda: self._kill_all(user))
-                if kill_on_deadline and user != KEEPER_USER
-                else None,
+                on_deadline=(lambda: self._kill_all(user)) if kill_on_deadline else None,
                 label=self.name,
             )
         except ContainerGoneError as e:
@@ -458,14 +457,12 @@ class DockerSandbox(Sandbox):
         return end, out.text()
 
     def _kill_all(self, user: str | None = None) -> bool:
-        """Kill every process of ``user`` (default the sandbox user). Root's processes are
-        the host's own and are left to their wrapper's timeout: a kill as root would reach
-        the container's init and keeper."""
-        if user == KEEPER_USER:
-            return True
+        """Kill every process of ``user`` (default the sandbox user; for root, every root
+        process but the container's init and keeper)."""
+        script = KILL_ALL_ROOT if user == KEEPER_USER else KILL_ALL
         for attempt in range(5):
             try:
-                end, _ = self._system_exec(KILL_ALL, deadline=15.0, user=user)
+                end, _ = self._system_exec(script, deadline=15.0, user=user)
             except SandboxError:
                 return False
             if end.exit_code == 0:

@@ -19,6 +19,7 @@ __all__ = [
     "HELPER_TIMEOUT",
     "KEEPER_USER",
     "KILL_ALL",
+    "KILL_ALL_ROOT",
     "NO_CLEAN",
     "READ_OOM",
     "WORKSPACE",
@@ -52,6 +53,16 @@ _GLOBS = " ".join(f"{d}/* {d}/.[!.]* {d}/..?*" for d in _WRITABLE)
 #: full; the loop catches processes forked while the first sweep ran.
 KILL_ALL = 'i=0; while kill -9 -1 2>/dev/null && [ "$i" -lt 200 ]; do i=$((i+1)); done; exit 0'
 
+#: Root's version of KILL_ALL: a kill -1 as root would reach the container's init and keeper
+#: (root too), so it walks /proc and spares pid 1 and the keeper (``sleep`` whose parent is
+#: pid 1). Builtins only. Only the host starts root processes, so nothing else is spared.
+KILL_ALL_ROOT = (
+    'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] && continue; '
+    '[ "$p" = $$ ] && continue; read -r c < "$d/comm" 2>/dev/null || continue; '
+    'if [ "$c" = sleep ]; then read -r s < "$d/stat" 2>/dev/null; set -- $s; '
+    '[ "$4" = 1 ] && continue; fi; kill -9 "$p" 2>/dev/null; done; exit 0'
+)
+
 #: the OOM-kill counter of the container's memory cgroup (v1, then v2)
 READ_OOM = (
     "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || "
@@ -60,12 +71,15 @@ READ_OOM = (
 
 # The wrapper every exec runs: $1 = clean first (0: no; 1: kill this user's processes,
 # empty the writable places and check that nothing is left; 2: the same, leaving what this
-# user may not remove to another user's pass; 3 and 4: as 1 and 2 without the kill, for
-# root, whose kill would reach the container's keeper), $2 = working directory, $3 =
-# timeout in seconds, then the command's argv.
+# user may not remove to another user's pass; 3 and 4: as 1 and 2 for root, whose kill
+# -1 would reach the container's keeper), $2 = working directory, $3 = timeout in
+# seconds, then the command's argv.
 _WRAPPER = f"""
 if [ "$1" != 0 ]; then
-  case "$1" in 1|2) i=0; while kill -9 -1 2>/dev/null && [ "$i" -lt 200 ]; do i=$((i+1)); done;; esac
+  case "$1" in
+    1|2) i=0; while kill -9 -1 2>/dev/null && [ "$i" -lt 200 ]; do i=$((i+1)); done;;
+    *) kill_root() {{ {KILL_ALL_ROOT.replace("; exit 0", "")}; }}; kill_root;;
+  esac
   dirty=
   for f in {_GLOBS}; do if [ -e "$f" ] || [ -L "$f" ]; then dirty=1; break; fi; done
   if [ -n "$dirty" ]; then
@@ -144,15 +158,15 @@ NO_CLEAN, CLEAN, CLEAN_PARTLY = 0, 1, 2
 
 
 def wrapped_argv(
-    argv: list[str], *, clean: int, workdir: str, timeout: float, kill: bool = True
+    argv: list[str], *, clean: int, workdir: str, timeout: float, root: bool = False
 ) -> list[str]:
     """``argv`` inside the wrapper, run in ``workdir`` (absolute, in the container) and
     killed with everything it started after ``timeout``. First, with ``clean`` =
-    :data:`CLEAN`, every process of the exec's user is killed (unless ``kill`` is false:
-    root's processes are the host's own, and its kill would reach the keeper) and the
-    writable places are emptied (exit 125 if something stays); with :data:`CLEAN_PARTLY`
-    the same, but what this user may not remove is left for another user's pass."""
-    mode = int(clean) + (2 if clean and not kill else 0)
+    :data:`CLEAN`, every process of the exec's user is killed (``root=True``: every root
+    process but the container's init and keeper) and the writable places are emptied
+    (exit 125 if something stays); with :data:`CLEAN_PARTLY` the same, but what this user
+    may not remove is left for another user's pass."""
+    mode = int(clean) + (2 if clean and root else 0)
     return [
         "sh",
         "-c",

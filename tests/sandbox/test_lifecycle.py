@@ -113,6 +113,21 @@ def test_sigkill_leftovers_are_pruned_by_the_cli_and_by_a_new_pool():
     assert containers_of(proc.pid) == []
 
 
+def test_any_new_docker_user_prunes_leftovers_at_start():
+    """Not only a pool: the first Docker sandbox a process opens reaps dead owners' containers."""
+    host = "agtest-" + uuid.uuid4().hex[:8]
+    proc = start_owner(1, host)
+    proc.kill()
+    proc.wait(timeout=30)
+    assert len(containers_of(proc.pid)) == 1
+    one = "from agentgym.sandbox import open_sandbox; open_sandbox('docker').close()"
+    started = subprocess.run(
+        in_own_host(host, [sys.executable, "-c", one]), capture_output=True, text=True
+    )
+    assert started.returncode == 0, started.stderr
+    assert containers_of(proc.pid) == []
+
+
 def test_prune_leaves_live_owners_alone():
     proc = start_owner(1)
     try:

@@ -1,0 +1,91 @@
+"""Chaos on the Docker backend: a sandbox container killed from outside mid-command.
+
+The episode's ``step`` must raise ``InfraError(reason="sandbox_died")`` (never score the
+agent 0 for it), and the shared pool must recover: the next episode gets a healthy
+sandbox. Each test is bounded in time (a kill after a fixed delay, commands that would
+otherwise run for seconds).
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+
+import gymnasium as gym
+import pytest
+
+import agentgym
+from agentgym.envs.appgen.taskset import BUILTIN_TASKS_DIR
+
+from .conftest import need_docker
+
+pytestmark = pytest.mark.docker
+
+SLOW_TEST = "import time\n\n\ndef test_slow():\n    time.sleep(8)\n"
+
+
+@pytest.fixture(autouse=True)
+def _docker():
+    need_docker()
+
+
+def _kill_later(container_id: str, delay: float) -> threading.Thread:
+    from agentgym.sandbox import docker_client
+
+    def kill() -> None:
+        time.sleep(delay)
+        docker_client().api.kill(container_id)
+
+    t = threading.Thread(target=kill, daemon=True)
+    t.start()
+    return t
+
+
+def _recovers(env) -> None:
+    """A new episode on the same shared pool gets a working sandbox."""
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step("<run>echo alive</run>")
+    assert "alive" in obs[-1].content and not terminated
+
+
+def test_container_killed_during_a_run_is_an_infra_error():
+    env = gym.make("agentgym/AppGen-v0", sandbox="docker", tasks=["rate_limiter"], pool_size=1)
+    try:
+        env.reset(seed=0)
+        victim = env.unwrapped._sandbox.container_id
+        killer = _kill_later(victim, 1.5)
+        start = time.monotonic()
+        with pytest.raises(agentgym.InfraError) as info:
+            env.step('<run timeout="20">sleep 15; echo never</run>')
+        assert info.value.reason == "sandbox_died"
+        assert time.monotonic() - start < 12
+        killer.join()
+        _recovers(env)
+        assert env.unwrapped._sandbox.container_id != victim
+    finally:
+        env.close()
+
+
+def test_container_killed_during_grading_is_an_infra_error(tmp_path):
+    task_dir = tmp_path / "rate_limiter"
+    shutil.copytree(BUILTIN_TASKS_DIR / "rate_limiter", task_dir)
+    (task_dir / "tests_hidden" / "test_slow.py").write_text(SLOW_TEST)
+    env = gym.make(
+        "agentgym/AppGen-v0",
+        sandbox="docker",
+        tasks=["rate_limiter"],
+        task_dirs=[str(tmp_path)],
+        pool_size=1,
+    )
+    try:
+        env.reset(seed=0)
+        victim = env.unwrapped._sandbox.container_id  # the pool's only container grades too
+        killer = _kill_later(victim, 2.5)
+        with pytest.raises(agentgym.InfraError) as info:
+            env.step("<submit/>")
+        assert info.value.reason == "sandbox_died"
+        killer.join()
+        _recovers(env)
+    finally:
+        env.close()

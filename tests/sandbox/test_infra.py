@@ -1,0 +1,75 @@
+"""A sandbox whose container dies is an infrastructure failure, never a command's result.
+
+Killed from outside mid-command, stopped while idle, removed: ``run`` raises
+``agentgym.InfraError(reason="sandbox_died")`` (not exit 137 or 126), the sandbox is
+broken, and a pool never hands out such a container: it replaces it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from agentgym.errors import InfraError, SandboxError
+from agentgym.sandbox import SandboxPool, docker_client, open_sandbox
+
+from .conftest import skip_without_docker
+
+skip_without_docker()
+pytestmark = pytest.mark.docker
+
+
+def test_container_killed_mid_command_raises_sandbox_died():
+    api = docker_client().api
+    with open_sandbox("docker") as sb:
+        threading.Timer(1.0, lambda: api.kill(sb.container_id)).start()
+        t0 = time.monotonic()
+        with pytest.raises(InfraError, match="died") as info:
+            sb.run("sleep 20", timeout=30)
+        assert info.value.reason == "sandbox_died"
+        assert time.monotonic() - t0 < 15
+        assert sb.broken and not sb.healthy()
+        with pytest.raises(SandboxError, match="broken"):
+            sb.run("true")
+
+
+def test_stopped_container_raises_sandbox_died_for_commands_and_files():
+    api = docker_client().api
+    with open_sandbox("docker") as sb:
+        api.stop(sb.container_id, timeout=0)
+        with pytest.raises(InfraError) as info:
+            sb.write_files({"a.txt": "x"})
+        assert info.value.reason == "sandbox_died"
+    with open_sandbox("docker") as sb:
+        api.stop(sb.container_id, timeout=0)
+        with pytest.raises(InfraError) as info:
+            sb.run("echo hi")
+        assert info.value.reason == "sandbox_died"
+
+
+def test_pool_never_hands_out_a_stopped_or_paused_container():
+    api = docker_client().api
+    with SandboxPool(size=1, backend="docker", prune=False) as pool:
+        sb = pool.acquire()
+        first = sb.container_id
+        pool.release(sb)
+        api.stop(first, timeout=0)
+        sb = pool.acquire()
+        assert sb.container_id != first
+        assert sb.run("echo fine").stdout == "fine\n"
+        second = sb.container_id
+        pool.release(sb)
+        api.pause(second)
+        try:
+            sb = pool.acquire()
+            assert sb.container_id != second
+            assert sb.run("echo fine").stdout == "fine\n"
+            pool.release(sb)
+        finally:
+            try:
+                api.unpause(second)
+            except Exception:
+                pass
+        assert pool.stats()["replaced"] == 2
