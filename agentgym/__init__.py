@@ -53,6 +53,7 @@ from agentgym.tokens import (
 from agentgym.types import (
     Completion,
     Episode,
+    EpisodeFailure,
     Message,
     SamplingParams,
     Turn,
@@ -105,6 +106,7 @@ __all__ = [
     "EnvCheckError",
     "EnvStateError",
     "Episode",
+    "EpisodeFailure",
     "InfraError",
     "LocalEnvs",
     "MemoryConfig",

@@ -194,7 +194,8 @@ class LocalRollout:
         self.cache_key = host.key(source, env_kwargs) if host.keep else -1
         self.idle: asyncio.Queue[LocalEnv] = asyncio.Queue()
         self.made: list[LocalEnv] = []
-        self.broken: set[int] = set()
+        self.closed = False
+        self.closing: list[asyncio.Future[Any]] = []  # envs being closed
         self.lock = asyncio.Lock()
 
     def _make(self) -> gym.Env:
@@ -218,25 +219,33 @@ class LocalRollout:
         return await self.idle.get()
 
     def release(self, e: LocalEnv, ok: bool) -> None:
-        if not ok:  # its episode failed or was cancelled mid-call: it may be in any state
-            self.broken.add(id(e))
-        self.idle.put_nowait(e)
+        if self.closed:  # the rollout ended first; close() has dealt with this env
+            return
+        if ok:
+            self.idle.put_nowait(e)
+            return
+        # its episode failed or was cancelled mid-call: it may be in any state. Close it
+        # (in the background) and free its slot, so the next episode gets a fresh env.
+        self.made.remove(e)
+        self.closing.append(self.calls.call(lambda: close_all([e.env])))
 
     async def close(self) -> None:
-        # only envs that are idle and whose episodes went well go back to a cache; one
-        # still in an episode (the rollout failed while it ran) is closed like the rest
+        # only envs that are idle (their episodes went well) go back to a cache; one still
+        # in an episode (the rollout failed while it ran) is closed like the rest
+        self.closed = True
         idle = set()
         while not self.idle.empty():
             idle.add(id(self.idle.get_nowait()))
         keep: set[int] = set()
         if self.cache is not None:
-            keep = {id(e) for e in self.made if id(e) in idle and id(e) not in self.broken}
+            keep = {id(e) for e in self.made if id(e) in idle}
             for e in self.made:
                 if id(e) in keep:
                     self.cache.give(self.cache_key, e.env)
         to_close = [e.env for e in self.made if id(e) not in keep]
         if to_close:
-            await self.calls.call(lambda: close_all(to_close))
+            self.closing.append(self.calls.call(lambda: close_all(to_close)))
+        await asyncio.gather(*self.closing, return_exceptions=True)
 
 
 def close_all(envs: Sequence[gym.Env]) -> None:

@@ -15,6 +15,16 @@ conversation and the env's terminal reward and breakdown; ``Episode.metrics`` ge
 env's own metrics (``env.unwrapped.episode_metrics``) plus wall-clock timings measured
 here: ``time/start`` and ``time/end`` (``time.monotonic`` seconds), ``time/policy_s`` and
 ``time/env_s``.
+
+Failures. An episode whose env or policy raises cannot be scored; that is an
+infrastructure failure, not the agent's (what the agent wrote never raises: envs turn it
+into feedback or a zero reward). The other episodes go on and are kept. The failed one
+is played again up to ``retries`` times on a fresh env (the same seeds, so a deterministic
+env gives the same episode), and then comes back with ``episode.failure`` set (an
+:class:`~agentgym.EpisodeFailure`: the reason, from an :class:`~agentgym.InfraError` or
+``env_error`` / ``policy_error``, the message, the call that failed); its env is closed,
+never reused. Trainers drop such episodes' groups and benchmarks leave them unscored. A
+configuration error (unknown env id, bad kwargs) is never a failed episode: it raises.
 """
 
 from __future__ import annotations
@@ -23,14 +33,18 @@ import asyncio
 import hashlib
 import inspect
 import time
+import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentgym.errors import ConfigError, EnvStateError
+import gymnasium as gym
+
+from agentgym.errors import ConfigError, EnvStateError, UnknownNameError
 from agentgym.local_envs import EnvSource, LocalEnv, LocalEnvs, LocalRollout
 from agentgym.progress import Progress
-from agentgym.types import Episode, SamplingParams, Turn
+from agentgym.registration import resolve_env_id
+from agentgym.types import Episode, EpisodeFailure, SamplingParams, Turn
 
 if TYPE_CHECKING:
     from agentgym.workers import RayEnvWorkers, RemoteEnv
@@ -62,6 +76,8 @@ async def rollout_async(
     progress: bool = False,
     max_steps: int = DEFAULT_MAX_STEPS,
     env_host: LocalEnvs | RayEnvWorkers | None = None,
+    retries: int = 0,
+    on_failure: str = "record",
 ) -> list[Episode]:
     """Run ``len(seeds) * group_size`` episodes concurrently; see the module docstring.
 
@@ -90,7 +106,21 @@ async def rollout_async(
             policies (``for_env``) are bound and called in the worker); the episodes
             are the same. ``None``: a fresh ``LocalEnvs`` of ``concurrency`` threads,
             closed when the rollout ends.
+        retries: play a failed episode again (on a fresh env, same seeds) up to this
+            many times before recording it as failed.
+        on_failure: what an episode that cannot be scored does (see "Failures" in the
+            module docstring): ``"record"`` (the default) returns it with
+            ``episode.failure`` set, after the others; ``"raise"`` re-raises its error
+            once every other episode has finished.
+
+    Raises:
+        ConfigError / UnknownNameError: a configuration problem (an unknown env id, bad
+            env kwargs): never recorded as a failed episode.
     """
+    if on_failure not in ("record", "raise"):
+        raise ConfigError(f"on_failure must be 'record' or 'raise', got {on_failure!r}.")
+    if retries < 0:
+        raise ConfigError(f"retries must be >= 0, got {retries}.")
     if group_size < 1:
         raise ConfigError(f"group_size must be >= 1, got {group_size}.")
     if concurrency < 1:
@@ -98,6 +128,8 @@ async def rollout_async(
     if seeds is None:
         seeds = list(range(num_tasks if num_tasks is not None else 1))
     seeds = list(seeds)
+    if isinstance(env, str):
+        env = resolve_env_id(env)  # an unknown id fails here, with "did you mean"
     sampling = sampling or SamplingParams()
     jobs = [(ti, seed, s) for ti, seed in enumerate(seeds) for s in range(group_size)]
     results: list[Episode | None] = [None] * len(jobs)
@@ -115,19 +147,61 @@ async def rollout_async(
     else:
         envs = _WorkerEnvs(host, env, env_kwargs, n_envs)
     bar = Progress(len(jobs), desc="rollout", unit="episode", enabled=progress)
-    reward_sum = 0.0
+    reward_sum, n_ok, n_failed = 0.0, 0, 0
+    errors: list[BaseException] = []
 
-    async def run_one(k: int) -> None:
-        nonlocal reward_sum
-        _ti, seed, sample = jobs[k]
-        e = await envs.acquire()
+    async def attempt(seed: int, sample: int) -> tuple[Episode, BaseException | None]:
+        """One play of a task sample: the episode, or a failed one and its error."""
+        t_start = time.monotonic()
+        try:
+            e = await envs.acquire()
+        except Exception as err:
+            # an env that cannot be made as asked (bad kwargs) is the caller's problem
+            if _is_config_error(err) or isinstance(err, TypeError | gym.error.Error):
+                raise
+            return _failed(_env_label(env), seed, sample, [], err, "make", t_start), err
+        played = _Played()
         ok = False
         try:
-            ep = await _play(e, policy, seed, sample, sampling, max_steps)
+            ep = await _play(e, policy, seed, sample, sampling, max_steps, played)
             ok = True
+            return ep, None
+        except Exception as err:
+            if _is_config_error(err):
+                raise
+            ep = _failed(
+                played.env_id or _env_label(env),
+                seed,
+                sample,
+                played.turns,
+                err,
+                played.where,
+                t_start,
+                task_id=played.task_id,
+            )
+            return ep, err
         finally:
             envs.release(e, ok)
+
+    async def run_one(k: int) -> None:
+        nonlocal reward_sum, n_ok, n_failed
+        _ti, seed, sample = jobs[k]
+        reasons: list[str] = []  # of the failed attempts
+        for _ in range(retries + 1):
+            ep, err = await attempt(seed, sample)
+            if err is None:
+                break
+            reasons.append(ep.failure.reason if ep.failure is not None else "error")
+        retried = reasons if err is None else reasons[:-1]
+        if retried:
+            ep.metrics["rollout/failed_attempts"] = retried
         results[k] = ep
+        if err is not None:
+            errors.append(err)
+            n_failed += 1
+        else:
+            n_ok += 1
+            reward_sum += ep.reward
         if out_path is not None:
             with out_path.open("a", encoding="utf-8") as f:
                 f.write(ep.to_json() + "\n")
@@ -135,8 +209,10 @@ async def rollout_async(
             r = on_episode(ep)
             if inspect.isawaitable(r):
                 await r
-        reward_sum += ep.reward
-        bar.update(1, {"mean_reward": reward_sum / (bar.done + 1)})
+        stats: dict[str, Any] = {"mean_reward": reward_sum / max(n_ok, 1)}
+        if n_failed:
+            stats["failed"] = n_failed
+        bar.update(1, stats)
 
     try:
         await asyncio.gather(*(run_one(k) for k in range(len(jobs))))
@@ -145,6 +221,8 @@ async def rollout_async(
         await envs.close()
         if own_host:
             host.close()
+    if errors and on_failure == "raise":
+        raise errors[0]
     return [ep for ep in results if ep is not None]
 
 
@@ -179,6 +257,16 @@ class _WorkerEnvs:
         return None
 
 
+class _Played:
+    """How far an episode got, for the record of one that failed part-way."""
+
+    def __init__(self) -> None:
+        self.env_id = ""
+        self.task_id: str | None = None
+        self.turns: list[Turn] = []
+        self.where = "reset"
+
+
 async def _play(
     env: LocalEnv | RemoteEnv,
     policy: Any,
@@ -186,20 +274,24 @@ async def _play(
     sample: int,
     sampling: SamplingParams,
     max_steps: int,
+    played: _Played,
 ) -> Episode:
     t_start = time.monotonic()
     env_s = policy_s = 0.0
+    played.env_id = env_id = env.env_id
     t0 = time.monotonic()
     obs, info = await env.reset(seed=seed)
     env_s += time.monotonic() - t0
+    played.task_id = str(info.get("task_id", seed))
+    played.where = "policy"
     bound = await env.bind_policy(policy) if hasattr(policy, "for_env") else policy
-    env_id = env.env_id
-    turns: list[Turn] = []
+    turns = played.turns
     reward, breakdown, terminated, truncated = 0.0, {}, False, False
     for step in range(max_steps):
         req = sampling
         if sampling.seed is not None:
             req = sampling.with_seed(derive_seed(sampling.seed, seed, sample, step))
+        played.where = "policy"
         t0 = time.monotonic()
         completion = await bound(obs, req)
         policy_s += time.monotonic() - t0
@@ -211,6 +303,7 @@ async def _play(
                 conversation=int(info.get("conversation", 0)),
             )
         )
+        played.where = "step"
         t0 = time.monotonic()
         obs, reward, terminated, truncated, info = await env.step(completion.text)
         env_s += time.monotonic() - t0
@@ -222,6 +315,7 @@ async def _play(
             f"{env_id} (seed {seed}) did not end within {max_steps} steps. Give the env a turn "
             "limit (max_turns=...) or raise rollout(max_steps=...)."
         )
+    played.where = "step"
     metrics = await env.episode_metrics()
     metrics.update(
         {
@@ -243,6 +337,52 @@ async def _play(
         metrics=metrics,
         sample=sample,
     )
+
+
+def _is_config_error(err: BaseException) -> bool:
+    """A problem with what the caller asked for (an unknown env id, bad kwargs): raised,
+    never recorded as a failed episode."""
+    return isinstance(err, ConfigError | UnknownNameError)
+
+
+def failure_of(err: BaseException, where: str) -> EpisodeFailure:
+    """The :class:`EpisodeFailure` record of an error raised at ``where``.
+
+    The reason is the error's own (:class:`~agentgym.InfraError`, a Ray worker's), else
+    ``policy_error`` for the policy's calls and ``env_error`` for the env's.
+    """
+    reason = getattr(err, "reason", None)
+    if not isinstance(reason, str) or not reason:
+        reason = "policy_error" if where == "policy" else "env_error"
+    message = f"{type(err).__name__}: {err}".splitlines()[0][:500]
+    detail = "".join(traceback.format_exception(err)[-6:])[-4000:]
+    return EpisodeFailure(reason=reason, message=message, where=where, detail=detail)
+
+
+def _failed(
+    env_id: str,
+    seed: int,
+    sample: int,
+    turns: list[Turn],
+    err: BaseException,
+    where: str,
+    t_start: float,
+    task_id: str | None = None,
+) -> Episode:
+    """The record of an episode that could not be scored (reward 0, ``failure`` set)."""
+    return Episode(
+        env_id=env_id,
+        task_id=task_id if task_id is not None else str(seed),
+        seed=seed,
+        turns=list(turns),
+        metrics={"time/start": t_start, "time/end": time.monotonic()},
+        sample=sample,
+        failure=failure_of(err, where),
+    )
+
+
+def _env_label(env: EnvSource) -> str:
+    return env if isinstance(env, str) else getattr(env, "__name__", type(env).__name__)
 
 
 def rollout(env: EnvSource, policy: Any, **kwargs: Any) -> list[Episode]:

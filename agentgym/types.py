@@ -177,6 +177,43 @@ class Turn:
         )
 
 
+@dataclass(frozen=True)
+class EpisodeFailure:
+    """Why an episode could not be scored: an infrastructure failure, never the agent's.
+
+    Attributes:
+        reason: a short code to count failures by: an :class:`~agentgym.InfraError`'s
+            ``reason`` (``sandbox_died``, ``grader_timeout``, ...), ``env_error`` (the env
+            raised anything else), ``policy_error`` (the policy raised), ``worker_lost``
+            (a Ray env worker died).
+        message: the error's type and message, one line.
+        where: the call that failed: ``make``, ``reset``, ``step`` or ``policy``.
+        detail: the last lines of the traceback (for the run's failure log).
+    """
+
+    reason: str
+    message: str
+    where: str = "step"
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return {
+            "reason": self.reason,
+            "message": self.message,
+            "where": self.where,
+            "detail": self.detail,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> EpisodeFailure:
+        return cls(
+            reason=str(d["reason"]),
+            message=str(d.get("message", "")),
+            where=str(d.get("where", "step")),
+            detail=str(d.get("detail", "")),
+        )
+
+
 @dataclass
 class Episode:
     """A whole episode: every turn of every conversation, and the one terminal reward.
@@ -192,6 +229,9 @@ class Episode:
         terminated / truncated: Gymnasium's end flags of the last step.
         metrics: numbers that are not part of the reward (timings, token counts, ...).
         sample: index of this episode within its group (the G samples of one task).
+        failure: set when the episode could not be scored (an infrastructure failure:
+            see :class:`EpisodeFailure`); its ``reward`` then means nothing and no
+            trainer or benchmark counts it.
     """
 
     env_id: str
@@ -204,6 +244,12 @@ class Episode:
     truncated: bool = False
     metrics: dict[str, Any] = field(default_factory=dict)
     sample: int = 0
+    failure: EpisodeFailure | None = None
+
+    @property
+    def failed(self) -> bool:
+        """The episode could not be scored (see :attr:`failure`)."""
+        return self.failure is not None
 
     @property
     def group_key(self) -> tuple[str, str, int | None]:
@@ -237,6 +283,7 @@ class Episode:
             "truncated": self.truncated,
             "metrics": _jsonable(self.metrics),
             "turns": [t.to_dict() for t in self.turns],
+            **({"failure": self.failure.to_dict()} if self.failure is not None else {}),
         }
 
     @classmethod
@@ -252,6 +299,7 @@ class Episode:
             truncated=bool(d.get("truncated", False)),
             metrics=dict(d.get("metrics", {})),
             sample=int(d.get("sample", 0)),
+            failure=EpisodeFailure.from_dict(d["failure"]) if d.get("failure") else None,
         )
 
     def to_json(self) -> str:

@@ -63,12 +63,21 @@ class RemoteEnv:
         worker: index of the actor that holds it.
     """
 
-    def __init__(self, workers: RayEnvWorkers, worker: int, handle: int, env_id: str, key: int):
+    def __init__(
+        self,
+        workers: RayEnvWorkers,
+        worker: int,
+        handle: int,
+        env_id: str,
+        key: int,
+        generation: int = 0,
+    ):
         self.workers = workers
         self.worker = worker
         self.handle = handle
         self.env_id = env_id
         self.key = key
+        self.generation = generation  # which actor of slot ``worker`` holds it
         self._final_metrics: dict[str, Any] | None = None
 
     async def reset(
@@ -205,6 +214,8 @@ class RayEnvWorkers:
         self._idle: dict[int, list[RemoteEnv]] = {}
         self._busy = [0] * num_workers
         self._count = [0] * num_workers
+        self._generation = [0] * num_workers  # bumped when a dead actor is replaced
+        self.replaced = 0  # actors replaced after they died
         self._binders: OrderedDict[int, tuple[Any, str, bytes]] = OrderedDict()
 
         self._connection: RayConnection = connect(
@@ -246,7 +257,8 @@ class RayEnvWorkers:
             options["runtime_env"] = runtime_env
         host = remote_host().options(**options)
         driver_path = [os.path.abspath(p) for p in sys.path if p]
-        self._actors = [host.remote(i, driver_path) for i in range(self.num_workers)]
+        self._spawn = lambda i: host.remote(i, driver_path)  # (also replaces a dead actor)
+        self._actors = [self._spawn(i) for i in range(self.num_workers)]
         try:
             self._infos = ray.get([a.info.remote() for a in self._actors], timeout=timeout_s)
         except ray.exceptions.GetTimeoutError:
@@ -300,22 +312,23 @@ class RayEnvWorkers:
             self._busy[worker] += 1
             self._count[worker] += 1
         label = env if isinstance(env, str) else getattr(env, "__name__", repr(env))
+        generation = self._generation[worker]
         try:
             handle, env_id = await self._call(worker, "make", (source, kwargs), env_id=label)
         except BaseException:
             with self._lock:
-                self._busy[worker] -= 1
-                self._count[worker] -= 1
+                self._busy[worker] = max(0, self._busy[worker] - 1)
+                self._count[worker] = max(0, self._count[worker] - 1)
             raise
-        return RemoteEnv(self, worker, handle, env_id, key)
+        return RemoteEnv(self, worker, handle, env_id, key, generation)
 
     def release(self, env: RemoteEnv, *, discard: bool = False) -> None:
         """Give a leased env back. ``discard=True`` closes it instead of keeping it for
         reuse (after an error, or when an episode was cancelled mid-call)."""
         with self._lock:
             self._busy[env.worker] = max(0, self._busy[env.worker] - 1)
-            if self._closed:
-                return
+            if self._closed or env.generation != self._generation[env.worker]:
+                return  # closed, or its actor died (and was replaced) with it
             if not discard:
                 self._idle.setdefault(env.key, []).append(env)
                 return
@@ -375,8 +388,9 @@ class RayEnvWorkers:
         self._check_open()
         import ray
 
+        actor = self._actors[worker]
         try:
-            ref = getattr(self._actors[worker], method).remote(*args)
+            ref = getattr(actor, method).remote(*args)
         except Exception as e:  # arguments that cannot be pickled
             raise ConfigError(
                 f"Could not send {method}() of {env_id} to a Ray env worker: {e}. What goes to "
@@ -387,10 +401,14 @@ class RayEnvWorkers:
             status, value = await ref
         except ray.exceptions.RayActorError as e:
             self._check_open()
-            raise EnvWorkerError(
-                f"Ray env worker {worker} died during {method}() of {env_id}: {e}",
+            self._replace(worker, actor)
+            err = EnvWorkerError(
+                f"Ray env worker {worker} died during {method}() of {env_id} and was "
+                f"replaced; the episode can be played again on the new worker: {e}",
                 env_id=env_id,
-            ) from None
+            )
+            err.reason = "worker_lost"
+            raise err from None
         except ray.exceptions.RayTaskError as e:  # the call itself failed outside the env
             raise EnvWorkerError(
                 f"{method}() of {env_id} failed in Ray env worker {worker}:\n{e}",
@@ -400,6 +418,21 @@ class RayEnvWorkers:
             return value
         where = self._infos[worker] if worker < len(self._infos) else {}
         raise error_from_report(value, env_id=env_id, method=method, worker=worker, where=where)
+
+    def _replace(self, worker: int, dead: Any) -> None:
+        """Start a new actor in slot ``worker`` in place of ``dead`` (once, whoever of the
+        episodes that were on it notices first); the envs it held are gone with it."""
+        with self._lock:
+            if self._closed or self._actors[worker] is not dead:
+                return  # already replaced
+            self._actors[worker] = self._spawn(worker)
+            self._generation[worker] += 1
+            self._count[worker] = 0
+            if worker < len(self._infos):
+                self._infos[worker] = {"index": worker, "pid": "?", "host": "?", "replaced": True}
+            for key, idle in self._idle.items():
+                self._idle[key] = [e for e in idle if e.worker != worker]
+            self.replaced += 1
 
     # ------------------------------------------------------------------ shutdown
     @property

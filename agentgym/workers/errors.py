@@ -29,6 +29,8 @@ class EnvWorkerError(AgentGymError, RuntimeError):
     restored: only the message and the traceback text travel).
 
     Attributes:
+        reason: the failure's short code when the worker's error had one (an
+            :class:`~agentgym.InfraError`'s), ``worker_lost`` when the worker died.
         env_id: the env whose call failed.
         remote_type: ``module.QualName`` of the exception raised in the worker.
         remote_traceback: its traceback text, as formatted in the worker.
@@ -43,6 +45,7 @@ class EnvWorkerError(AgentGymError, RuntimeError):
         remote_traceback: str | None = None,
     ) -> None:
         Exception.__init__(self, message)
+        self.reason: str | None = None
         self.env_id = env_id
         self.remote_type = remote_type
         self.remote_traceback = remote_traceback
@@ -65,6 +68,9 @@ def guarded(fn: Callable[[], Any]) -> tuple[str, Any]:
             "type": f"{t.__module__}.{t.__qualname__}",
             "message": str(e),
             "traceback": traceback.format_exc(),
+            "reason": getattr(e, "reason", None)
+            if isinstance(getattr(e, "reason", None), str)
+            else None,
         }
 
 
@@ -80,7 +86,7 @@ def error_from_report(
     """
     remote_type = report["type"]
     cls = _error_class(_import_type(remote_type))
-    return cls(
+    err = cls(
         f"{env_id} raised {remote_type.rpartition('.')[2]} in {method}() on Ray env "
         f"worker {worker} (pid {where.get('pid', '?')} on {where.get('host', '?')}): "
         f"{report['message']}\n\nTraceback in the worker:\n{report['traceback'].rstrip()}",
@@ -88,6 +94,9 @@ def error_from_report(
         remote_type=remote_type,
         remote_traceback=report["traceback"],
     )
+    if report.get("reason"):  # an InfraError's reason travels with it
+        err.reason = report["reason"]
+    return err
 
 
 #: worker exception type -> its EnvWorkerError subclass (made once per type)

@@ -146,10 +146,11 @@ def test_env_error_during_an_episode_names_the_env_and_the_call(workers):
     assert "no_such_option" in str(info.value) and "_begin" in info.value.remote_traceback
 
 
-def test_unknown_env_id_fails_in_the_driver_like_gym_make(workers):
-    import gymnasium as gym
+def test_unknown_env_id_fails_in_the_driver_with_suggestions(workers):
+    from agentgym import UnknownNameError
 
-    with pytest.raises(gym.error.Error):
+    # resolved in the driver before anything goes to a worker; never a failed episode
+    with pytest.raises(UnknownNameError, match="Unknown environment id 'agentgym/NoSuchEnv-v0'"):
         rollout("agentgym/NoSuchEnv-v0", OraclePolicy(), env_host=workers)
 
 
@@ -291,3 +292,37 @@ def test_a_worker_error_report_becomes_an_error_of_the_same_type():
     assert type(error_from_report(report, env_id="E", method="m", worker=0, where={})) is (
         EnvWorkerError
     )
+
+
+def test_a_worker_killed_mid_rollout_is_replaced_and_its_episode_replayed(workers, tmp_path):
+    """SIGKILL of a Ray env worker during a step: the worker is replaced, the episode is
+    played again with the same seeds, and the rollout equals one without the fault."""
+    from toy_envs import DiesOnceEnv
+
+    marker = tmp_path / "died"
+    kw = dict(seeds=[0, 1, 2, 3], group_size=2, concurrency=4)
+    clean = rollout(lambda: DiesOnceEnv(target=2), OraclePolicy(), **kw)
+    replaced = workers.replaced
+    faulty = rollout(
+        lambda: DiesOnceEnv(marker=str(marker), target=2),
+        OraclePolicy(),
+        env_host=workers,
+        retries=1,
+        **kw,
+    )
+    assert marker.exists() and workers.replaced == replaced + 1
+    assert not any(e.failed for e in faulty)
+    assert sum("rollout/failed_attempts" in e.metrics for e in faulty) >= 1
+    assert {r for e in faulty for r in e.metrics.get("rollout/failed_attempts", [])} == {
+        "worker_lost"
+    }
+    assert [_comparable(e) for e in faulty] == [_comparable(e) for e in clean]
+    # the replaced slot works for the next rollout too
+    again = rollout(lambda: DiesOnceEnv(target=2), OraclePolicy(), env_host=workers, **kw)
+    assert [_comparable(e) for e in again] == [_comparable(e) for e in clean]
+
+
+def _comparable(ep):
+    d = ep.to_dict()
+    d["metrics"] = {}
+    return d

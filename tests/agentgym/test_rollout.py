@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from toy_envs import CounterEnv
 
-from agentgym import LocalEnvs
+from agentgym import InfraError, LocalEnvs, UnknownNameError
 from agentgym.errors import EnvStateError
 from agentgym.policies import OraclePolicy, ScriptedPolicy
 from agentgym.rollouts import derive_seed, rollout, rollout_async
@@ -81,8 +81,12 @@ def test_seeded_sampling_gives_each_request_a_distinct_reproducible_seed():
 
 
 def test_env_without_end_is_stopped_with_a_clear_error():
+    endless = (lambda: CounterEnv(), ScriptedPolicy(lambda m: "next"))
+    (ep,) = rollout(*endless, num_tasks=1, max_steps=5)
+    assert ep.failed and ep.failure.reason == "env_error" and ep.failure.where == "step"
+    assert "did not end within 5 steps" in ep.failure.message
     with pytest.raises(EnvStateError, match="did not end within 5 steps"):
-        rollout(lambda: CounterEnv(), ScriptedPolicy(lambda m: "next"), num_tasks=1, max_steps=5)
+        rollout(*endless, num_tasks=1, max_steps=5, on_failure="raise")
 
 
 def test_rollout_inside_a_running_loop_points_to_the_async_version():
@@ -138,13 +142,20 @@ def test_an_env_whose_episode_failed_is_never_kept():
             closed.append(self)
 
     cache = LocalEnvs(keep=True)
-    with pytest.raises(RuntimeError, match="env broke"):
-        rollout(Fragile, ScriptedPolicy(lambda m: "boom"), seeds=[0], env_host=cache)
+    (ep,) = rollout(Fragile, ScriptedPolicy(lambda m: "boom"), seeds=[0], env_host=cache)
+    assert ep.failed and ep.failure.reason == "env_error" and "env broke" in ep.failure.message
     assert len(cache) == 0 and len(closed) == 1
+    with pytest.raises(RuntimeError, match="env broke"):
+        rollout(
+            Fragile, ScriptedPolicy(lambda m: "boom"), seeds=[0], env_host=cache, on_failure="raise"
+        )
+    assert len(cache) == 0 and len(closed) == 2
 
 
 def test_an_env_still_in_an_episode_when_the_rollout_fails_is_not_kept():
     import time
+
+    from agentgym import ConfigError
 
     closed = []
 
@@ -154,8 +165,8 @@ def test_an_env_still_in_an_episode_when_the_rollout_fails_is_not_kept():
             return super()._begin(seed, options)
 
         def _act(self, action):
-            if self.bad:
-                raise RuntimeError("env broke")
+            if self.bad:  # a configuration problem ends the whole rollout at once
+                raise ConfigError("env broke")
             time.sleep(0.3)  # the other episode is still stepping when this one fails
             return super()._act(action)
 
@@ -163,7 +174,7 @@ def test_an_env_still_in_an_episode_when_the_rollout_fails_is_not_kept():
             closed.append(self)
 
     cache = LocalEnvs(keep=True)
-    with pytest.raises(RuntimeError, match="env broke"):
+    with pytest.raises(ConfigError, match="env broke"):
         rollout(
             Fragile, ScriptedPolicy(lambda m: "next"), seeds=[0, 1], concurrency=2, env_host=cache
         )
@@ -191,3 +202,60 @@ def test_local_envs_checks_its_threads_and_closes_twice():
     host.close()
     host.close()
     assert len(host) == 0
+
+
+def test_one_failing_episode_of_sixteen_keeps_the_other_fifteen(tmp_path):
+    """The issue's case: an env that raises in 1 of 16 episodes loses nothing else."""
+
+    class FlakyOnSeven(CounterEnv):
+        def _begin(self, seed, options):
+            self.flaky = seed == 7
+            return super()._begin(seed, options)
+
+        def _act(self, action):
+            if self.flaky:
+                raise InfraError("the grader's worker died", reason="grader_crashed")
+            return super()._act(action)
+
+    out = tmp_path / "eps.jsonl"
+    eps = rollout(
+        lambda: FlakyOnSeven(target=2), OraclePolicy(), seeds=range(16), concurrency=4, out=out
+    )
+    assert len(eps) == 16 and [e.seed for e in eps] == list(range(16))
+    failed = [e for e in eps if e.failed]
+    assert [e.seed for e in failed] == [7]
+    assert failed[0].failure.reason == "grader_crashed" and failed[0].failure.where == "step"
+    assert failed[0].turns  # how far it got is kept
+    assert all(e.reward == 1.0 for e in eps if not e.failed)
+    on_disk = read_episodes(out)  # every episode is written, the failure with its record
+    assert len(on_disk) == 16 and sum(e.failed for e in on_disk) == 1
+    assert next(e for e in on_disk if e.failed).failure == failed[0].failure
+
+
+def test_a_failed_episode_is_retried_on_a_fresh_env_and_can_recover():
+    attempts = []
+
+    class FailsOnce(CounterEnv):
+        def _act(self, action):
+            attempts.append(self)
+            if len(attempts) == 1:
+                raise InfraError("container died", reason="sandbox_died")
+            return super()._act(action)
+
+    (ep,) = rollout(lambda: FailsOnce(target=1), OraclePolicy(), seeds=[3], retries=2)
+    assert not ep.failed and ep.reward == 1.0
+    assert ep.metrics["rollout/failed_attempts"] == ["sandbox_died"]
+    assert len({id(a) for a in attempts}) == 2  # the retry ran on another env instance
+    (again,) = rollout(lambda: FailsOnce(target=1), OraclePolicy(), seeds=[3], retries=0)
+    assert not again.failed  # (attempts already counted one failure)
+
+
+def test_a_policy_that_raises_fails_its_episode_and_a_config_error_raises():
+    async def broken(messages, sampling):
+        raise ConnectionError("endpoint went away")
+
+    (ep,) = rollout(lambda: CounterEnv(target=2), broken, seeds=[0])
+    assert ep.failure.reason == "policy_error" and ep.failure.where == "policy"
+    assert "endpoint went away" in ep.failure.message
+    with pytest.raises(UnknownNameError):
+        rollout("agentgym/NoSuchEnv-v0", OraclePolicy(), seeds=[0])

@@ -46,3 +46,28 @@ class CounterEnv(ConversationEnv):
         if self.next_turn_kind == "summary":
             return f"I counted to {self.counter}."
         return "done" if self.counter >= self.target else "next"
+
+
+class DiesOnceEnv(CounterEnv):
+    """A counter env whose process dies (SIGKILL) at its first step while ``marker`` does not
+    exist yet; it creates the marker first, so a replay of the episode runs normally. For
+    killing a Ray env worker mid-rollout."""
+
+    def __init__(self, marker: str = "", die_on_seed: int = 1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.marker, self.die_on_seed = marker, die_on_seed
+        self.seed_played: int | None = None
+
+    def _begin(self, seed, options) -> Task:
+        self.seed_played = seed
+        return super()._begin(seed, options)
+
+    def _act(self, action: str) -> ActResult:
+        import os
+        import signal
+        from pathlib import Path
+
+        if self.marker and self.seed_played == self.die_on_seed and not Path(self.marker).exists():
+            Path(self.marker).write_text("died once\n")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super()._act(action)
