@@ -59,6 +59,9 @@ from agentgym.benchmarks.suites import Suite, iter_tasks
 RESULT_SCHEMA = "agentgym.bench.result/1"
 EPISODES_FILE = "episodes.jsonl"
 RESULT_FILE = "result.json"
+#: episodes that failed for infrastructure reasons: kept for the record, never scored; a
+#: later run of the same command plays those tasks again
+FAILURES_FILE = "failures.jsonl"
 SUITE_FILE = "suite.json"
 
 #: Keys the runner adds to ``Episode.metrics``.
@@ -173,7 +176,7 @@ def load_done(path: Path, suite: Suite) -> dict[TaskKey, Episode]:
     }
     for ep in iter_episodes(path):
         key = task_key(ep)
-        if key is None or key not in valid:
+        if key is None or key not in valid or ep.failed:
             continue
         entry = suite.entries[key[0]]
         if ep.env_id != entry.env_id or ep.metrics.get(ENTRY_NAME_KEY, entry.name) != entry.name:
@@ -211,6 +214,7 @@ async def run_suite_async(
     progress: bool = False,
     on_episode: Callable[[Episode], Any] | None = None,
     max_episodes: int | None = None,
+    retries: int = 2,
 ) -> dict[str, Any]:
     """Run (or resume) ``suite`` with ``policy`` and write ``result.json``; returns it.
 
@@ -227,6 +231,11 @@ async def run_suite_async(
         on_episode: called with each new episode after it is saved.
         max_episodes: stop after this many new episodes (the result is then partial);
             used to demonstrate and test resuming.
+        retries: play an episode that failed for infrastructure reasons (a sandbox, a
+            grader, the endpoint) again up to this many times. One that still fails is
+            written to ``failures.jsonl``, counted in the result (``failed_episodes``,
+            ``failed_by_reason``) and never scored; the result is then incomplete and
+            the next run of the same command plays it again.
     """
     from agentgym import make_policy, rollout_async
 
@@ -270,6 +279,7 @@ async def run_suite_async(
         enabled=progress,
     )
     new_reward = 0.0
+    failed: list[Episode] = []
     queue: asyncio.Queue[TaskKey] = asyncio.Queue()
     for job in jobs:
         queue.put_nowait(job)
@@ -295,6 +305,12 @@ async def run_suite_async(
                 ep.sample = s
                 ep.metrics[ENTRY_KEY] = i
                 ep.metrics[ENTRY_NAME_KEY] = name
+                if ep.failed:
+                    failed.append(ep)
+                    with (rdir / FAILURES_FILE).open("a", encoding="utf-8") as f:
+                        f.write(ep.to_json() + "\n")
+                    bar.update(1, {"failed": len(failed)})
+                    return
                 save(ep)
                 done[(i, int(ep.seed or 0), s)] = ep
                 new_reward += ep.reward
@@ -312,6 +328,7 @@ async def run_suite_async(
                 on_episode=tag,
                 env_kwargs=dict(entry.env_kwargs),
                 env_host=env_host,
+                retries=retries,
             )
 
     try:
@@ -345,6 +362,7 @@ async def run_suite_async(
         wall_time_s=time.monotonic() - t0,
         resumed=resumed,
         new=len(done) - resumed,
+        failed=failed,
     )
     _write_json(rdir / RESULT_FILE, result)
     result["_dir"] = str(rdir)
@@ -368,8 +386,15 @@ def score(
     wall_time_s: float = 0.0,
     resumed: int = 0,
     new: int = 0,
+    failed: Iterable[Episode] = (),
 ) -> dict[str, Any]:
-    """The result record of a run from its episodes (see the module docstring)."""
+    """The result record of a run from its episodes (see the module docstring); ``failed``
+    are this run's episodes that could not be scored (counted, never scored)."""
+    failed = list(failed)
+    reasons: dict[str, int] = {}
+    for ep in failed:
+        reason = ep.failure.reason if ep.failure is not None else "error"
+        reasons[reason] = reasons.get(reason, 0) + 1
     from agentgym import __version__
 
     by_task: dict[tuple[int, int], TaskOutcome] = {}
@@ -378,7 +403,7 @@ def score(
             task=f"{entry.name}/{seed}", entry=entry.name, env_id=entry.env_id, seed=seed
         )
     eps = sorted(
-        (ep for ep in episodes if task_key(ep) is not None),
+        (ep for ep in episodes if task_key(ep) is not None and not ep.failed),
         key=lambda e: task_key(e) or (0, 0, 0),
     )
     completion_tokens = prompt_tokens = calls = 0
@@ -441,6 +466,8 @@ def score(
         "episode_time_s": round(episode_time, 3),
         "resumed_episodes": resumed,
         "new_episodes": new,
+        "failed_episodes": len(failed),
+        "failed_by_reason": reasons,
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "agentgym_version": __version__,
         "machine": {"python": platform.python_version(), "platform": platform.platform()},

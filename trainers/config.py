@@ -169,6 +169,13 @@ class RolloutConfig:
             episodes are the same.
         ray_address: the Ray cluster to join (``host:port``, ``ray://...``, ``auto``);
             ``null``: start a local Ray (or join ``$RAY_ADDRESS``).
+        episode_retries: play an episode that failed for infrastructure reasons (a
+            sandbox or grader died, an env raised) again up to this many times, with the
+            same seeds. One that still fails drops its group from the batch (dynamic
+            sampling refills it), is counted (``episodes/failed``) and logged to
+            ``failures.jsonl``, and its task is quarantined (skipped on resume).
+        max_failed_share: stop the run when more than this share of a step's episodes
+            failed (the message names the reasons and what to check).
     """
 
     group_size: int = 8
@@ -184,6 +191,8 @@ class RolloutConfig:
     engine_options: dict[str, Any] = field(default_factory=dict)
     rollout_workers: int = 0
     ray_address: str | None = None
+    episode_retries: int = 1
+    max_failed_share: float = 0.25
 
     def __post_init__(self) -> None:
         _check(
@@ -208,6 +217,11 @@ class RolloutConfig:
             "rollout.ray_address needs rollout.rollout_workers >= 1 (the actors to start there).",
         )
         _check(self.concurrency >= 1, "rollout.concurrency must be >= 1.")
+        _check(self.episode_retries >= 0, "rollout.episode_retries must be >= 0.")
+        _check(
+            0 <= self.max_failed_share <= 1,
+            f"rollout.max_failed_share must be in [0, 1], got {self.max_failed_share}.",
+        )
         _check(self.max_batch >= 1, "rollout.max_batch must be >= 1.")
         _check(self.gather_window_s >= 0, "rollout.gather_window_s must be >= 0.")
 

@@ -26,10 +26,14 @@ from agentgym.trainers.config import EnvSpec
 from agentgym.trainers.env_setup import env_kwargs, resolve_envs
 
 
-def episode_summary(episodes: Sequence[Episode], prefix: str) -> dict[str, float]:
-    """Mean reward, accuracy (where reported), policy tokens, truncation share."""
+def episode_summary(played: Sequence[Episode], prefix: str) -> dict[str, float]:
+    """Mean reward, accuracy (where reported), policy tokens, truncation share, over the
+    scored episodes; episodes that failed (infrastructure) are only counted
+    (``<prefix>/failed``)."""
+    episodes = [e for e in played if not e.failed]
+    failed = len(played) - len(episodes)
     if not episodes:
-        return {}
+        return {f"{prefix}/failed": float(failed)} if failed else {}
     accs = [a for a in (episode_accuracy(e) for e in episodes) if a is not None]
     toks = [episode_tokens(e) for e in episodes]
     out = {
@@ -43,6 +47,8 @@ def episode_summary(episodes: Sequence[Episode], prefix: str) -> dict[str, float
     }
     if accs:
         out[f"{prefix}/accuracy"] = float(np.mean(accs))
+    if failed:
+        out[f"{prefix}/failed"] = float(failed)
     return out
 
 
@@ -67,6 +73,7 @@ async def evaluate_async(
     seeds: Sequence[int] | None = None,
     concurrency: int = 256,
     env_host: Any = None,
+    retries: int = 2,
 ) -> tuple[dict[str, float], list[list[Episode]]]:
     """One episode per held-out seed and env.
 
@@ -74,6 +81,8 @@ async def evaluate_async(
         seeds: the held-out seeds; default ``seed_start .. seed_start + num_tasks - 1``.
         env_host: where env work runs (:class:`agentgym.LocalEnvs` or
             :class:`agentgym.RayEnvWorkers`; ``None``: new threads and envs per call).
+        retries: replays of an episode that failed for infrastructure reasons; one
+            that still fails is left out of the metrics and counted (``eval/failed``).
 
     Returns:
         summary metrics under ``eval/`` and the episodes, one list per env.
@@ -94,6 +103,7 @@ async def evaluate_async(
                 concurrency=concurrency,
                 env_kwargs=env_kwargs(spec, tokenizer),
                 env_host=env_host,
+                retries=retries,
             )
             if seeds
             else _no_episodes()

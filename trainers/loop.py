@@ -59,6 +59,7 @@ from agentgym import (
     derive_seed,
     save_config,
 )
+from agentgym.trainers import failures
 from agentgym.trainers.algorithm import (
     group_advantages,
 )
@@ -175,6 +176,9 @@ class DAPOTrainer:
                 self.learner.load_optimizer_state(optim_states)
                 self.step = int(state["step"])
                 self.rollouts.load_state_dict(state)
+                self.rollouts.quarantined |= failures.read_quarantine(
+                    self.out / failures.QUARANTINE_FILE
+                )
                 self.learner.updates = int(state.get("updates", 0))
                 resumed_from = ckpt
         self.resumed_from = resumed_from
@@ -212,6 +216,16 @@ class DAPOTrainer:
         tl.generate = list(self.engine.busy[busy_before:])
         kept, all_episodes, rounds = got.kept, got.episodes, got.rounds
         groups_seen, groups_dropped = got.groups_seen, got.groups_dropped
+        if got.failed:
+            if self.dist.is_main:
+                self._say(failures.record(self.out, self.step + 1, got.failed))
+            failures.check_share(
+                self.step + 1,
+                got.failed,
+                len(got.failed) + len(got.episodes),
+                cfg.rollout.max_failed_share,
+                self.out,
+            )
 
         capped = got.capped
         if capped and algo.dynamic_sampling:
@@ -272,6 +286,8 @@ class DAPOTrainer:
         m["charts/groups_kept"] = len(kept)
         m["charts/groups_filtered"] = groups_dropped
         m["charts/groups_generated"] = groups_seen
+        m["charts/groups_failed"] = got.groups_failed
+        m.update(failures.failure_counts(got.failed))
         m["charts/generation_rounds"] = rounds
         m["charts/hit_round_cap"] = int(capped)
         m["charts/update_skipped"] = int(skip)

@@ -83,17 +83,23 @@ class Collected:
 
     Attributes:
         kept: the informative groups, at most ``rollout.batch_tasks`` (draw order).
-        episodes: every episode played, kept or not (for the step's charts).
+        episodes: every scored episode played, kept or not (for the step's charts).
+        failed: episodes that could not be scored (infrastructure failures, after
+            ``rollout.episode_retries``); their groups are dropped and their tasks
+            quarantined.
         rounds: generation rounds run.
         groups_seen / groups_dropped: groups played, and those dropped as all-equal.
+        groups_failed: groups dropped because an episode of theirs failed.
         capped: fewer than ``batch_tasks`` groups were kept when the rounds ran out.
     """
 
     kept: list[Group] = field(default_factory=list)
     episodes: list[Episode] = field(default_factory=list)
+    failed: list[Episode] = field(default_factory=list)
     rounds: int = 0
     groups_seen: int = 0
     groups_dropped: int = 0
+    groups_failed: int = 0
     capped: bool = False
 
 
@@ -130,6 +136,8 @@ class RolloutPhase:
         # the task stream: a checkpoint carries it (state_dict / load_state_dict)
         self.next_seed = cfg.train_seed_start
         self.task_rng = random.Random(derive_seed("tasks", cfg.run.seed))
+        #: (env id, seed) of tasks whose episodes failed: never drawn again
+        self.quarantined: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------------ the task stream
     def state_dict(self) -> dict[str, Any]:
@@ -147,10 +155,15 @@ class RolloutPhase:
     def draw_tasks(self, n: int) -> dict[int, list[int]]:
         """``n`` fresh training tasks: env index -> reset seeds (env chosen by weight)."""
         by_env: dict[int, list[int]] = defaultdict(list)
-        for _ in range(n):
+        drawn = 0
+        while drawn < n:
             k = self.task_rng.choices(range(len(self.env_ids)), weights=self.env_weights)[0]
-            by_env[k].append(self.next_seed)
+            seed = self.next_seed
             self.next_seed += 1
+            if (self.env_ids[k], seed) in self.quarantined:
+                continue  # its episodes failed before (a resumed run replays the stream)
+            by_env[k].append(seed)
+            drawn += 1
         if self.next_seed > self.cfg.eval.seed_start > self.cfg.train_seed_start:
             raise ConfigError("training seeds ran into eval.seed_start; move eval.seed_start up.")
         return dict(by_env)
@@ -168,10 +181,15 @@ class RolloutPhase:
             sampling = self._sampling(step, out.rounds)
             episodes = asyncio.run(self._round(policy, self.draw_tasks(n), sampling))
             out.rounds += 1
-            out.episodes.extend(episodes)
+            out.episodes.extend(e for e in episodes if not e.failed)
+            out.failed.extend(e for e in episodes if e.failed)
             groups = group_episodes(episodes)
             out.groups_seen += len(groups)
             for g in groups:
+                if any(e.failed for e in g):  # an unscored sample: the group means nothing
+                    out.groups_failed += 1
+                    self.quarantined.add((g[0].env_id, int(g[0].seed or 0)))
+                    continue
                 gid = torch.zeros(len(g), dtype=torch.long)
                 rewards = shaped_rewards(g, gid, cfg)
                 if not algo.dynamic_sampling or bool(informative_groups(rewards, gid).all()):
@@ -232,6 +250,7 @@ class RolloutPhase:
                     env_kwargs=self.env_kwargs[k],
                     on_episode=lambda _ep, i=stream: policy.episode_done(i),
                     env_host=self.env_host,
+                    retries=r.episode_retries,
                 )
             )
         policy.expect(streams)

@@ -103,8 +103,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if k != "tasks"}))
-        return 0
-    _print_result(result)
+    else:
+        _print_result(result)
+    if result.get("failed_episodes"):
+        print(
+            f"agentgym bench: {result['failed_episodes']} episodes failed for infrastructure "
+            f"reasons ({result['failed_by_reason']}) and are not scored; they are in "
+            f"{result['_dir']}/failures.jsonl. Run the same command again to play them again.",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

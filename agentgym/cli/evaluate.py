@@ -27,10 +27,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_env_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--out", default=None, help="write the episodes to this JSONL file")
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=2,
+        help="play an episode that failed for infrastructure reasons (sandbox, grader, "
+        "endpoint) again up to this many times; still failing, it is reported and not "
+        "scored, and the exit status is 1",
+    )
     p.set_defaults(func=cmd_eval)
 
 
-def summarise(env_id: str, policy: str, episodes: list) -> dict:
+def summarise(env_id: str, policy: str, played: list) -> dict:
+    """Reward and length statistics over the scored episodes; failed ones are counted
+    apart (by reason), never as zero rewards."""
+    episodes = [e for e in played if not e.failed]
+    failed = [e for e in played if e.failed]
+    reasons: dict[str, int] = {}
+    for e in failed:
+        reasons[e.failure.reason] = reasons.get(e.failure.reason, 0) + 1
     n = len(episodes)
     rewards = [e.reward for e in episodes]
     mean = sum(rewards) / n if n else float("nan")
@@ -50,6 +65,8 @@ def summarise(env_id: str, policy: str, episodes: list) -> dict:
         "mean_policy_tokens": sum(e.num_policy_tokens for e in episodes) / n if n else float("nan"),
         "terminated": sum(e.terminated for e in episodes),
         "truncated": sum(e.truncated for e in episodes),
+        "failed": len(failed),
+        "failed_by_reason": reasons,
     }
 
 
@@ -58,6 +75,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     if args.episodes < 1:
         raise ConfigError("--episodes must be >= 1.")
+    if args.retries < 0:
+        raise ConfigError("--retries must be >= 0.")
     env_id = resolve_env_id(args.env_id)
     policy = make_policy(args.policy)
     if args.out:
@@ -72,6 +91,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         env_kwargs=parse_env_args(args.env_arg),
         out=args.out,
         progress=not args.json,
+        retries=args.retries,
     )
     summary = summarise(env_id, args.policy, episodes)
     if args.json:
@@ -80,4 +100,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         for k, v in summary.items():
             print(f"{k:>20}: {v:.4f}" if isinstance(v, float) else f"{k:>20}: {v}")
     sys.stdout.flush()
+    if summary["failed"]:
+        first = next(e for e in episodes if e.failed)
+        print(
+            f"agentgym eval: {summary['failed']} of {len(episodes)} episodes failed for "
+            f"infrastructure reasons after {args.retries} retries ({summary['failed_by_reason']}); "
+            f"they are not scored{' and are in ' + args.out + ' with their failure record' if args.out else ''}. "
+            f"First: seed {first.seed}: {first.failure.message}",
+            file=sys.stderr,
+        )
+        return 1
     return 0

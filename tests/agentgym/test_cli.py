@@ -183,3 +183,30 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
     assert r.returncode == 0
     assert r.stdout == "first line\n"
     assert "Traceback" not in r.stderr
+
+
+def test_eval_keeps_the_good_episodes_and_reports_the_failed_ones(tmp_path):
+    """An env that fails on 1 of 16 seeds: 15 scored, 1 reported (not a zero), exit 1."""
+    out = tmp_path / "eps.jsonl"
+    r = cli(
+        "eval",
+        "trainer_toy_envs:agentgym-test/EvenChars-v0",
+        "--episodes",
+        "16",
+        "--json",
+        "--out",
+        str(out),
+        "--retries",
+        "1",
+        "--env-arg",
+        "fail_on_seeds=[5]",
+        env={"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "helpers")},
+    )
+    assert r.returncode == 1, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["episodes"] == 15 and summary["failed"] == 1
+    assert summary["failed_by_reason"] == {"injected": 1}
+    assert summary["mean_reward"] == 1.0  # the oracle's; the failure is not a zero
+    assert "1 of 16 episodes failed" in r.stderr and "seed 5" in r.stderr
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(lines) == 16 and [x["seed"] for x in lines if "failure" in x] == [5]

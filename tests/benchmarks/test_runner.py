@@ -244,3 +244,37 @@ def test_openai_endpoint_policy_runs_a_suite(tmp_path, tiny_suite, specs):
     req = server.requests[0]
     assert req["model"] == "tiny-model" and req["max_tokens"] == tiny_suite.max_tokens
     assert req["temperature"] == tiny_suite.temperature and isinstance(req["seed"], int)
+
+
+def test_failed_episodes_are_reported_never_scored_and_retried_next_run(tmp_path):
+    """An env that fails on one seed: the other tasks are scored, the failure is counted
+    apart (not a zero), written to failures.jsonl, and played again by the next run."""
+    import trainer_toy_envs  # noqa: F401  (registers agentgym-test/EvenChars-v0)
+
+    from agentgym.benchmarks.runner import FAILURES_FILE
+    from agentgym.benchmarks.suites import Suite, SuiteEntry
+
+    suite = Suite(
+        name="flaky-mini",
+        version=1,
+        description="one seed of four always fails",
+        entries=(
+            SuiteEntry("even", "agentgym-test/EvenChars-v0", (0, 1, 2, 3), {"fail_on_seeds": [2]}),
+        ),
+        samples_per_task=1,
+        max_tokens=16,
+        metrics=("reward",),
+        primary_metric="reward",
+        plot_metric="reward",
+        success="full_reward",
+    )
+    first = run_suite(suite, "oracle", out=tmp_path, retries=1)
+    assert first["failed_episodes"] == 1 and first["failed_by_reason"] == {"injected": 1}
+    assert first["episodes"] == 3 and not first["complete"]
+    assert first["metrics"]["reward"]["value"] == 1.0  # the oracle's; no zero for the failure
+    rdir = Path(first["_dir"])
+    assert [e.seed for e in read_episodes(rdir / FAILURES_FILE)] == [2]
+    assert sorted(e.seed for e in read_episodes(rdir / "episodes.jsonl")) == [0, 1, 3]
+    again = run_suite(suite, "oracle", out=tmp_path, retries=0)
+    assert again["resumed_episodes"] == 3 and again["new_episodes"] == 0
+    assert again["failed_episodes"] == 1  # only the failed task was played again

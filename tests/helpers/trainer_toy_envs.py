@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 
-from agentgym.env import ActResult, ConversationEnv, Task
+from agentgym import ActResult, ConversationEnv, InfraError, Task
 
 
 class EvenCharsEnv(ConversationEnv):
@@ -21,18 +21,23 @@ class EvenCharsEnv(ConversationEnv):
     With ``constant_reward`` set, every reply gets that reward (no signal at all), which
     exercises dynamic sampling's round cap; with ``constant_for_even_seeds`` only tasks
     with an even seed do, so exactly the odd-seed groups are informative.
+
+    ``fail_on_seeds`` injects an infrastructure failure: the step of a task with one of
+    those seeds raises :class:`~agentgym.InfraError` (reason ``injected``), every time.
     """
 
     def __init__(
         self,
         constant_reward: float | None = None,
         constant_for_even_seeds: bool = False,
+        fail_on_seeds: list[int] | tuple[int, ...] = (),
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("max_turns", 1)
         super().__init__(**kwargs)
         self.constant_reward = constant_reward
         self.constant_for_even_seeds = constant_for_even_seeds
+        self.fail_on_seeds = frozenset(int(s) for s in fail_on_seeds)
         self._reply = ""
         self._seed = 0
 
@@ -41,6 +46,8 @@ class EvenCharsEnv(ConversationEnv):
         return Task(task_id=f"even-{seed}", prompt=f"Task {seed}: write even characters.")
 
     def _act(self, action: str) -> ActResult:
+        if self._seed in self.fail_on_seeds:
+            raise InfraError(f"injected failure on seed {self._seed}", reason="injected")
         self._reply = action
         return ActResult(done=True)
 

@@ -106,5 +106,7 @@ def _oracle_turns(env_id: str, kwargs: dict[str, Any], seeds: Sequence[int]) -> 
     """Every turn (memory summaries included) of the oracle's episodes, one per seed."""
     from agentgym import OraclePolicy, rollout
 
-    episodes = rollout(env_id, OraclePolicy(), seeds=seeds, env_kwargs=kwargs, concurrency=8)
+    episodes = rollout(
+        env_id, OraclePolicy(), seeds=seeds, env_kwargs=kwargs, concurrency=8, on_failure="raise"
+    )
     return [(t.messages, t.completion.text) for ep in episodes for t in ep.turns]
