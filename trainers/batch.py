@@ -126,6 +126,11 @@ class MicroBatch:
         return int(self.loss_mask.sum().item())
 
     @property
+    def num_trained_samples(self) -> int:
+        """Samples with at least one trained token (what sequence-level losses count)."""
+        return int((self.loss_mask.sum(-1) > 0).sum().item())
+
+    @property
     def num_prompts(self) -> int:
         return int(self.prompt_ids.shape[0])
 

@@ -195,10 +195,7 @@ class RolloutConfig:
     max_failed_share: float = 0.25
 
     def __post_init__(self) -> None:
-        _check(
-            self.group_size >= 2,
-            f"rollout.group_size must be >= 2 for group advantages, got {self.group_size}.",
-        )
+        _check(self.group_size >= 1, f"rollout.group_size must be >= 1, got {self.group_size}.")
         _check(self.batch_tasks >= 1, f"rollout.batch_tasks must be >= 1, got {self.batch_tasks}.")
         _check(
             self.tasks_per_round is None or self.tasks_per_round >= 1,
@@ -233,13 +230,29 @@ class RolloutConfig:
 
 @dataclass
 class AlgorithmConfig:
-    """DAPO and its switches.
+    """The RL algorithm: loss, advantage estimator, DAPO's switches, mismatch correction.
 
     Attributes:
-        advantage: ``grpo`` (DAPO's), ``rloo`` or ``apo``.
+        loss: the policy loss by name (``dapo``, ``ppo``, ``gspo``, ``cispo``,
+            ``reinforce``, ``apo``; see docs/trainer.md's table and
+            :data:`~agentgym.trainers.algorithm.POLICY_LOSSES`).
+        advantage: the estimator by name (``grpo``, DAPO's; ``drgrpo``, ``rloo``,
+            ``reinforce++``, ``apo``, ``apo_group``).
         normalize_std: divide ``grpo`` advantages by the group std.
-        eps_low / eps_high: clip-higher range ``[1 - eps_low, 1 + eps_high]``.
+        eps_low / eps_high: clip range ``[1 - eps_low, 1 + eps_high]`` (clip-higher).
+        clip_c: ``ppo``'s dual-clip bound for negative advantages (> 1).
         kl_coef: KL-to-reference weight (0: off, DAPO's default; k3 estimator).
+        apo_beta: the ``apo`` loss's ``beta`` (weight of the log-ratio it regresses).
+        apo_value_beta: the ``beta`` of A*PO's value estimate
+            ``V* = beta log mean exp(r / beta)`` (``agentgym apo-values``).
+        apo_value_samples: reference samples per prompt for that estimate.
+        apo_values: the value cache (a JSONL written by ``agentgym apo-values``;
+            ``null``: ``<run.output_dir>/apo_values.jsonl``).
+        tis: truncated importance sampling against the rollout engine's log-probs:
+            ``off``, ``token`` (``min(exp(learner - engine), tis_cap)`` per token),
+            ``sequence`` (the same from the sequence's summed log-ratio) or ``mask``
+            (drop tokens whose ratio leaves ``tis_band``).
+        tis_cap / tis_band: the truncation ``C`` and the kept ratio band.
         dynamic_sampling: drop groups whose rewards are all equal and generate more.
         max_generation_rounds: cap on generation rounds per step (the first included).
         on_cap: what to do when the cap is hit with fewer groups than ``batch_tasks``:
@@ -259,11 +272,20 @@ class AlgorithmConfig:
             on-policy (the ratio is exactly 1 and only clipping-free gradients flow).
     """
 
+    loss: str = "dapo"
     advantage: str = "grpo"
     normalize_std: bool = True
     eps_low: float = 0.2
     eps_high: float = 0.28
+    clip_c: float = 3.0
     kl_coef: float = 0.0
+    apo_beta: float = 1e-3
+    apo_value_beta: float = 0.5
+    apo_value_samples: int = 8
+    apo_values: str | None = None
+    tis: str = "off"
+    tis_cap: float = 2.0
+    tis_band: list[float] = field(default_factory=lambda: [0.5, 2.0])
     dynamic_sampling: bool = True
     max_generation_rounds: int = 3
     on_cap: str = "train"
@@ -276,10 +298,23 @@ class AlgorithmConfig:
     updates_per_batch: int = 1
 
     def __post_init__(self) -> None:
-        from agentgym.trainers.algorithm import ADVANTAGE_ESTIMATORS
+        from agentgym.trainers.algorithm import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, TIS_MODES
 
         if self.advantage not in ADVANTAGE_ESTIMATORS:
             raise UnknownNameError("algorithm.advantage", self.advantage, ADVANTAGE_ESTIMATORS)
+        if self.loss not in POLICY_LOSSES:
+            raise UnknownNameError("algorithm.loss", self.loss, POLICY_LOSSES)
+        if self.tis not in TIS_MODES:
+            raise UnknownNameError("algorithm.tis", self.tis, TIS_MODES)
+        _check(self.clip_c > 1, f"algorithm.clip_c must be > 1, got {self.clip_c}.")
+        _check(self.apo_beta > 0, f"algorithm.apo_beta must be > 0, got {self.apo_beta}.")
+        _check(self.apo_value_beta >= 0, "algorithm.apo_value_beta must be >= 0.")
+        _check(self.apo_value_samples >= 1, "algorithm.apo_value_samples must be >= 1.")
+        _check(self.tis_cap >= 1, f"algorithm.tis_cap must be >= 1, got {self.tis_cap}.")
+        _check(
+            len(self.tis_band) == 2 and 0 <= self.tis_band[0] <= 1 <= self.tis_band[1],
+            f"algorithm.tis_band must be [low <= 1, high >= 1], got {self.tis_band}.",
+        )
         if self.on_cap not in ("train", "skip", "error"):
             raise UnknownNameError("algorithm.on_cap", self.on_cap, ("train", "skip", "error"))
         _check(0 <= self.eps_low < 1, f"algorithm.eps_low must be in [0, 1), got {self.eps_low}.")
@@ -405,6 +440,20 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _check(len(self.envs) >= 1, "envs must list at least one environment.")
+        from agentgym.trainers.algorithm import estimator_spec
+
+        groups = estimator_spec(self.algorithm.advantage).needs_groups
+        _check(
+            self.rollout.group_size >= 2 or not groups,
+            f"rollout.group_size must be >= 2 for the group advantage "
+            f"{self.algorithm.advantage!r}, got {self.rollout.group_size} (with one sample "
+            "per task use algorithm.advantage=reinforce++ or apo).",
+        )
+        _check(
+            self.rollout.group_size >= 2 or not self.algorithm.dynamic_sampling,
+            "algorithm.dynamic_sampling drops groups whose rewards are all equal, so every "
+            "group of one sample: set algorithm.dynamic_sampling=false with rollout.group_size=1.",
+        )
         _check(
             self.train_seed_start + 1_000_000 <= self.eval.seed_start
             or self.eval.seed_start + 1_000_000 <= self.train_seed_start,

@@ -25,10 +25,16 @@ from typing import Any
 
 import torch
 
-from agentgym.trainers.algorithm import dapo_policy_loss, selected_logprobs, token_entropy
+from agentgym.trainers.algorithm import (
+    importance_weights,
+    loss_spec,
+    mismatch_stats,
+    selected_logprobs,
+    token_entropy,
+)
 from agentgym.trainers.batch import MicroBatch, Sample, make_microbatches, positions
 from agentgym.trainers.config import AlgorithmConfig, OptimConfig
-from agentgym.trainers.distributed import SINGLE, DistInfo, all_reduce_sum
+from agentgym.trainers.distributed import SINGLE, DistInfo, all_gather_objects, all_reduce_sum
 from agentgym.trainers.fused_lora import fused_lora_forward
 
 
@@ -74,6 +80,8 @@ class Learner:
         self.dist = dist
         #: run a prompt shared by several samples once (``algorithm.share_prompts``)
         self.share_prompts = algo.share_prompts
+        #: the policy loss (``algorithm.loss``), called the same way whichever it is
+        self.loss = loss_spec(algo.loss)
         self.optimizer = self._setup()
         self.updates = 0
 
@@ -192,11 +200,12 @@ class Learner:
 
     # ------------------------------------------------------------------ update
     def update(self, samples: Sequence[Sample]) -> dict[str, float]:
-        """DAPO update(s) on one batch; returns ``losses/`` and ``charts/`` metrics.
+        """Policy update(s) on one batch; returns ``losses/`` and ``charts/`` metrics.
 
         The batch is split into ``updates_per_batch`` mini-batches (one optimizer step
         each) and each mini-batch into micro-batches (gradient accumulation). Each
-        token's loss is divided by the token count of its whole mini-batch.
+        token's (or sequence's) loss is divided by the token (or sequence) count of its
+        whole mini-batch over all ranks, whatever the loss (``algorithm.loss``).
         """
         algo = self.algo
         n_mini = min(algo.updates_per_batch, len(samples))
@@ -205,14 +214,16 @@ class Learner:
             make_microbatches([samples[i] for i in idx], algo.micro_batch_size, self.pad_id)
             for idx in minis
         ]
-        # token counts over every rank's share: each token's loss is divided by these
+        # token and sequence counts over every rank's share: the losses divide by these
         totals = [sum(mb.num_tokens for mb in mbs) for mbs in full]
+        seq_totals = [sum(mb.num_trained_samples for mb in mbs) for mbs in full]
         all_mbs = [self._my_microbatches(mbs) for mbs in full]
         scale = float(self.dist.world_size)  # strategies average gradients over ranks
         # old log-probs: with one update per batch the policy has not moved since
         # sampling, so old = current (detached) and needs no extra pass
         old = [self.logprobs(mbs) for mbs in all_mbs] if n_mini > 1 else None
-        ref = [self.logprobs(mbs, reference=True) for mbs in all_mbs] if algo.kl_coef > 0 else None
+        need_ref = algo.kl_coef > 0 or self.loss.needs_reference
+        ref = [self.logprobs(mbs, reference=True) for mbs in all_mbs] if need_ref else None
 
         sums: dict[str, float] = {
             "loss": 0.0,
@@ -225,8 +236,13 @@ class Learner:
             "tokens": 0.0,
             "entropy": 0.0,
             "mismatch": 0.0,
+            "mismatch_k3": 0.0,
             "mismatch_tokens": 0.0,
+            "dual_clip": 0.0,
+            "tis_truncated": 0.0,
+            "tis_masked": 0.0,
         }
+        mismatch_max = 0.0
         grad_norms = []
         if not self.model.training:
             self.model.train()
@@ -240,24 +256,31 @@ class Learner:
                     g["lr"] = self._lr()
                 self.optimizer.zero_grad(set_to_none=True)
                 for j, mb in enumerate(mbs):
-                    self._accumulate(
-                        mb.to(self._device()),
-                        totals[m],
-                        scale,
-                        old[m][j] if old is not None else None,
-                        ref[m][j] if ref is not None else None,
-                        sums,
+                    mismatch_max = max(
+                        mismatch_max,
+                        self._accumulate(
+                            mb.to(self._device()),
+                            totals[m],
+                            seq_totals[m],
+                            scale,
+                            old[m][j] if old is not None else None,
+                            ref[m][j] if ref is not None else None,
+                            sums,
+                        ),
                     )
                 grad_norms.append(self._optimizer_step())
                 self.updates += 1
         if self.dist.world_size > 1:  # each rank summed over its own micro-batches
             keys = sorted(sums)
             sums = dict(zip(keys, all_reduce_sum([sums[k] for k in keys], self.dist), strict=True))
+            mismatch_max = max(all_gather_objects(mismatch_max, self.dist))
         n = max(sums["tokens"], 1.0)
+        steps = max(len(grad_norms), 1)  # the losses are per mini-batch: their mean
+        known = max(sums["mismatch_tokens"], 1.0)
         return {
-            "losses/total": sums["loss"] / n,
-            "losses/policy": sums["policy_loss"] / n,
-            "losses/kl": sums["kl_loss"] / n,
+            "losses/total": sums["loss"] / steps,
+            "losses/policy": sums["policy_loss"] / steps,
+            "losses/kl": sums["kl_loss"] / steps,
             "losses/entropy": sums["entropy"] / n,
             "losses/clip_fraction": (sums["clip_low"] + sums["clip_high"]) / n,
             "losses/clip_fraction_low": sums["clip_low"] / n,
@@ -265,7 +288,12 @@ class Learner:
             "losses/ratio_mean": sums["ratio"] / n,
             "losses/approx_kl_ref": sums["kl"] / n,
             "losses/grad_norm": float(sum(grad_norms) / len(grad_norms)) if grad_norms else 0.0,
-            "charts/logprob_mismatch": sums["mismatch"] / max(sums["mismatch_tokens"], 1.0),
+            "losses/dual_clip_fraction": sums["dual_clip"] / n,
+            "charts/logprob_mismatch": sums["mismatch"] / known,
+            "charts/logprob_mismatch_max": mismatch_max,
+            "charts/logprob_mismatch_k3": sums["mismatch_k3"] / known,
+            "charts/tis_truncated_share": sums["tis_truncated"] / known,
+            "charts/tis_masked_share": sums["tis_masked"] / known,
             "charts/train_tokens": sums["tokens"],
             "charts/lr": self._lr(),
             "charts/optimizer_steps": float(len(grad_norms)),
@@ -275,41 +303,65 @@ class Learner:
         self,
         mb: MicroBatch,
         total_tokens: int,
+        total_sequences: int,
         scale: float,
         old_logp: torch.Tensor | None,
         ref_logp: torch.Tensor | None,
         sums: dict[str, float],
-    ) -> None:
-        """Forward and backward of one micro-batch (gradients add up); metrics into ``sums``."""
+    ) -> float:
+        """Forward and backward of one micro-batch (gradients add up); metrics into
+        ``sums``. Returns the largest learner/engine log-prob gap it saw."""
         algo = self.algo
         logits = self._logits(mb)
         logp = selected_logprobs(logits, mb.targets, self.temperature)
-        terms = dapo_policy_loss(
+        # the learner's log-probs under the policy that sampled (old = current when the
+        # batch gets one update), compared with the engine's for the same tokens
+        sampled_by = old_logp if old_logp is not None else logp.detach()
+        known = mb.has_sampler_logprobs & (mb.loss_mask > 0)
+        weights, truncated, masked = importance_weights(
+            sampled_by,
+            mb.sampler_logprobs,
+            known,
+            mode=algo.tis,
+            cap=algo.tis_cap,
+            band=(algo.tis_band[0], algo.tis_band[1]),
+        )
+        terms = self.loss.fn(
             logp,
-            old_logp if old_logp is not None else logp.detach(),
+            sampled_by,
             mb.advantages,
             mb.loss_mask,
             total_tokens=total_tokens,
+            total_sequences=total_sequences,
             eps_low=algo.eps_low,
             eps_high=algo.eps_high,
+            clip_c=algo.clip_c,
             ref_logp=ref_logp,
             kl_coef=algo.kl_coef,
+            beta=algo.apo_beta,
+            weights=weights if algo.tis != "off" else None,
         )
         self._backward(terms.loss * scale if scale != 1.0 else terms.loss)
         with torch.no_grad():
             ent = token_entropy(logits.detach(), self.temperature)
             sums["entropy"] += float((ent * mb.loss_mask).sum())
-            has = mb.has_sampler_logprobs & (mb.loss_mask > 0)
-            sums["mismatch"] += float((logp.detach() - mb.sampler_logprobs).abs()[has].sum())
-            sums["mismatch_tokens"] += float(has.sum())
-        sums["loss"] += float(terms.loss.detach()) * total_tokens
-        sums["policy_loss"] += float(terms.policy_loss) * total_tokens
-        sums["kl_loss"] += float(terms.kl_loss) * total_tokens
+            gap = mismatch_stats(sampled_by, mb.sampler_logprobs, known)
+            sums["mismatch"] += float(gap["abs_sum"])
+            sums["mismatch_k3"] += float(gap["k3_sum"])
+            sums["mismatch_tokens"] += float(gap["tokens"])
+        sums["loss"] += float(terms.loss.detach())
+        sums["policy_loss"] += float(terms.policy_loss)
+        sums["kl_loss"] += float(terms.kl_loss)
         sums["clip_low"] += float(terms.clipped_low_tokens)
         sums["clip_high"] += float(terms.clipped_high_tokens)
         sums["ratio"] += float(terms.ratio_sum)
         sums["kl"] += float(terms.kl_sum)
         sums["tokens"] += float(terms.tokens)
+        if terms.dual_clipped_tokens is not None:
+            sums["dual_clip"] += float(terms.dual_clipped_tokens)
+        sums["tis_truncated"] += float(truncated)
+        sums["tis_masked"] += float(masked)
+        return float(gap["abs_max"])
 
     def adapter_state(self) -> dict[str, torch.Tensor]:
         """The LoRA weights only (full tensors, on every rank), peft naming."""

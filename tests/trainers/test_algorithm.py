@@ -48,11 +48,12 @@ class TestAdvantages:
         adv = group_advantages(t(1, 0, 0, 1), ids(0, 0, 0, 0), "rloo")
         assert adv.tolist() == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3], abs=1e-6)
 
-    def test_apo_subtracts_best_of_group(self):
-        adv = group_advantages(t(1, 2, 3, 0.5, 0.25), ids(0, 0, 0, 1, 1), "apo")
+    def test_apo_group_subtracts_best_of_group(self):
+        # (named "apo" before the published A*PO, which subtracts an offline V*, arrived)
+        adv = group_advantages(t(1, 2, 3, 0.5, 0.25), ids(0, 0, 0, 1, 1), "apo_group")
         assert adv.tolist() == pytest.approx([-2.0, -1.0, 0.0, 0.0, -0.25])
 
-    @pytest.mark.parametrize("estimator", ["grpo", "rloo", "apo"])
+    @pytest.mark.parametrize("estimator", ["grpo", "drgrpo", "rloo", "apo_group"])
     def test_all_equal_and_singleton_groups_get_zero(self, estimator):
         adv = group_advantages(t(1, 1, 1, 5), ids(0, 0, 0, 1), estimator)
         assert adv.tolist() == [0.0, 0.0, 0.0, 0.0]
