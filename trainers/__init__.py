@@ -33,6 +33,8 @@ _LAZY = {
     "evaluate_async": "agentgym.trainers.evaluation",
     "eval_table": "agentgym.trainers.evaluation",
     "read_jsonl": "agentgym.trainers.logging",
+    # A*PO's value stage (agentgym apo-values)
+    "compute_apo_values": "agentgym.trainers.apo",
     # the SFT stage
     "SFTConfig": "agentgym.trainers.sft",
     "run_sft": "agentgym.trainers.sft",

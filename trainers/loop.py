@@ -59,7 +59,7 @@ from agentgym import (
     derive_seed,
     save_config,
 )
-from agentgym.trainers import failures
+from agentgym.trainers import apo, failures
 from agentgym.trainers.algorithm import (
     group_advantages,
 )
@@ -110,6 +110,12 @@ class DAPOTrainer:
         self.out = Path(cfg.run.output_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.ckpt_dir = self.out / "checkpoints"
+        # A*PO: the prompts' optimal values come from an offline stage, run first
+        self.apo_values = (
+            apo.ensure_values(cfg, world_size=self.dist.world_size, say=self._say)
+            if cfg.algorithm.advantage == "apo"
+            else None
+        )
 
         model, self.tokenizer = build_model_and_tokenizer(
             cfg.model, corpus=lambda: env_corpus(cfg.envs, seed_start=cfg.train_seed_start)
@@ -176,8 +182,8 @@ class DAPOTrainer:
                 self.learner.load_optimizer_state(optim_states)
                 self.step = int(state["step"])
                 self.rollouts.load_state_dict(state)
-                self.rollouts.quarantined |= failures.read_quarantine(
-                    self.out / failures.QUARANTINE_FILE
+                self.rollouts.quarantined.update(
+                    failures.read_quarantine(self.out / failures.QUARANTINE_FILE)
                 )
                 self.learner.updates = int(state.get("updates", 0))
                 resumed_from = ckpt
@@ -248,7 +254,13 @@ class DAPOTrainer:
             rewards = shaped_rewards(batch, group_ids, cfg) if batch else torch.zeros(0)
             adv = (
                 group_advantages(
-                    rewards, group_ids, algo.advantage, normalize_std=algo.normalize_std
+                    rewards,
+                    group_ids,
+                    algo.advantage,
+                    normalize_std=algo.normalize_std,
+                    values=(
+                        self.apo_values.values_for(batch) if self.apo_values is not None else None
+                    ),
                 )
                 if batch
                 else torch.zeros(0)

@@ -103,6 +103,54 @@ class Collected:
     capped: bool = False
 
 
+class TaskStream:
+    """The training tasks in draw order: an env chosen by ``envs[].weight`` from a seeded
+    RNG, and the next reset seed (counting up from ``train_seed_start``).
+
+    The stream is part of a checkpoint (:meth:`state_dict`), so a resumed run draws what
+    the interrupted one would have; tasks in :attr:`quarantined` (their episodes failed)
+    are skipped. ``agentgym apo-values`` replays the same stream to know which prompts the
+    run will see.
+    """
+
+    def __init__(self, cfg: TrainConfig, env_ids: Sequence[str]) -> None:
+        self.cfg, self.env_ids = cfg, list(env_ids)
+        weights = np.array([e.weight for e in cfg.envs], dtype=np.float64)
+        self.env_weights = (weights / weights.sum()).tolist()
+        self.next_seed = cfg.train_seed_start
+        self.rng = random.Random(derive_seed("tasks", cfg.run.seed))
+        #: (env id, seed) of tasks whose episodes failed: never drawn again
+        self.quarantined: set[tuple[str, int]] = set()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The stream's position, JSON-ready (for a checkpoint)."""
+        return {
+            "next_seed": self.next_seed,
+            "task_rng": json.loads(json.dumps(self.rng.getstate())),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the stream where :meth:`state_dict` left it."""
+        self.next_seed = int(state["next_seed"])
+        self.rng.setstate(_as_tuples(state["task_rng"]))
+
+    def draw(self, n: int) -> dict[int, list[int]]:
+        """``n`` fresh training tasks: env index -> reset seeds (env chosen by weight)."""
+        by_env: dict[int, list[int]] = defaultdict(list)
+        drawn = 0
+        while drawn < n:
+            k = self.rng.choices(range(len(self.env_ids)), weights=self.env_weights)[0]
+            seed = self.next_seed
+            self.next_seed += 1
+            if (self.env_ids[k], seed) in self.quarantined:
+                continue  # its episodes failed before (a resumed run replays the stream)
+            by_env[k].append(seed)
+            drawn += 1
+        if self.next_seed > self.cfg.eval.seed_start > self.cfg.train_seed_start:
+            raise ConfigError("training seeds ran into eval.seed_start; move eval.seed_start up.")
+        return dict(by_env)
+
+
 class RolloutPhase:
     """Generates each step's batch; see the module docstring.
 
@@ -121,8 +169,7 @@ class RolloutPhase:
         dist: DistInfo,
     ) -> None:
         self.cfg, self.env_ids, self.env_kwargs, self.dist = cfg, list(env_ids), env_kwargs, dist
-        weights = np.array([e.weight for e in cfg.envs], dtype=np.float64)
-        self.env_weights = (weights / weights.sum()).tolist()
+        self.tasks = TaskStream(cfg, env_ids)
         # where env work runs, for the whole run: Ray actors (rollout.rollout_workers), or
         # this process's threads with the env instances kept from step to step (a thread
         # pool per round cost ~20 ms of idle time a step; a gym.make per step more)
@@ -133,40 +180,24 @@ class RolloutPhase:
             )
         else:
             self.env_host = LocalEnvs(max(1, min(8, cfg.rollout.concurrency)), keep=True)
-        # the task stream: a checkpoint carries it (state_dict / load_state_dict)
-        self.next_seed = cfg.train_seed_start
-        self.task_rng = random.Random(derive_seed("tasks", cfg.run.seed))
-        #: (env id, seed) of tasks whose episodes failed: never drawn again
-        self.quarantined: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------------ the task stream
+    @property
+    def quarantined(self) -> set[tuple[str, int]]:
+        """Tasks never to draw again (see :class:`TaskStream`)."""
+        return self.tasks.quarantined
+
     def state_dict(self) -> dict[str, Any]:
-        """The task stream's position, JSON-ready (for a checkpoint)."""
-        return {
-            "next_seed": self.next_seed,
-            "task_rng": json.loads(json.dumps(self.task_rng.getstate())),
-        }
+        """The task stream's position (for a checkpoint)."""
+        return self.tasks.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue the task stream where :meth:`state_dict` left it."""
-        self.next_seed = int(state["next_seed"])
-        self.task_rng.setstate(_as_tuples(state["task_rng"]))
+        self.tasks.load_state_dict(state)
 
     def draw_tasks(self, n: int) -> dict[int, list[int]]:
-        """``n`` fresh training tasks: env index -> reset seeds (env chosen by weight)."""
-        by_env: dict[int, list[int]] = defaultdict(list)
-        drawn = 0
-        while drawn < n:
-            k = self.task_rng.choices(range(len(self.env_ids)), weights=self.env_weights)[0]
-            seed = self.next_seed
-            self.next_seed += 1
-            if (self.env_ids[k], seed) in self.quarantined:
-                continue  # its episodes failed before (a resumed run replays the stream)
-            by_env[k].append(seed)
-            drawn += 1
-        if self.next_seed > self.cfg.eval.seed_start > self.cfg.train_seed_start:
-            raise ConfigError("training seeds ran into eval.seed_start; move eval.seed_start up.")
-        return dict(by_env)
+        """``n`` fresh training tasks (see :meth:`TaskStream.draw`)."""
+        return self.tasks.draw(n)
 
     # ------------------------------------------------------------------ one phase
     def collect(self, policy: Any, step: int) -> Collected:
@@ -188,7 +219,7 @@ class RolloutPhase:
             for g in groups:
                 if any(e.failed for e in g):  # an unscored sample: the group means nothing
                     out.groups_failed += 1
-                    self.quarantined.add((g[0].env_id, int(g[0].seed or 0)))
+                    self.tasks.quarantined.add((g[0].env_id, int(g[0].seed or 0)))
                     continue
                 gid = torch.zeros(len(g), dtype=torch.long)
                 rewards = shaped_rewards(g, gid, cfg)

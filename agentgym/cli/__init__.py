@@ -24,6 +24,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "train",  # train, sft
     "bench",  # bench, leaderboard
     "plan",  # plan
+    "apo",  # apo-values
 )
 
 
