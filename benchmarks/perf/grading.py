@@ -20,6 +20,17 @@ decides in-process (numbers, fractions, percentages, lists, intervals, letters: 
 ordinary cases); ``symbolic_only_speedup`` on the pairs that need sympy (where ``grade``
 runs math-verify itself, in a worker, plus an inter-process round trip).
 
+Agreement by category: a second set of pairs, answers as reasoning models write them
+(:mod:`._grading_cases`: several boxes for a multi-part gold, self-correction, hedging,
+equivalences that need evaluation, degrees, labels, gold answers with labels or
+inequalities, polynomials, fractions, thousands separators, scientific notation,
+percentages, units, intervals, matrices, choice letters, text), each with the verdict a
+careful reviewer gives. Per category: ``agreement/<category>`` (both graders give the
+same verdict), ``agentgym_right/<category>`` and ``math_verify_right/<category>`` (share
+of pairs where the grader's verdict is the reviewer's). The notes list every category
+where the two disagree and who is right there. ``real_output_speedup`` is the speed
+ratio on this set.
+
 Env step overhead: ``agentgym/BalancedMath-v0`` with oracle replies; the time of
 ``env.step`` minus the grading time it reports (``episode_metrics["grading_time_s"]``).
 
@@ -101,6 +112,35 @@ def _pairs(n: int) -> list[tuple[str, str, str]]:
     return out[:n]
 
 
+def _by_category(
+    cases: list[tuple[str, str, str, bool]], ours: list[bool], theirs: list[bool]
+) -> tuple[dict[str, float], list[str]]:
+    """Per-category figures and one line per category where the graders disagree."""
+    figures: dict[str, float] = {}
+    lines: list[str] = []
+    categories = list(dict.fromkeys(c for _, _, c, _ in cases))
+    for cat in categories:
+        idx = [i for i, case in enumerate(cases) if case[2] == cat]
+        truth = [cases[i][3] for i in idx]
+        a = [ours[i] for i in idx]
+        m = [theirs[i] for i in idx]
+        figures[f"agreement/{cat}"] = sum(x == y for x, y in zip(a, m, strict=True)) / len(idx)
+        figures[f"agentgym_right/{cat}"] = sum(x == t for x, t in zip(a, truth, strict=True)) / len(
+            idx
+        )
+        figures[f"math_verify_right/{cat}"] = sum(
+            y == t for y, t in zip(m, truth, strict=True)
+        ) / len(idx)
+        split = [i for i in idx if ours[i] != theirs[i]]
+        if split:
+            ag = sum(ours[i] == cases[i][3] for i in split)
+            lines.append(
+                f"{cat}: {len(split)} of {len(idx)} disagree; agentgym right on {ag}, "
+                f"math-verify on {len(split) - ag}"
+            )
+    return figures, lines
+
+
 def _time_grade(pairs: list[tuple[str, str, str]]) -> tuple[list[float], list[bool], list[str]]:
     from agentgym.envs.math import grade
 
@@ -168,6 +208,8 @@ def _env_step_overhead(episodes: int) -> dict[str, float]:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
+    from agentgym.benchmarks.perf._grading_cases import real_output_pairs
+
     quick = quick or os.environ.get("AGENTGYM_PERF_QUICK") == "1"
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     from agentgym.envs.math import get_pool, warm_up
@@ -201,21 +243,41 @@ def run(quick: bool = False) -> dict[str, Any]:
         "verdict_agreement": agree,
         "pool_startup_s": startup_s,
     }
+    for group in ("generated", "competition"):
+        idx = [i for i, p in enumerate(pairs) if p[2] == group]
+        figures[f"agreement/{group}"] = sum(g_verdicts[i] == m_verdicts[i] for i in idx) / len(idx)
+
+    cases = real_output_pairs(2 if quick else 8)
+    case_pairs = [(r, g, c) for r, g, c, _ in cases]
+    rg_times, rg_verdicts, _ = _time_grade(case_pairs)
+    rm_times, rm_verdicts = _time_math_verify(case_pairs)
+    by_cat, disagreements = _by_category(cases, rg_verdicts, rm_verdicts)
+    figures["real_output_pairs"] = len(cases)
+    figures["real_output_agentgym_right"] = sum(
+        v == c[3] for v, c in zip(rg_verdicts, cases, strict=True)
+    ) / len(cases)
+    figures["real_output_math_verify_right"] = sum(
+        v == c[3] for v, c in zip(rm_verdicts, cases, strict=True)
+    ) / len(cases)
+    figures.update(by_cat)
     figures.update(_env_step_overhead(50 if quick else 300))
+    disagree = "; ".join(disagreements) or "none"
     return {
         "title": "Math grading: agentgym grade vs bare math-verify; BalancedMath step overhead",
         "ratios": {
             "speedup_vs_math_verify": m_total / g_total,
             "fast_path_speedup": (m_fast / g_fast) if g_fast else float("nan"),
             "symbolic_only_speedup": (m_sym / g_sym) if g_sym else float("nan"),
+            "real_output_speedup": sum(rm_times) / sum(rg_times),
         },
         "figures": figures,
         "notes": (
             f"{len(pairs)} pairs (half generator solutions right/wrong, half competition-style "
             "answers right/wrong), graded by both in the same process, one call at a time. "
             "grade's worker pool was started beforehand (pool_startup_s). verdict_agreement "
-            "is the share of pairs where both graders agree (they differ by design on "
-            "hedged answers, false equations, decimals of irrationals, units...)."
+            f"is the share of pairs where both graders agree. {len(cases)} real-output-style "
+            "pairs by category, each with a reviewer's verdict (agentgym_right/..., "
+            f"math_verify_right/...). Categories where the two disagree: {disagree}."
         ),
     }
 

@@ -11,8 +11,11 @@ reverse; math-verify's default only allows a set answer for a relation gold).
 
 Extensions over math-verify:
 
+* plain expressions (polynomials, fractions, radicals, pi) are read by
+  :mod:`agentgym.envs.math._fastparse` (sub-millisecond) instead of math-verify's
+  parser, and decided by evaluation when both sides are plain;
 * equivalence by evaluation (:mod:`agentgym.envs.math._evaluate`), tried first for
-  plain expressions: complex exponentials, trigonometric identities, expanded vs
+  expressions: complex exponentials, trigonometric identities, expanded vs
   factored forms; when it decides, ``simplify`` is not needed (right answers get faster,
   and a clear numeric difference is a wrong answer without ``simplify``);
 * ``degrees=True`` (the gold carries a degree sign): an answer in radians is accepted;
@@ -35,6 +38,7 @@ import sympy
 from math_verify import parse, verify
 
 from agentgym.envs.math._evaluate import equal_by_value, to_radians
+from agentgym.envs.math._fastparse import read
 from agentgym.envs.math.fastcheck import Num, parse_value
 
 logging.getLogger("math_verify").setLevel(logging.CRITICAL)
@@ -48,6 +52,26 @@ def _parse(answer: str) -> list[Any]:
 @lru_cache(maxsize=4096)
 def _parse_gold(gold: str) -> tuple[Any, ...]:
     return tuple(_parse(gold))
+
+
+@lru_cache(maxsize=4096)
+def _read_gold(gold: str) -> Any | None:
+    return read(gold)
+
+
+def _plain_verdict(gold: str, pred: str, degrees: bool) -> bool | None:
+    """Both answers are plain expressions (:mod:`._fastparse`) and evaluation decides."""
+    g = _read_gold(gold)
+    if g is None:
+        return None
+    p = read(pred)
+    if p is None:
+        return None
+    verdict = equal_by_value(g, p)
+    if verdict is False and degrees:
+        rad = to_radians(g)
+        verdict = None if rad is None else equal_by_value(rad, p)
+    return verdict
 
 
 def _decimal_matches_irrational(gold_parsed: tuple[Any, ...], pred: str) -> bool:
@@ -77,6 +101,9 @@ def _by_value(golds: tuple[Any, ...], preds: list[Any], pred: str) -> bool | Non
 
 
 def _one(gold: str, pred: str, degrees: bool) -> bool:
+    fast = _plain_verdict(gold, pred, degrees)
+    if fast is not None:
+        return fast
     g = _parse_gold(gold)
     parsed = _parse(pred)
     if not g or not parsed:

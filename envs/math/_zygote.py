@@ -101,7 +101,10 @@ def _reap(children: set[int]) -> None:
             children.discard(pid)
 
 
-def _kill(pid: int, children: set[int]) -> None:
+def _kill(pid: int, children: set[int], *, wait: bool = True) -> None:
+    """SIGKILL a live child. ``wait=False``: do not wait for it to be torn down (a worker
+    that grew to gigabytes takes a while); :func:`_reap` collects it later, so the next
+    spawn request is answered at once."""
     if pid not in children:
         return
     try:
@@ -111,6 +114,8 @@ def _kill(pid: int, children: set[int]) -> None:
     if not done:  # still running (a zombie cannot be reused, so the pid is ours)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+        if not wait:
+            return  # stays in children until _reap sees it exit
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
     children.discard(pid)
@@ -127,6 +132,8 @@ _WARM_UP = (
     ("2\\pi", ["\\pi\\cdot2", "6.2832"]),
     ("y=2x+3", ["2x+3"]),
     ("x\\le3", ["(-\\infty,3]"]),
+    ("1", ["e^{2\\pi i}", "\\sin^2x+\\cos^2x"]),
+    ("\\frac{\\pi}{3}", ["\\frac{60\\pi}{180}"]),
 )
 
 
@@ -172,7 +179,7 @@ def main() -> None:
                 children.add(pid)
                 ctrl.send(b"P" + struct.pack("!i", pid))
             elif msg[:1] == b"K" and len(msg) >= 5:
-                _kill(struct.unpack("!i", msg[1:5])[0], children)
+                _kill(struct.unpack("!i", msg[1:5])[0], children, wait=False)
             for fd in fds[1:]:
                 os.close(fd)
             _reap(children)

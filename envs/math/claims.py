@@ -107,7 +107,8 @@ def _single(gold: _Gold, text: str) -> list[list[Pair]]:
     gold in radians (``60^\\circ`` for ``\frac{\\pi}{3}``), converted to radians."""
     n = normalize(text)
     options = [[_pair(gold, n)]]
-    degrees_only_here = not gold.degrees and has_degrees(text)
+    marked = "circ" in text or "°" in text or "degree" in text
+    degrees_only_here = marked and not gold.degrees and has_degrees(text)
     if degrees_only_here and parse_value(gold.text) is None and isinstance(parse_value(n), Num):
         options.append([_pair(gold, f"\\frac{{{n}\\pi}}{{180}}")])
     return options

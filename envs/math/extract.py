@@ -41,6 +41,7 @@ _ANSWER_LINE_RE = re.compile(r"(?i)(?<![A-Za-z])answer[ \t*_]*+[:：][ \t*_]*+([
 _PHRASE_RE = re.compile(r"(?i)(?:final answer|the answer) (?:is|=)[ \t:*_]*+([^\n]*)")
 _SENTENCE_END_RE = re.compile(r"\.(?=\s|$)")
 _THINK_END = "</think>"
+_BRACE_RE = re.compile(r"\\[\s\S]|[{}]")
 # "x = ", "a_{1}=", "PQ =", "\\theta =" written just before a box (math delimiters allowed)
 _LABEL_BEFORE_RE = re.compile(
     r"(?<![A-Za-z\\])((?:\\[A-Za-z]+|[A-Za-z]{1,6})(?:_\{?[A-Za-z0-9]{1,4}\}?)?)"
@@ -99,17 +100,12 @@ def _matching_braces(text: str) -> dict[int, int]:
     """Map each ``{`` position to its matching ``}`` in one pass (``\\{``/``\\}`` skipped)."""
     match: dict[int, int] = {}
     stack: list[int] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "\\":
-            i += 2
-            continue
+    for m in _BRACE_RE.finditer(text):  # only braces and escapes, not every character
+        c = m.group()
         if c == "{":
-            stack.append(i)
+            stack.append(m.start())
         elif c == "}" and stack:
-            match[stack.pop()] = i
-        i += 1
+            match[stack.pop()] = m.start()
     return match
 
 

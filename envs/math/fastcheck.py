@@ -22,7 +22,8 @@ Rules (``gold`` is the reference, ``pred`` the answer being graded):
 * a bare comma list (``2,3``, from "2 or 3") and a set ``\\{2,3\\}`` compare as sets;
   parenthesised/bracketed sequences compare in order with the same brackets, so
   ``(1,2)`` != ``(2,1)`` and ``[1,2)`` != ``[1,2]``; a list of several values never
-  equals a single value;
+  equals a single value, nor a single expression (``(0,5)+1``, ``\\sqrt{2}``) a list
+  of several numbers;
 * a gold choice letter (``B``, ``(B)``) is matched by ``B``, ``(B)``, ``b``, ``B) 42``;
 * word answers (three letters or more: ``Yes``, ``\\text{odd}``, ``Monday``) compare
   without regard to case.
@@ -250,6 +251,20 @@ def _seq_eq(g: Seq, p: Seq) -> bool | None:
     return True if _same_order(g.items, p.items) else None
 
 
+#: Notations that may stand for several values (or a set) in one expression.
+_SEVERAL_RE = re.compile(
+    r"\\(?:pm|mp|cup|cap|in|le|ge|leq|geq|emptyset|mathbb|begin|setminus|\{)(?![a-z])|[<>=;]"
+)
+
+
+def _one_value(pred: str) -> bool:
+    """``pred`` is a single expression (``(0,5)+1``, ``\\sqrt{2}``): not a list, set,
+    tuple, interval, relation or plus-minus."""
+    if _SEVERAL_RE.search(pred) or len(split_top_level(pred)) > 1:
+        return False
+    return not (pred[:1] in "([" and pred[-1:] in ")]")
+
+
 def fast_compare(gold: str, pred: str) -> tuple[bool | None, str]:
     """Compare two *normalised* answers. Returns (verdict or None, method)."""
     if not pred:
@@ -270,6 +285,8 @@ def fast_compare(gold: str, pred: str) -> tuple[bool | None, str]:
         sides = top_level_equals(pred)
         if len(sides) > 1 and _number(sides[0]) is not None:
             return False, "not_a_value"
+        if isinstance(gv, Seq) and len(gv.items) > 1 and _one_value(pred):
+            return False, "structure"  # one expression is never several values
         return None, "symbolic"
     if isinstance(gv, Seq) and isinstance(pv, Seq):
         verdict = _seq_eq(gv, pv)

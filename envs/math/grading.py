@@ -41,6 +41,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from agentgym.envs.math.claims import Claim, Outcome, build_claims, evaluate, remember
 from agentgym.envs.math.extract import Extraction, extract_answer, strip_boxed
@@ -157,9 +158,16 @@ class GradeResult:
         return self.correct
 
 
+@lru_cache(maxsize=4096)
+def _normalize_gold(gold: str) -> str:
+    return normalize(strip_boxed(gold))
+
+
 def normalize_gold(gold: str) -> str:
-    """The normalised form of a gold answer (a boxed gold answer is unboxed first)."""
-    return normalize(strip_boxed(str(gold)))
+    """The normalised form of a gold answer (a boxed gold answer is unboxed first).
+
+    Cached: the samples of a group share their gold."""
+    return _normalize_gold(str(gold))
 
 
 def _check_args(timeout_s: float, hedging: str, queue_timeout_s: float) -> None:

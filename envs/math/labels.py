@@ -47,6 +47,8 @@ _RAW_LABEL_RE = re.compile(
 
 def _labelled(s: str) -> list[tuple[str | None, str]] | None:
     """``a=1,b=2`` -> [("a","1"), ("b","2")]; None when a part is a chain or relation."""
+    if "=" not in s:
+        return [(None, part) for part in split_top_level(s)]
     out: list[tuple[str | None, str]] = []
     for part in split_top_level(s):
         sides = top_level_equals(part)
@@ -71,6 +73,8 @@ def _all_named(items: list[tuple[str | None, str]] | None) -> list[str] | None:
 
 def _tuple_label(s: str) -> tuple[list[str], str] | None:
     """``(m,n)=(5,8)`` -> (["m", "n"], "(5,8)")."""
+    if "=" not in s:
+        return None
     sides = top_level_equals(s)
     if len(sides) != 2:
         return None
@@ -101,6 +105,8 @@ def align_labels(gold: str, pred: str) -> tuple[str, str]:
     Returns the (gold, pred) pair to compare; see the module docstring for the rules.
     Answers without labels come back unchanged.
     """
+    if "=" not in gold and "=" not in pred:
+        return gold, pred
     tl = _tuple_label(gold)
     tuple_names: list[str] | None = None
     if tl is not None:

@@ -265,6 +265,8 @@ def _strip_name(part: str) -> tuple[str | None, str]:
 
 
 def _strip_assignments(s: str) -> str:
+    if "=" not in s:
+        return s
     parts = split_top_level(s)
     named = [_strip_name(p) for p in parts]
     names = {n for n, _ in named if n is not None}
@@ -377,50 +379,77 @@ def _vector(m: re.Match[str]) -> str:
     return m.group(0)
 
 
-def normalize(answer: str, *, keep_label: bool = False) -> str:
-    """Canonical form of a final answer (see the module docstring). ``""`` stays ``""``.
+_SPACE_RE = re.compile(r"\s")
+_SPACES_RE = re.compile(r"\s+")
+_PERCENT_RE = re.compile(r"(?<!\\)%")
+_PERCENT_WORD_RE = re.compile(r"\s*(?<![A-Za-z\\])percent(?:age)?(?![A-Za-z])")
+_LETTER_RE = re.compile(r"[A-Za-z]")
+_LATEX_THOUSANDS_RE = re.compile(r"(?<=\d)\\[,!; ](?=\d{3}(?!\d))")
 
-    ``keep_label``: keep a single label (``y=5-2x`` stays an equation), for comparing
-    a gold equation with an answer that is an equation too.
-    """
-    s = _UNICODE_RE.sub(lambda m: _UNICODE[m.group(0)], answer)
-    s = _strip_delimiters(s.strip())
+
+def _has_letters(s: str) -> bool:
+    return _LETTER_RE.search(s) is not None
+
+
+def _commands(s: str) -> str:
+    """The rewrites of :func:`normalize` that only apply to text with LaTeX commands."""
     s = s.replace("\\displaystyle", "")
     s = _SIZE_CMD_RE.sub("", s)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = s.replace("\\dbinom", "\\binom").replace("\\tbinom", "\\binom")
-    s = _MATRIX_ENV_RE.sub(r"\\\1{pmatrix}", s)
-    s = _BRACKETED_MATRIX_RE.sub(r"\\begin{pmatrix}\1\\end{pmatrix}", s)
-    s = s.replace("{,}", ",")
-    s = re.sub(r"(?<=\d)\\[,!; ](?=\d{3}(?!\d))", "", s)  # 1\,000 -> 1000
+    if "matrix" in s:
+        s = _MATRIX_ENV_RE.sub(r"\\\1{pmatrix}", s)
+        s = _BRACKETED_MATRIX_RE.sub(r"\\begin{pmatrix}\1\\end{pmatrix}", s)
+    s = _LATEX_THOUSANDS_RE.sub("", s)  # 1\,000 -> 1000
     s = _SPACING_RE.sub(" ", s)
     s = _degrees_in_trig(s)
     s = _DEGREE_RE.sub("", s)
     s = _EMPTY_SET_RE.sub(r"\\emptyset", s)
-    s = s.replace("\\$", "").replace("$", "")
+    s = s.replace("\\$", "")
     # \text{...} and friends: unwrap (innermost first)
     for _ in range(8):
         new = _TEXT_CMD_RE.sub(lambda m: f" {m.group(1)} ", s)
         if new == s:
             break
         s = new
-    s = re.sub(r"\s+", " ", s).strip()
-    s = re.sub(r" \^", "^", s)  # "5 cm ^2" (after \text{cm}^2) -> "5 cm^2"
-    s = re.sub(r"(?<!\\)%", r"\\%", s)
-    s = re.sub(r"\s*(?<![A-Za-z\\])percent(?:age)?(?![A-Za-z])", r"\\%", s)
-    s = _or_inequalities(s)
-    s = _MOD_SUFFIX_RE.sub("", s)
-    if _ALL_REALS_RE.fullmatch(s):
-        s = "(-\\infty,\\infty)"
-    elif _NO_SOLUTION_RE.fullmatch(s):
-        s = "\\emptyset"
-    s = _ALT_RE.sub(",", s).strip(",").strip()
-    s = _drop_trailing_units(s)
-    s = _SQRT_SHORT_RE.sub(r"\\sqrt{\1}", s)
-    s = _SCRIPT_BRACES_RE.sub(r"\1\2", s)
-    s = _FRAC_SHORT_RE.sub(r"\\frac{\1}{\2}", s)
-    s = _FRAC_HALF_SHORT_RE.sub(r"\\frac{\1}{\2}", s)
-    s = _IN_PREFIX_RE.sub("", s)
+    return s
+
+
+def normalize(answer: str, *, keep_label: bool = False) -> str:
+    """Canonical form of a final answer (see the module docstring). ``""`` stays ``""``.
+
+    ``keep_label``: keep a single label (``y=5-2x`` stays an equation), for comparing
+    a gold equation with an answer that is an equation too.
+    """
+    s = answer if answer.isascii() else _UNICODE_RE.sub(lambda m: _UNICODE[m.group(0)], answer)
+    s = _strip_delimiters(s.strip())
+    if "\\" in s or "~" in s:
+        s = _commands(s)
+    s = s.replace("{,}", ",").replace("$", "")
+    if _SPACE_RE.search(s):
+        s = _SPACES_RE.sub(" ", s).strip().replace(" ^", "^")  # "5 cm ^2" -> "5 cm^2"
+    if "%" in s:
+        s = _PERCENT_RE.sub(r"\\%", s)
+    if "ercent" in s:
+        s = _PERCENT_WORD_RE.sub(r"\\%", s)
+    if "<" in s or ">" in s or "\\le" in s or "\\ge" in s:
+        s = _or_inequalities(s)
+    if "mod" in s:
+        s = _MOD_SUFFIX_RE.sub("", s)
+    if _has_letters(s):
+        if _ALL_REALS_RE.fullmatch(s):
+            s = "(-\\infty,\\infty)"
+        elif _NO_SOLUTION_RE.fullmatch(s):
+            s = "\\emptyset"
+        if "or" in s or "and" in s or "\\vee" in s:
+            s = _ALT_RE.sub(",", s).strip(",").strip()
+        s = _drop_trailing_units(s)
+    if "\\" in s or "^{" in s or "_{" in s:
+        s = _SQRT_SHORT_RE.sub(r"\\sqrt{\1}", s)
+        s = _SCRIPT_BRACES_RE.sub(r"\1\2", s)
+        s = _FRAC_SHORT_RE.sub(r"\\frac{\1}{\2}", s)
+        s = _FRAC_HALF_SHORT_RE.sub(r"\\frac{\1}{\2}", s)
+        s = _IN_PREFIX_RE.sub("", s)
     if _THOUSANDS_RE.fullmatch(s) or _THOUSANDS_SPACE_RE.fullmatch(s):
         s = s.replace(",", "").replace(" ", "")
     elif _MIXED_PLAIN_RE.fullmatch(s):

@@ -637,7 +637,6 @@ CASES: list[Case] = [
         True,
         "ruling out a copy of the answer leaves the answer",
     ),
-    C("anti_gaming", r"\boxed{9^{9^{9^9}}}", "1", False, "a power tower is never right"),
     C(
         "anti_gaming",
         r"\boxed{e^{2\pi i}+x-x}",
