@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -102,6 +102,10 @@ class Completion:
         num_tokens: number of generated tokens; from ``token_ids`` when present, else
             from the endpoint's usage report, else None.
         prompt_tokens: prompt length in tokens when known.
+        routing: for MoE models, the experts the engine's router chose at every position
+            it ran (the prompt, then each fed reply token), ``[layers, positions, k]``;
+            set only when an engine records it (router replay). In memory only: it is
+            not part of the JSON record and does not take part in equality.
     """
 
     text: str
@@ -110,6 +114,7 @@ class Completion:
     finish_reason: str = "stop"
     num_tokens: int | None = None
     prompt_tokens: int | None = None
+    routing: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "token_ids", tuple(self.token_ids))
@@ -128,14 +133,16 @@ class Completion:
         return self.finish_reason == "length"
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "routing"}
         d["token_ids"] = list(self.token_ids)
         d["logprobs"] = [_finite(x) for x in self.logprobs]
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Completion:
-        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+        return cls(
+            **{f.name: d[f.name] for f in fields(cls) if f.name in d and f.name != "routing"}
+        )
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from agentgym import DataError, Episode
+from agentgym.trainers.router_replay import pad_routing
 from agentgym.trainers.tokenizer import encode_prompt
 
 
@@ -40,6 +41,8 @@ class Sample:
         advantage: the episode's advantage.
         episode: index of the episode in the batch.
         sampler_logprobs: the engine's log-probs of ``response_ids`` (diagnostics).
+        routing: MoE models with router replay: the engine's expert choices at every
+            position it ran, ``[layers, len(prompt) + len(response) - 1, k]``.
     """
 
     prompt_ids: tuple[int, ...]
@@ -47,6 +50,7 @@ class Sample:
     advantage: float
     episode: int
     sampler_logprobs: tuple[float, ...] = ()
+    routing: Any = field(default=None, compare=False, repr=False)
 
     @property
     def length(self) -> int:
@@ -90,6 +94,7 @@ def episodes_to_samples(
                     advantage=float(adv),
                     episode=i,
                     sampler_logprobs=tuple(t.completion.logprobs),
+                    routing=t.completion.routing,
                 )
             )
     return out
@@ -120,6 +125,9 @@ class MicroBatch:
     sampler_logprobs: torch.Tensor  # [B, R] (0 where unknown)
     has_sampler_logprobs: torch.Tensor  # [B, R] bool
     indices: list[int]  # positions of these samples in the input list
+    # router replay: the engine's expert choices, -1 where unknown (None: not recorded)
+    prompt_routing: torch.Tensor | None = None  # [layers, U, P, k], left-padded
+    reply_routing: torch.Tensor | None = None  # [layers, B, R, k]: the choice at each fed token
 
     @property
     def num_tokens(self) -> int:
@@ -204,7 +212,38 @@ def collate(samples: Sequence[Sample], indices: Sequence[int], pad_id: int) -> M
         sampler_logprobs=sampler,
         has_sampler_logprobs=has_sampler,
         indices=list(indices),
+        **_routing(samples, list(distinct), prompt_of, p_width, r_width),
     )
+
+
+def _routing(
+    samples: Sequence[Sample],
+    prompts: list[tuple[int, ...]],
+    prompt_of: list[int],
+    p_width: int,
+    r_width: int,
+) -> dict[str, torch.Tensor]:
+    """The micro-batch's recorded expert choices, split into its prompt and reply layout
+    (empty when the samples carry none)."""
+    if any(s.routing is None for s in samples):
+        return {}
+    layers, _, k = samples[0].routing.shape
+    first_of = {u: i for i, u in reversed(list(enumerate(prompt_of)))}
+    prompt = pad_routing(
+        [samples[first_of[u]].routing[:, : len(p)] for u, p in enumerate(prompts)],
+        p_width,
+        left=True,
+        layers=layers,
+        k=k,
+    )
+    reply = pad_routing(
+        [s.routing[:, len(s.prompt_ids) :] for s in samples],
+        r_width,
+        left=False,
+        layers=layers,
+        k=k,
+    )
+    return {"prompt_routing": prompt, "reply_routing": reply}
 
 
 def make_microbatches(

@@ -253,6 +253,10 @@ class AlgorithmConfig:
             ``sequence`` (the same from the sequence's summed log-ratio) or ``mask``
             (drop tokens whose ratio leaves ``tis_band``).
         tis_cap / tis_band: the truncation ``C`` and the kept ratio band.
+        router_replay: MoE models: the rollout engine records the experts each router
+            chose for every token, and the learner's forward uses those choices instead
+            of recomputing its own top-k (the gate's weights are still computed and
+            trained); the ``hf`` engine only (vLLM does not report routing).
         dynamic_sampling: drop groups whose rewards are all equal and generate more.
         max_generation_rounds: cap on generation rounds per step (the first included).
         on_cap: what to do when the cap is hit with fewer groups than ``batch_tasks``:
@@ -286,6 +290,7 @@ class AlgorithmConfig:
     tis: str = "off"
     tis_cap: float = 2.0
     tis_band: list[float] = field(default_factory=lambda: [0.5, 2.0])
+    router_replay: bool = False
     dynamic_sampling: bool = True
     max_generation_rounds: int = 3
     on_cap: str = "train"
@@ -448,6 +453,11 @@ class TrainConfig:
             f"rollout.group_size must be >= 2 for the group advantage "
             f"{self.algorithm.advantage!r}, got {self.rollout.group_size} (with one sample "
             "per task use algorithm.advantage=reinforce++ or apo).",
+        )
+        _check(
+            not self.algorithm.router_replay or self.rollout.engine == "hf",
+            "algorithm.router_replay needs rollout.engine=hf: vLLM does not report the "
+            "experts its routers chose.",
         )
         _check(
             self.rollout.group_size >= 2 or not self.algorithm.dynamic_sampling,

@@ -36,6 +36,7 @@ from agentgym.trainers.batch import MicroBatch, Sample, make_microbatches, posit
 from agentgym.trainers.config import AlgorithmConfig, OptimConfig
 from agentgym.trainers.distributed import SINGLE, DistInfo, all_gather_objects, all_reduce_sum
 from agentgym.trainers.fused_lora import fused_lora_forward
+from agentgym.trainers.router_replay import RoutingReplay, flat
 
 
 def make_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
@@ -82,6 +83,9 @@ class Learner:
         self.share_prompts = algo.share_prompts
         #: the policy loss (``algorithm.loss``), called the same way whichever it is
         self.loss = loss_spec(algo.loss)
+        #: MoE router replay (``algorithm.router_replay``): the routers use the engine's
+        #: recorded expert choices in every training forward (and their own otherwise)
+        self.replay = RoutingReplay(model).__enter__() if algo.router_replay else None
         self.optimizer = self._setup()
         self.updates = 0
 
@@ -129,27 +133,44 @@ class Learner:
         the prompt computed once instead of ``G`` times.
         """
         module = self._forward_module()
+        replay = self.replay if self.replay is not None and mb.reply_routing is not None else None
         if not (self.share_prompts and mb.num_prompts < mb.num_samples):
             input_ids, attention, position_ids = mb.sequences()
-            out = module(
-                input_ids=input_ids,
-                attention_mask=attention,
-                position_ids=position_ids,
-                use_cache=False,
-            )
+            if replay is not None:
+                assert mb.prompt_routing is not None
+                replay.set(
+                    flat(torch.cat([mb.prompt_routing[:, mb.prompt_of], mb.reply_routing], 2))
+                )
+            try:
+                out = module(
+                    input_ids=input_ids,
+                    attention_mask=attention,
+                    position_ids=position_ids,
+                    use_cache=False,
+                )
+            finally:
+                if replay is not None:
+                    replay.set(None)
             return mb.reply_logits(out.logits).float()
         from transformers import DynamicCache
 
         prompt_pos = positions(mb.prompt_mask)
         cache = DynamicCache(config=self.model.config)
-        first = module(
-            input_ids=mb.prompt_ids,
-            attention_mask=mb.prompt_mask,
-            position_ids=prompt_pos,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        ).logits[:, -1:]
+        if replay is not None:
+            assert mb.prompt_routing is not None
+            replay.set(flat(mb.prompt_routing))
+        try:
+            first = module(
+                input_ids=mb.prompt_ids,
+                attention_mask=mb.prompt_mask,
+                position_ids=prompt_pos,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            ).logits[:, -1:]
+        finally:
+            if replay is not None:
+                replay.set(None)
         first = first.index_select(0, mb.prompt_of).float()  # predicts each reply's token 0
         r = mb.targets.shape[1]
         if r == 1:
@@ -157,15 +178,23 @@ class Learner:
         cache.batch_select_indices(mb.prompt_of)
         # the last sampled token predicts nothing that is trained: leave it out
         start = prompt_pos[:, -1:].index_select(0, mb.prompt_of) + 1
-        rest = module(
-            input_ids=mb.targets[:, :-1],
-            attention_mask=torch.cat(
-                [mb.prompt_mask.index_select(0, mb.prompt_of), mb.response_mask[:, :-1]], dim=1
-            ),
-            position_ids=start + torch.arange(r - 1, device=start.device),
-            past_key_values=cache,
-            use_cache=True,
-        ).logits
+        if replay is not None:
+            assert mb.reply_routing is not None
+            replay.set(flat(mb.reply_routing[:, :, : r - 1]))
+        try:
+            rest = module(
+                input_ids=mb.targets[:, :-1],
+                attention_mask=torch.cat(
+                    [mb.prompt_mask.index_select(0, mb.prompt_of), mb.response_mask[:, :-1]],
+                    dim=1,
+                ),
+                position_ids=start + torch.arange(r - 1, device=start.device),
+                past_key_values=cache,
+                use_cache=True,
+            ).logits
+        finally:
+            if replay is not None:
+                replay.set(None)
         return torch.cat([first, rest.float()], dim=1)
 
     def _device(self) -> torch.device:
@@ -294,9 +323,24 @@ class Learner:
             "charts/logprob_mismatch_k3": sums["mismatch_k3"] / known,
             "charts/tis_truncated_share": sums["tis_truncated"] / known,
             "charts/tis_masked_share": sums["tis_masked"] / known,
+            **self._replay_metrics(),
             "charts/train_tokens": sums["tokens"],
             "charts/lr": self._lr(),
             "charts/optimizer_steps": float(len(grad_norms)),
+        }
+
+    def _replay_metrics(self) -> dict[str, float]:
+        """Router replay's counts since the last update: positions replayed, and the share
+        where the learner's router would have chosen other experts (then reset)."""
+        if self.replay is None:
+            return {}
+        counts = [float(self.replay.replayed), float(self.replay.changed)]
+        self.replay.replayed = self.replay.changed = 0
+        if self.dist.world_size > 1:
+            counts = all_reduce_sum(counts, self.dist)
+        return {
+            "charts/router_replayed": counts[0],
+            "charts/router_changed_share": counts[1] / max(counts[0], 1.0),
         }
 
     def _accumulate(
@@ -393,6 +437,8 @@ def _empty_like(mb: MicroBatch) -> MicroBatch:
         advantages=torch.zeros_like(mb.advantages),
         has_sampler_logprobs=torch.zeros_like(mb.has_sampler_logprobs),
         indices=[],
+        prompt_routing=None,
+        reply_routing=None,
     )
 
 

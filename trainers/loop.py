@@ -148,6 +148,7 @@ class DAPOTrainer:
             workdir=self.out / "engine" / f"rank{self.dist.rank}",
             options=cfg.rollout.engine_settings,
         )
+        self.engine.record_routing = cfg.algorithm.router_replay  # MoE: the learner replays it
         self.policy = self.engine.as_policy(
             max_batch=cfg.rollout.max_batch, gather_window_s=cfg.rollout.gather_window_s
         )

@@ -85,11 +85,15 @@ class RolloutEngine:
             adapter syncs are no-ops and the loop skips :meth:`load_adapter`. ``False``
             (the default): the engine holds its own copy of the weights and must be
             sent every update.
+        record_routing: attach each MoE router's expert choices to the completions
+            (``Completion.routing``) for router replay; engines that cannot leave it off
+            (the trainer refuses router replay with them at start-up).
         busy: ``(start, end)`` ``time.monotonic()`` intervals spent generating.
         calls / requests: how many batched calls and requests were served.
     """
 
     shares_weights: bool = False
+    record_routing: bool = False
 
     def __init__(self) -> None:
         self.busy: list[tuple[float, float]] = []

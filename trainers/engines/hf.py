@@ -25,6 +25,7 @@ adapter syncs cost nothing). Its pieces live next to it:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 from collections.abc import Mapping
 from typing import Any
@@ -32,13 +33,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from agentgym import Completion
+from agentgym import Completion, ConfigError
 from agentgym.trainers.engines.base import GenerationRequest, RolloutEngine
 from agentgym.trainers.engines.completion import finish_completion
 from agentgym.trainers.engines.lean import DecodeStats, lean_decode, left_padded, pad_id
 from agentgym.trainers.engines.lora_fold import merged_lora
 from agentgym.trainers.engines.options import HFEngineOptions
 from agentgym.trainers.engines.sampling import SeededSampler
+from agentgym.trainers.router_replay import RoutingRecorder
 from agentgym.trainers.tokenizer import encode_prompt
 
 
@@ -79,6 +81,9 @@ class HFEngine(RolloutEngine):
         self.device = next(model.parameters()).device
         self.generated_tokens = 0
         self.decode_stats = DecodeStats()
+        #: attach each router's expert choices to the completions (MoE router replay;
+        #: the trainer turns it on with ``algorithm.router_replay``; lean decode only)
+        self.record_routing = False
 
     # ------------------------------------------------------------------ settings
 
@@ -136,17 +141,29 @@ class HFEngine(RolloutEngine):
         ]
         was_training = self.model.training
         self.model.eval()
+        recorder = RoutingRecorder(self.model, len(requests)) if self.record_routing else None
         try:
             if self.decode == "generate":
+                if recorder is not None:
+                    raise ConfigError(
+                        "router replay records the experts in the lean decode loop: set "
+                        "rollout.engine_options.decode=lean (or turn algorithm.router_replay off)."
+                    )
                 ids, logprobs = self._decode_generate(requests, prompts, seeds)
             else:
-                ids, logprobs = self._decode_lean(requests, prompts, seeds)
+                ids, logprobs = self._decode_lean(requests, prompts, seeds, recorder)
         finally:
             if was_training:
                 self.model.train()
-        return [
+        done = [
             self._finish(ids[i], logprobs[i], r, len(prompts[i])) for i, r in enumerate(requests)
         ]
+        if recorder is not None:
+            done = [
+                dataclasses.replace(c, routing=recorder.routing(i, len(c.token_ids)))
+                for i, c in enumerate(done)
+            ]
+        return done
 
     # ------------------------------------------------------------------ decode paths
 
@@ -190,12 +207,17 @@ class HFEngine(RolloutEngine):
         )
 
     def _decode_lean(
-        self, requests: list[GenerationRequest], prompts: list[list[int]], seeds: list[int]
+        self,
+        requests: list[GenerationRequest],
+        prompts: list[list[int]],
+        seeds: list[int],
+        recorder: RoutingRecorder | None = None,
     ) -> tuple[list[list[int]], list[list[float]]]:
         """The lean loop (:func:`~agentgym.trainers.engines.lean.lean_decode`), with the
         adapter folded into the weights when ``merge_lora`` allows."""
         merge = merged_lora(self.model) if self.merge_lora else contextlib.nullcontext(False)
-        with merge as folded, torch.inference_mode():
+        hooks = recorder if recorder is not None else contextlib.nullcontext()
+        with merge as folded, torch.inference_mode(), hooks:
             # folded: the peft wrapper has nothing left to do; call the model it wraps
             model = self.model.get_base_model() if folded else self.model
             return lean_decode(
@@ -208,6 +230,7 @@ class HFEngine(RolloutEngine):
                 fast_attention=self.fast_attention,
                 fused=self.fused,
                 stats=self.decode_stats,
+                recorder=recorder,
             )
 
     def _finish(

@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -49,6 +49,9 @@ from agentgym.trainers.engines.fast_attention import (
 )
 from agentgym.trainers.engines.fused import FusedDecoder
 from agentgym.trainers.engines.sampling import RowNoise, top_p_filter
+
+if TYPE_CHECKING:
+    from agentgym.trainers.router_replay import RoutingRecorder
 
 #: The lean loop looks for stop strings in unfinished rows every this many steps.
 STOP_CHECK_EVERY = 8
@@ -110,6 +113,7 @@ def lean_decode(
     fast_attention: bool = True,
     fused: bool = True,
     stats: DecodeStats | None = None,
+    recorder: RoutingRecorder | None = None,
 ) -> tuple[list[list[int]], list[list[float]]]:
     """Sample a reply to every request with ``model`` (see the module docstring).
 
@@ -124,6 +128,8 @@ def lean_decode(
         fused: with ``fast_attention``, run decode steps through
             :class:`~agentgym.trainers.engines.fused.FusedDecoder` where it applies.
         stats: counters to add this call's steps to.
+        recorder: an MoE router recorder to tell which tokens each forward ran (router
+            replay); decode steps then go through the model's own forward.
 
     Returns:
         Per row, the sampled token ids and their log-probs (eos included when sampled;
@@ -167,6 +173,8 @@ def lean_decode(
         use_cache=True,
         logits_to_keep=1,
     )
+    if recorder is not None:
+        recorder.prefill(len(distinct), width, source, [len(p) for p in prompts])
     expand = torch.tensor(source, dtype=torch.long)
     logits = out.logits[:, -1].index_select(0, expand.to(dev))
     cache.batch_select_indices(expand.to(dev))
@@ -187,7 +195,8 @@ def lean_decode(
     b_greedy = greedy.to(dev)
     b_top_p = top_ps.to(dev)
     t = 0
-    fused_step = FusedDecoder.build(model, width + max(limits)) if fast and fused else None
+    use_fused = fast and fused and recorder is None
+    fused_step = FusedDecoder.build(model, width + max(limits)) if use_fused else None
     attn_ctx = attention_implementation(model, DECODE_ATTENTION) if fast else None
     if fast:
         register_decode_attention()
@@ -251,5 +260,7 @@ def lean_decode(
                     past_key_values=cache,
                     use_cache=True,
                 ).logits[:, -1]
+            if recorder is not None:
+                recorder.step(rows, live)
             next_pos = next_pos + 1
     return ids, lps
