@@ -48,6 +48,13 @@ _LAZY = {
     "adapter_state_dict": "agentgym.trainers.models",
     "load_adapter_state_dict": "agentgym.trainers.models",
     "build_tokenizer": "agentgym.trainers.tokenizer",
+    "encode_prompt": "agentgym.trainers.tokenizer",
+    # training batches and MoE router replay (benchmarks measure them)
+    "Sample": "agentgym.trainers.batch",
+    "make_microbatches": "agentgym.trainers.batch",
+    "RoutingReplay": "agentgym.trainers.router_replay",
+    "moe_routers": "agentgym.trainers.router_replay",
+    "flat": "agentgym.trainers.router_replay",
     # engines (also in agentgym.trainers.engines)
     "HFEngine": "agentgym.trainers.engines",
     "RolloutEngine": "agentgym.trainers.engines",

@@ -234,3 +234,13 @@ def _cfg_args(out) -> list[str]:
         "algorithm.router_replay=true",
         "algorithm.micro_batch_size=3",
     ]
+
+
+def test_the_router_replay_benchmark_reports_both_sides():
+    from agentgym.benchmarks.perf.router_replay import run
+
+    r = run(quick=True)
+    f = r["figures"]
+    assert set(r["ratios"]) == {"max_mismatch_reduction_x", "replay_step_time_x"}
+    assert 0.0 <= f["changed_share"] <= 1.0 and f["tokens_compared"] > 0
+    assert f["mismatch_max_with_replay"] <= f["mismatch_max_without_replay"]
