@@ -10,12 +10,26 @@ memory of the LoRA layout next to a full fine-tune of the same model. See docs/p
 * :mod:`.plans` -- :func:`plan_lora` / :func:`plan_full_finetune` and their assumptions.
 * :mod:`.report` -- the text table and the JSON object.
 * :mod:`.config` -- the ``plan:`` section and :func:`plan_inputs` (trainer config in).
+* :mod:`.settings` -- the ``plan.workload``, ``plan.efficiency`` and ``plan.search``
+  sub-sections.
+* :mod:`.hardware` -- GPU specs as data (H100, H800, H200, H20, A100) and the cluster.
+* :mod:`.workload` -- a step's episodes and their response-length distribution.
+* :mod:`.flops` / :mod:`.links` -- work per token, and collective communication times.
+* :mod:`.rollout_time` / :mod:`.train_time` / :mod:`.timing` -- the time model: seconds
+  per step of the all-sync loop by phase (:func:`step_time`).
+* :mod:`.disagg` -- disaggregated MoE rollout serving (MegaScale-Infer), on paper.
+* :mod:`.search_memory` / :mod:`.search` / :mod:`.explain` -- ``agentgym plan --search``.
+* :mod:`.calibration` -- published step times with their setups, and the model's.
+* :mod:`.time_report` -- the step and search reports.
 
 Typical use::
 
     cfg = agentgym.load_config(TrainConfig, "configs/deepseek_v3_671b_48xh100.yaml")
-    lora, full = plan_both(plan_inputs(cfg))
+    inputs = plan_inputs(cfg)
+    lora, full = plan_both(inputs)
     print(format_plans(lora, full))
+    print(format_step(step_time(step_spec(inputs))))
+    print(format_search(search_layouts(inputs)))
 """
 
 from __future__ import annotations
@@ -27,10 +41,28 @@ from agentgym.trainers.plan.architecture import (
     count_lora_parameters,
     count_parameters,
 )
-from agentgym.trainers.plan.config import PlanInputs, PlanSettings, plan_both, plan_inputs
+from agentgym.trainers.plan.calibration import FIGURES, Calibrated, Figure, calibrate
+from agentgym.trainers.plan.config import (
+    PlanInputs,
+    PlanSettings,
+    TimingInputs,
+    plan_both,
+    plan_inputs,
+    step_spec,
+)
+from agentgym.trainers.plan.disagg import DisaggLayout, DisaggResult, best_disaggregated
+from agentgym.trainers.plan.hardware import GPUS, Cluster, GpuSpec, gpu_spec
 from agentgym.trainers.plan.memory import GIB, LineItem
 from agentgym.trainers.plan.plans import ASSUMPTIONS, Plan, plan_full_finetune, plan_lora
 from agentgym.trainers.plan.report import format_plans, plans_to_json
+from agentgym.trainers.plan.search import (
+    Layout,
+    Scored,
+    SearchResult,
+    disaggregated_option,
+    search_layouts,
+)
+from agentgym.trainers.plan.settings import Efficiency, SearchSettings, WorkloadSettings
 from agentgym.trainers.plan.specs import (
     DTYPE_BYTES,
     Hardware,
@@ -38,13 +70,26 @@ from agentgym.trainers.plan.specs import (
     RolloutSpec,
     TrainSpec,
 )
+from agentgym.trainers.plan.time_report import format_search, format_step, search_to_dict
+from agentgym.trainers.plan.timing import StepSpec, StepTime, step_time
+from agentgym.trainers.plan.workload import Workload
 
 __all__ = [
     "ASSUMPTIONS",
     "DTYPE_BYTES",
+    "FIGURES",
     "GIB",
+    "GPUS",
     "Architecture",
+    "Calibrated",
+    "Cluster",
+    "DisaggLayout",
+    "DisaggResult",
+    "Efficiency",
+    "Figure",
+    "GpuSpec",
     "Hardware",
+    "Layout",
     "LineItem",
     "LoraSpec",
     "ParallelSpec",
@@ -53,13 +98,31 @@ __all__ = [
     "PlanInputs",
     "PlanSettings",
     "RolloutSpec",
+    "Scored",
+    "SearchResult",
+    "SearchSettings",
+    "StepSpec",
+    "StepTime",
+    "TimingInputs",
     "TrainSpec",
+    "Workload",
+    "WorkloadSettings",
+    "best_disaggregated",
+    "calibrate",
     "count_lora_parameters",
     "count_parameters",
+    "disaggregated_option",
     "format_plans",
+    "format_search",
+    "format_step",
+    "gpu_spec",
     "plan_both",
     "plan_full_finetune",
     "plan_inputs",
     "plan_lora",
     "plans_to_json",
+    "search_layouts",
+    "search_to_dict",
+    "step_spec",
+    "step_time",
 ]

@@ -19,7 +19,8 @@ Pure arithmetic: nothing here touches torch or a GPU.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from functools import cached_property
 from typing import Any, Literal
 
 from agentgym import ConfigError, UnknownNameError
@@ -123,6 +124,14 @@ class Architecture:
                 moe_layer_freq=int(get("moe_layer_freq") or 1),
             )
         return arch
+
+    @cached_property
+    def _hash(self) -> int:
+        return hash(tuple(getattr(self, f.name) for f in fields(self)))
+
+    def __hash__(self) -> int:
+        # computed once: the planner's caches hash the architecture on every look-up
+        return self._hash
 
     @property
     def is_moe(self) -> bool:

@@ -34,7 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 from agentgym import ConfigError, UnknownNameError, config_check
 from agentgym.trainers.plan.architecture import Architecture, LoraSpec
+from agentgym.trainers.plan.hardware import Cluster, gpu_spec
 from agentgym.trainers.plan.plans import Plan, plan_full_finetune, plan_lora
+from agentgym.trainers.plan.settings import Efficiency, SearchSettings, WorkloadSettings
 from agentgym.trainers.plan.specs import (
     Hardware,
     ParallelSpec,
@@ -42,6 +44,8 @@ from agentgym.trainers.plan.specs import (
     TrainSpec,
     check_dtype,
 )
+from agentgym.trainers.plan.timing import StepSpec
+from agentgym.trainers.plan.workload import Workload
 
 if TYPE_CHECKING:
     from agentgym.trainers import TrainConfig
@@ -64,10 +68,19 @@ class PlanSettings:
             ``fp32``, ``fp8`` (128x128 block scales, as DeepSeek-V3 ships) or ``int4``
             (group-128 scales and zeros).
         seq_len: tokens of one training sequence (one conversation).
-        activation_checkpointing: full activation checkpointing (the only mode modelled).
+        activation_checkpointing: full activation checkpointing (the only mode a
+            hand-written layout is planned with; ``--search`` also tries it off).
         flash_attention: a fused attention kernel (no seq x seq score matrix).
         activation_dtype / lora_dtype / grad_dtype: dtypes of activations, the adapter's
             weights and its gradients.
+        gpu: the accelerator (``h100``, ``h800``, ``h200``, ``h20``, ``a100``): its peak
+            FLOP/s and bandwidths for the time model.
+        gpus_per_node: GPUs joined by NVLink in one node.
+        network_gbit: inter-node bandwidth per GPU, Gbit/s (``null``: the GPU's usual NIC).
+        offload_train_state: the trainer's state goes to the host during rollout.
+        workload: what a step generates (:class:`WorkloadSettings`).
+        efficiency: the time model's efficiency assumptions (:class:`Efficiency`).
+        search: the space ``--search`` enumerates (:class:`SearchSettings`).
     """
 
     gpus: int = 0
@@ -80,12 +93,27 @@ class PlanSettings:
     activation_dtype: str = "bf16"
     lora_dtype: str = "bf16"
     grad_dtype: str = "fp32"
+    gpu: str = "h100"
+    gpus_per_node: int = 8
+    network_gbit: float | None = None
+    offload_train_state: bool = False
+    workload: WorkloadSettings = field(default_factory=WorkloadSettings)
+    efficiency: Efficiency = field(default_factory=Efficiency)
+    search: SearchSettings = field(default_factory=SearchSettings)
 
     def __post_init__(self) -> None:
         config_check(self.gpus >= 0, f"plan.gpus must be >= 0 (0: no plan), got {self.gpus}.")
         config_check(self.gpu_mem_gib > 0, f"plan.gpu_mem_gib must be > 0, got {self.gpu_mem_gib}.")
         check_dtype("plan.base_weights", self.base_weights)
-        self.train_spec(micro_batch_size=1)  # checks seq_len, the dtypes, checkpointing
+        config_check(
+            self.activation_checkpointing,
+            "plan.activation_checkpointing: a hand-written layout is planned with full "
+            "activation checkpointing only; set it to true (agentgym plan --search also "
+            "tries layouts without it).",
+        )
+        gpu_spec(self.gpu)  # "did you mean" for an unknown GPU
+        config_check(self.gpus_per_node >= 1, "plan.gpus_per_node must be >= 1.")
+        self.train_spec(micro_batch_size=1)  # checks seq_len and the dtypes
 
     @property
     def planned(self) -> bool:
@@ -140,10 +168,131 @@ class PlanInputs:
     rollout: RolloutSpec | None
     hardware: Hardware
     notes: tuple[str, ...] = ()
+    timing: TimingInputs | None = None
+
+
+@dataclass(frozen=True)
+class TimingInputs:
+    """What the time model and the search read beyond the memory plan's inputs.
+
+    Attributes:
+        cluster: the GPU, nodes and fabric.
+        workload: one step's generation and training work.
+        efficiency: the efficiency assumptions (``plan.efficiency``).
+        search: the search space (``plan.search``).
+        cuda_graphs: the engine decodes with CUDA graphs (vLLM's ``enforce_eager`` off).
+        offload_train_state: ``plan.offload_train_state``.
+        generation_rounds: ``plan.workload.generation_rounds``.
+        engine: ``rollout.engine``.
+        own_layout: ``parallel`` and ``rollout`` are the config's (not stand-ins for a
+            search on another GPU count).
+    """
+
+    cluster: Cluster
+    workload: Workload
+    efficiency: Efficiency
+    search: SearchSettings
+    cuda_graphs: bool = True
+    offload_train_state: bool = False
+    generation_rounds: float = 1.0
+    engine: str = "vllm"
+    own_layout: bool = True
+
+
+def timing_inputs(cfg: TrainConfig, gpus: int) -> TimingInputs:
+    """The time model's inputs from the trainer's sections and ``plan:``."""
+    from agentgym.trainers.algorithm import POLICY_LOSSES
+
+    settings, ws = cfg.plan, cfg.plan.workload
+    gpu = gpu_spec(settings.gpu)
+    cluster = Cluster(
+        gpu,
+        gpus,
+        settings.gpus_per_node,
+        settings.network_gbit if settings.network_gbit is not None else gpu.network_gbit,
+    )
+    cap = cfg.rollout.max_tokens
+    response = ws.response_tokens if ws.response_tokens is not None else max(1, cap // 3)
+    if response > cap:
+        raise ConfigError(
+            f"plan.workload.response_tokens ({response}) is above rollout.max_tokens ({cap}); "
+            "lower it or raise the cap."
+        )
+    algo = cfg.algorithm
+    needs_ref = algo.kl_coef > 0 or POLICY_LOSSES[algo.loss].needs_reference
+    workload = Workload(
+        episodes=cfg.rollout.batch_tasks * cfg.rollout.group_size,
+        group_size=cfg.rollout.group_size,
+        prompt_tokens=ws.prompt_tokens,
+        response_tokens=response,
+        max_response_tokens=cap,
+        distribution=ws.length_distribution,
+        conversations=ws.conversations,
+        env_seconds=ws.env_seconds,
+        share_prompts=algo.share_prompts,
+        logprob_passes=int(algo.updates_per_batch > 1) + int(needs_ref),
+        updates=algo.updates_per_batch,
+    )
+    graphs = cfg.rollout.engine == "vllm" and not cfg.rollout.engine_settings.enforce_eager
+    return TimingInputs(
+        cluster=cluster,
+        workload=workload,
+        efficiency=settings.efficiency,
+        search=settings.search,
+        cuda_graphs=graphs,
+        offload_train_state=settings.offload_train_state,
+        generation_rounds=ws.generation_rounds,
+        engine=cfg.rollout.engine,
+    )
+
+
+def step_spec(inputs: PlanInputs) -> StepSpec:
+    """The LoRA layout of ``inputs`` as the time model's :class:`StepSpec`.
+
+    Without a colocated vLLM engine (``rollout.engine: hf``), generation is modelled as
+    an engine on the trainer's own layout without CUDA graphs.
+
+    Raises:
+        ConfigError: the inputs carry no timing part (built without a config).
+    """
+    t = inputs.timing
+    if t is None:
+        raise ConfigError("these planner inputs have no timing part; build them with plan_inputs.")
+    p = inputs.parallel
+    rollout = inputs.rollout or RolloutSpec(
+        engine="vllm",
+        tp=p.tp,
+        pp=p.pp,
+        dp=p.dp,
+        ep=p.ep,
+        max_num_seqs=max(1, -(-t.workload.episodes // p.dp)),
+        max_model_len=inputs.train.seq_len,
+        sleep_level=0,
+    )
+    return StepSpec(
+        arch=inputs.arch,
+        mode="lora",
+        lora=inputs.lora,
+        parallel=p,
+        micro_batch_size=inputs.train.micro_batch_size,
+        activation_checkpointing=inputs.train.activation_checkpointing,
+        base_dtype=inputs.base_dtype,
+        rollout=rollout,
+        workload=t.workload,
+        cluster=t.cluster,
+        eff=t.efficiency,
+        generation_rounds=t.generation_rounds,
+        cuda_graphs=t.cuda_graphs and inputs.rollout is not None,
+        offload_train_state=t.offload_train_state,
+    )
 
 
 def plan_inputs(
-    cfg: TrainConfig, *, gpus: int | None = None, gpu_mem_gib: float | None = None
+    cfg: TrainConfig,
+    *,
+    gpus: int | None = None,
+    gpu_mem_gib: float | None = None,
+    for_search: bool = False,
 ) -> PlanInputs:
     """Read a trainer config as the planner's inputs.
 
@@ -153,6 +302,9 @@ def plan_inputs(
             the engine's ``data_parallel_size``) are rescaled to keep the other
             dimensions.
         gpu_mem_gib: replace ``plan.gpu_mem_gib``.
+        for_search: the inputs seed a layout search: when the config's layouts cannot
+            be rescaled to ``gpus``, plain data parallelism stands in for them (the
+            search replaces them anyway) instead of an error.
 
     Raises:
         ConfigError: no ``plan:`` section, no model shape, or a layout that does not fit
@@ -169,10 +321,23 @@ def plan_inputs(
         gpu_mem_gib=gpu_mem_gib if gpu_mem_gib is not None else settings.gpu_mem_gib,
     )
     parallel = settings.parallel
-    if rescale:
-        dp = _rescale("plan.parallel tp*pp", parallel.tp * parallel.pp, hardware.gpus)
-        parallel = replace(parallel, dp=dp)
-    rollout, notes = rollout_spec(cfg.rollout, fields, gpus=hardware.gpus if rescale else None)
+    try:
+        if rescale:
+            dp = _rescale("plan.parallel tp*pp", parallel.tp * parallel.pp, hardware.gpus)
+            parallel = replace(parallel, dp=dp)
+        rollout, notes = rollout_spec(cfg.rollout, fields, gpus=hardware.gpus if rescale else None)
+        own_layout = True
+    except ConfigError:
+        if not for_search:
+            raise
+        parallel = ParallelSpec(dp=hardware.gpus, zero_stage=parallel.zero_stage)
+        rollout, notes = rollout_spec(cfg.rollout, fields, gpus=None)
+        if rollout is not None:
+            rollout = replace(rollout, tp=1, pp=1, dp=hardware.gpus, ep=1)
+        notes += (
+            f"the config's layouts do not divide {hardware.gpus} GPUs; searched from scratch.",
+        )
+        own_layout = False
     if not cfg.lora.enabled:
         notes += (
             "lora.enabled is false: the trainer would fine-tune every weight (the full "
@@ -193,6 +358,7 @@ def plan_inputs(
         rollout=rollout,
         hardware=hardware,
         notes=notes,
+        timing=replace(timing_inputs(cfg, hardware.gpus), own_layout=own_layout),
     )
 
 

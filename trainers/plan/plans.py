@@ -231,13 +231,17 @@ def plan_lora(
         opt_bytes = zero(dense_lora, expert_lora, 1) * (master_b + 8.0)
 
         in_flight = min(pp - s, pp)
-        boundary = in_flight * len(layers) * tokens * arch.hidden_size * act_b / sp
-        per_token = max(
+        elems = [
             layer_activation_elems(
                 arch, i, lora, seq_len=train.seq_len, flash_attention=train.flash_attention
             )
             for i in layers
-        )
+        ]
+        per_token = max(elems)
+        kept = len(layers) * arch.hidden_size  # checkpointing: each layer's input
+        if not train.activation_checkpointing:  # every layer keeps what autograd saves
+            kept += sum(elems)
+        boundary = in_flight * kept * tokens * act_b / sp
         work = per_token * tokens * act_b / sp
         if base_dtype == "int4":  # one layer dequantized to bf16
             work += 2.0 * max(
@@ -267,7 +271,8 @@ def plan_lora(
                 "activations: layer inputs",
                 boundary / GIB,
                 "train",
-                f"{len(layers)} layers x {in_flight} micro-batches in flight",
+                f"{len(layers)} layers x {in_flight} micro-batches in flight"
+                + ("" if train.activation_checkpointing else ", all saved (no checkpointing)"),
             ),
             LineItem("activations: working set", working / GIB, "train", which + other),
         ]
@@ -280,6 +285,12 @@ def plan_lora(
     _, neg_stage, items = max(per_stage, key=lambda t: (t[0], t[1]))
     stage = -neg_stage
     warnings = rollout_warnings(items, rollout, hardware)
+    if not train.activation_checkpointing:
+        assumptions.append(
+            "No activation checkpointing: every layer of a stage keeps what autograd saves "
+            "in it (as counted for the recomputed layer, its gradients included) for each "
+            "micro-batch in flight."
+        )
     if rollout is not None and rollout.sleep_level == 0:
         assumptions.append(
             "Sleep mode is off: the rollout engine keeps its weights and KV cache during training."

@@ -75,7 +75,9 @@ class TrainSpec:
     """One training micro-step. Dtypes are names from :data:`DTYPE_BYTES`.
 
     ``micro_batch_size`` is the trainer's ``algorithm.micro_batch_size``; the rest come
-    from the ``plan`` section (the trainer has no setting for them yet).
+    from the ``plan`` section (the trainer has no setting for them yet). Without
+    ``activation_checkpointing`` every layer keeps what autograd saves for its backward
+    (the layout search tries it; a hand-written ``plan:`` section plans with it on).
     """
 
     micro_batch_size: int = 1
@@ -93,11 +95,6 @@ class TrainSpec:
                 raise ConfigError(f"plan.{name} must be a positive integer, got {value!r}.")
         for name in ("activation_dtype", "lora_dtype", "grad_dtype"):
             check_dtype(f"plan.{name}", getattr(self, name))
-        if not self.activation_checkpointing:
-            raise ConfigError(
-                "plan.activation_checkpointing: the planner models full activation "
-                "checkpointing only; set it to true."
-            )
 
 
 @dataclass(frozen=True)
