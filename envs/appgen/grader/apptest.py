@@ -139,7 +139,9 @@ class _Process:
             pass  # recorded in self.dead: every request of this test fails at once
 
     def _start(self) -> None:
-        patience = 1.0 if _settings.get("reached") else max(10.0, _settings["timeout"])
+        # The first connection may race the spawner's start; once it answered, a refused
+        # connection means it is gone (the project killed it): fail at once.
+        patience = 0.0 if _settings.get("reached") else max(10.0, _settings["timeout"])
         deadline = time.monotonic() + patience
         while True:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -148,7 +150,7 @@ class _Process:
                 break
             except OSError as e:
                 s.close()
-                if time.monotonic() > deadline:
+                if time.monotonic() >= deadline:
                     self._fail("could not be started (%s)" % (e.strerror or e))
                 time.sleep(0.01)
         _settings["reached"] = True

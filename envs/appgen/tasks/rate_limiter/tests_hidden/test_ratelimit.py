@@ -138,6 +138,7 @@ def test_package_exports():
         "SystemClock",
     ):
         assert hasattr(ratelimit, name), name
+        assert getattr(ratelimit, name).__name__ == name
 
 
 def test_system_clock_default():

@@ -1,0 +1,182 @@
+"""The attack suite: every known way to talk AppGen's grader into a pass, on real Docker.
+
+The attacks are in :mod:`.attacks` (in-process subversion of the runner, objects that lie,
+reaching the grader's files and processes, exhausting resources, the file-based tricks).
+Each is graded on one task of every family of built-in tasks (how their hidden tests
+reach the project: library calls with callbacks, an interpreter with a CLI, a SQLite
+service read back by the tests, an HTTP server, binary files the tests corrupt) and must
+score no more than the honest project it was built on: no hidden test may pass that the
+honest project fails. The issue's own attack runs on every built-in task.
+
+To keep hangs cheap the tasks are graded with ``test_timeout = 2`` (the honest projects
+pass well within it), and the costly attacks (a stalled process costs each test its whole
+time limit, an exhausted resource seconds, whatever the task) run on two families. Also here: what the project's process can find of the hidden tests
+at grading time, and what an agent's ``<run>`` commands can find during the episode.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from functools import cache
+
+import gymnasium as gym
+import pytest
+
+from agentgym.envs.appgen.grading import GradeResult, grade
+from agentgym.envs.appgen.taskset import BUILTIN_TASKS_DIR, AppTask, load_task, load_tasks
+
+from .attacks import ATTACKS, ISSUE_24, PROBE, Attack, inject
+from .conftest import need_docker
+
+pytestmark = pytest.mark.docker
+
+#: one task per family, and how many reference files make its honest partial project
+FAMILIES = {
+    "library": ("rate_limiter", 2),
+    "interpreter-cli": ("expr_calc", 4),
+    "sqlite-service": ("todo_sqlite", 3),
+    "http-server": ("url_shortener", 2),
+    "binary-files": ("kv_wal", 2),
+}
+#: the families that costly attacks run on (every family runs all the others)
+COSTLY_FAMILIES = ("library", "http-server")
+_TASK_DIRS: dict[str, object] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _docker(tmp_path_factory):
+    need_docker()
+    root = tmp_path_factory.mktemp("fast-tasks")
+    for name, _ in FAMILIES.values():
+        dest = root / name
+        shutil.copytree(BUILTIN_TASKS_DIR / name, dest)
+        toml = dest / "task.toml"
+        text = re.sub(r"test_timeout = \d+", "test_timeout = 2", toml.read_text())
+        toml.write_text(re.sub(r"grade_timeout = \d+", "grade_timeout = 100", text))
+        _TASK_DIRS[name] = dest
+
+
+@pytest.fixture(scope="module")
+def pool():
+    from agentgym.sandbox import SandboxPool
+
+    with SandboxPool(size=1, backend="docker", warm=1, timeout=120) as p:
+        yield p
+
+
+def fast_task(family: str) -> AppTask:
+    return load_task(_TASK_DIRS[FAMILIES[family][0]])
+
+
+def base_files(family: str, base: str) -> dict[str, bytes]:
+    task = fast_task(family)
+    files = task.initial_files()
+    if base == "partial":
+        for path in task.oracle_order[: FAMILIES[family][1]]:
+            files[path] = task.solution[path]
+    return files
+
+
+def run_grade(pool, task: AppTask, files: dict[str, bytes]) -> GradeResult:
+    with pool.sandbox() as sb:
+        return grade(task, files, sb)
+
+
+@cache
+def _honest(family: str, base: str, pool) -> GradeResult:
+    result = run_grade(pool, fast_task(family), base_files(family, base))
+    assert not result.tampered and not result.timed_out, result
+    if base == "partial":
+        assert 0 < result.passed < result.total, (family, result)
+    return result
+
+
+def passed_tests(result: GradeResult) -> set[str]:
+    return {t for t, outcome in result.per_test.items() if outcome == "passed"}
+
+
+CASES = [
+    pytest.param(family, attack, id=f"{family}-{attack.name}")
+    for attack in ATTACKS
+    for family in FAMILIES
+    if not attack.costly or family in COSTLY_FAMILIES
+]
+
+
+@pytest.mark.parametrize("family, attack", CASES)
+def test_attack_scores_no_more_than_the_honest_project(pool, family: str, attack: Attack):
+    honest = _honest(family, attack.base, pool)
+    task = fast_task(family)
+    rigged = attack.build(task, base_files(family, attack.base))
+    result = run_grade(pool, task, rigged)
+    assert result.score <= honest.score, (attack.name, result.per_test, result.errors)
+    assert passed_tests(result) <= passed_tests(honest), (attack.name, result.per_test)
+    assert not result.timed_out, (attack.name, result.errors)
+
+
+@pytest.mark.parametrize("task", load_tasks(), ids=lambda t: t.name)
+def test_the_issue_24_attack_scores_zero_on_every_task(pool, task: AppTask):
+    result = run_grade(pool, task, inject(ISSUE_24)(task, task.initial_files()))
+    assert result.passed == 0, result.per_test
+    assert not result.tampered
+
+
+def _hidden_names(task: AppTask) -> set[str]:
+    """Names of hidden test functions and files that nothing the agent sees contains."""
+    seen = (
+        "\n".join(data.decode("utf-8", "replace") for data in task.initial_files().values())
+        + task.spec
+    )
+    names = {t.name.split("::")[-1] for t in task.expected_tests} | set(task.hidden_tests)
+    return {n for n in names if n not in seen}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_the_projects_process_cannot_read_or_list_the_hidden_tests(pool, family: str):
+    task = fast_task(family)
+    files = inject(PROBE)(task, base_files(family, "partial"))
+    sb = pool.acquire()
+    try:
+        result = grade(task, files, sb)
+        probe = sb.read_file("probe.json")
+    finally:
+        pool.release(sb)
+    found = json.loads(probe)
+    assert found["listed"] and found["errors"] > 0  # it looked, and was refused somewhere
+    text = json.dumps(found)
+    leaked = sorted(n for n in _hidden_names(task) if n in text)
+    assert leaked == [], leaked
+    assert "secret" not in " ".join(found["environ"])
+    assert result.passed <= _honest(family, "partial", pool).passed
+
+
+@pytest.mark.parametrize("backend", ["docker", "local"])
+def test_run_commands_cannot_find_the_hidden_tests_during_the_episode(backend):
+    if backend == "local":
+        from .conftest import LOCAL_PROBLEM
+
+        if LOCAL_PROBLEM is not None:
+            pytest.skip(LOCAL_PROBLEM)
+    task = load_task(BUILTIN_TASKS_DIR / "rate_limiter")
+    names = _hidden_names(task)
+    pattern = "|".join(sorted(names))
+    search = (
+        "find / -xdev \\( -name tests_hidden -o -name 'test_ratelimit*' -o -name appgen \\) "
+        "-print 2>/dev/null | head -20; "
+        "python3 -c 'import site, sys; print(*site.getsitepackages(), *sys.path)' | "
+        f"tr ' ' '\\n' | xargs -I{{}} grep -rlE '{pattern}' {{}} 2>/dev/null | head -20; "
+        f"grep -rlE '{pattern}' /tmp /workspace /etc /var /opt /home /root 2>/dev/null | head; "
+        "echo searched"
+    )
+    env = gym.make("agentgym/AppGen-v0", sandbox=backend, tasks=["rate_limiter"])
+    try:
+        env.reset(seed=0)
+        obs, *_ = env.step(f'<run timeout="25">{search}</run>')
+    finally:
+        env.close()
+    found = obs[-1].content.partition("--- stdout ---")[2]
+    assert "searched" in found, obs[-1].content
+    assert not [n for n in names if n in found], found
+    assert not {"tests_hidden", "appgen", "agentgym"} & set(re.split(r"[/\s]", found)), found
