@@ -112,8 +112,9 @@ WORKER_DIR = ".agentgym-worker"
 #: holds only CAP_DAC_OVERRIDE (it reads and changes what the project wrote, whatever the
 #: modes); the project's user cannot signal, trace or read it
 GRADER_USER = "0:0"
-#: seconds before ``grade_timeout`` at which the grader stops starting tests
-RESERVE_SECONDS = 5.0
+#: seconds before ``grade_timeout`` by which the grader's tests must have ended (a test
+#: running then is cut short, later ones are not started), so that the report is written
+RESERVE_SECONDS = 4.0
 
 OUTCOMES = ("passed", "failed", "error", "skipped", "not run")
 
@@ -353,10 +354,15 @@ def _apply_report(
             f"the grading time ({task.limits.grade_timeout}s) ran out; the tests not started "
             "by then count as failed"
         )
+    # a canary the grading time left unstarted is "skipped": only one that ran counts
+    not_run = (None, "skipped") if report.get("out_of_time") else (None,)
     for canary in canaries:
         fail_id = f"hidden/{canary[0]}::{canary[1]}"
         ok_id = f"hidden/{canary[0]}::{canary[2]}"
-        if tests.get(fail_id) not in ("failed", None) or tests.get(ok_id) not in ("passed", None):
+        if tests.get(fail_id) not in ("failed", *not_run) or tests.get(ok_id) not in (
+            "passed",
+            *not_run,
+        ):
             out.tampered = True
         if not report.get("out_of_time") and (
             tests.get(fail_id) is None or tests.get(ok_id) is None

@@ -3,11 +3,13 @@ command at each (what each level isolates is in :mod:`agentgym.sandbox.local`)."
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
 import tempfile
 import threading
+from pathlib import Path
 
 __all__ = [
     "INNER_UID",
@@ -17,6 +19,7 @@ __all__ = [
     "available_levels",
     "best_level",
     "drop_uid",
+    "hidden_dirs",
     "probe",
     "wrapper_argv",
 ]
@@ -98,6 +101,20 @@ def _try_tool(level: str, uid: int | None) -> str | None:
     )
 
 
+@functools.cache
+def hidden_dirs() -> tuple[str, ...]:
+    """agentgym's own installed directories that a bound system directory would show to
+    commands (a wheel in ``/usr/.../site-packages``): its code and its environments' data,
+    hidden tests included. bwrap mounts an empty tmpfs over each."""
+    import agentgym
+
+    here = Path(__file__).resolve()
+    candidates = {Path(agentgym.__file__).resolve().parent, here.parents[2]}
+    bound = ("/usr/", *(f"/{name}/" for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32")))
+    bound += tuple(f"/etc/{name}/" for name in _ETC)
+    return tuple(sorted(str(p) for p in candidates if str(p).startswith(bound) and p.is_dir()))
+
+
 def available_levels() -> dict[str, str | None]:
     """Each level -> ``None`` if it works on this machine, else the reason it does not."""
     return {level: probe(level) for level in LEVELS}
@@ -157,6 +174,8 @@ def wrapper_argv(
             path = "/etc/" + name
             if os.path.exists(path):
                 argv += ["--ro-bind", path, path]
+        for path in hidden_dirs():
+            argv += ["--tmpfs", path]
         argv += ["--proc", "/proc", "--dev", "/dev"]
         argv += ["--bind", workspace, inner, "--bind", tmp, "/tmp"]
         argv += ["--chdir", cwd or inner, "--"]

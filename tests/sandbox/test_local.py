@@ -219,6 +219,24 @@ def test_bwrap_hides_the_host_filesystem():
         assert not os.path.exists("/usr/evil") and not os.path.exists("/etc/evil")
 
 
+def test_bwrap_hides_agentgyms_own_files_when_they_live_in_usr(monkeypatch):
+    """A wheel installed in /usr would show the environments' data (hidden tests) to
+    commands; bwrap lays an empty tmpfs over agentgym's own directories."""
+    if "bwrap" not in AVAILABLE:
+        pytest.skip("bubblewrap does not work on this machine")
+    from agentgym.sandbox.local import levels
+
+    assert levels.hidden_dirs() == tuple(
+        d for d in levels.hidden_dirs() if d.startswith(("/usr/", "/etc/", "/lib"))
+    )
+    stand_in = "/usr/share/doc"  # plays the installed package: it exists and has files
+    assert os.listdir(stand_in)
+    monkeypatch.setattr(levels, "hidden_dirs", lambda: (stand_in,))
+    with open_sandbox("local", level="bwrap") as sb:
+        r = sb.run(f"ls -A {stand_in} | wc -l; ls /usr/share | grep -c doc")
+    assert r.stdout.split() == ["0", "1"], r
+
+
 def test_close_deletes_the_workspace_and_reset_empties_it():
     sb = open_sandbox("local")
     sb.write_files({"a/b.txt": "x"})

@@ -225,3 +225,26 @@ def test_collection_errors_are_reported_without_sandbox_paths(sandbox):
     assert set(result.per_test.values()) == {"not run"}
     assert any("broken clock" in e for e in result.errors)
     assert not any(".grader-" in e or "/workspace" in e for e in result.errors)
+
+
+def test_running_out_of_grading_time_keeps_what_passed(sandbox, tmp_path):
+    """Tests that hang eat the grading time; those that passed before it ran out still count,
+    and the run is neither flagged nor lost."""
+    task_dir = tmp_path / "rate_limiter"
+    shutil.copytree(BUILTIN_TASKS_DIR / "rate_limiter", task_dir)
+    toml = task_dir / "task.toml"
+    text = toml.read_text().replace("test_timeout = 20", "test_timeout = 2")
+    toml.write_text(text.replace("grade_timeout = 120", "grade_timeout = 10"))
+    task = load_task(task_dir)
+    files = partial(task)
+    files["ratelimit/window.py"] = (
+        b"import time\n\n\nclass FixedWindow:\n    def __init__(self, *a, **k):\n"
+        b"        time.sleep(60)\n\n\nSlidingLog = FixedWindow\n"
+    )
+    result = grade(task, files, sandbox)
+    assert not result.tampered and not result.timed_out, result.errors
+    bucket = [t for t in result.per_test if "test_bucket_" in t]
+    assert bucket and all(result.per_test[t] == "passed" for t in bucket)
+    assert result.per_test["test_ratelimit.py::test_fixed_window_aligned"] == "failed"
+    assert result.per_test["test_ratelimit.py::test_system_clock_default"] == "skipped"
+    assert any("ran out" in e for e in result.errors)
