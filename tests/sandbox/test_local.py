@@ -233,7 +233,7 @@ def test_bwrap_hides_agentgyms_own_files_when_they_live_in_usr(monkeypatch):
     assert os.listdir(stand_in)
     monkeypatch.setattr(levels, "hidden_dirs", lambda: (stand_in,))
     with open_sandbox("local", level="bwrap") as sb:
-        r = sb.run(f"ls -A {stand_in} | wc -l; ls /usr/share | grep -c doc")
+        r = sb.run(f"ls -A {stand_in} | wc -l; ls /usr/share | grep -cx doc")
     assert r.stdout.split() == ["0", "1"], r
 
 
