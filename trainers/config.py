@@ -17,12 +17,15 @@ says what to change. The SFT stage's own sections live in :mod:`agentgym.trainer
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentgym import UnknownNameError
 from agentgym import config_check as _check
 from agentgym.trainers.engines import HFEngineOptions, VLLMEngineOptions, engine_options
 from agentgym.trainers.plan import PlanSettings
+
+if TYPE_CHECKING:
+    from agentgym.trainers.health import DetectorSettings
 
 # ----------------------------------------------------------------------------- sections
 
@@ -400,6 +403,16 @@ class DistributedConfig:
             (also the weights).
         backend: ``auto`` (nccl with CUDA, gloo without), ``gloo`` or ``nccl``.
         timeout_s: a collective that waits longer than this fails instead of hanging.
+            A backstop only: the fault detector (the ``health`` section) finds a stalled
+            rank in seconds. Raise it when ranks legitimately wait longer for each other
+            (loading very large weights at different speeds).
+        on_fault: what the launcher does when the detector flags a rank (hung, slow,
+            broken): ``warn`` (report and go on), ``stop`` (stop the run: non-zero exit,
+            the last checkpoint stays), ``restart`` (stop, then resume from the last
+            checkpoint while ``max_restarts`` allow; with none left it stops).
+        max_restarts: how many times the launcher relaunches the ranks with
+            ``--resume`` after a failure (a detected fault with ``on_fault: restart``, a
+            crashed or killed rank). ``--max-restarts K`` sets it.
 
     Generation under ZeRO-3 / FSDP2 gathers the full weights once per rollout, so that
     each rank generates its share of the tasks on its own (as TRL's
@@ -409,7 +422,9 @@ class DistributedConfig:
     strategy: str = "none"
     zero_stage: int = 3
     backend: str = "auto"
-    timeout_s: float = 1800.0
+    timeout_s: float = 300.0
+    on_fault: str = "restart"
+    max_restarts: int = 0
 
     def __post_init__(self) -> None:
         _check(
@@ -425,6 +440,86 @@ class DistributedConfig:
             f"distributed.backend must be auto, gloo or nccl, got {self.backend!r}.",
         )
         _check(self.timeout_s > 0, "distributed.timeout_s must be > 0.")
+        if self.on_fault not in ("warn", "stop", "restart"):
+            raise UnknownNameError(
+                "distributed.on_fault", self.on_fault, ("warn", "stop", "restart")
+            )
+        _check(self.max_restarts >= 0, "distributed.max_restarts must be >= 0.")
+
+
+@dataclass
+class HealthConfig:
+    """Heartbeats and the faulty-worker detector (docs/reliability.md).
+
+    Every rank of a multi-process run and every Ray env worker reports a heartbeat with
+    a few metrics; the launcher (ranks) or the trainer (Ray workers) compares each with
+    its peers and flags one that is hung, slow or broken (``distributed.on_fault`` says
+    what then happens to ranks, ``workers`` to Ray env workers).
+
+    Attributes:
+        enabled: heartbeats and detection on.
+        heartbeat_s: seconds between heartbeats (and between the detector's looks).
+        hung_after_s: no new heartbeat for this long is a hang.
+        stuck_after_s: no CPU use outside any collective for this long, while a peer
+            waits in a collective as long, is a hang too.
+        slow_factor: a metric this many times worse than the peers' median drifts.
+        window_s: the sliding window the metrics' rates are taken over.
+        persist_s: a drift on ``min_metrics`` metrics must last this long to count.
+        min_metrics: how many metrics must drift at once to call a worker slow.
+        max_errors: this many errors in the window (and as many more than the peers)
+            make a Ray env worker broken; a non-finite loss makes a rank broken.
+        stop_grace_s: how long ranks asked to stop may take to save a checkpoint and
+            exit before they are killed.
+        workers: what happens to a faulty Ray env worker: ``warn``, ``replace`` (kill
+            it and start a new one; its episodes are played again with the same seeds)
+            or ``stop`` (replace it, then stop the run after the step).
+    """
+
+    enabled: bool = True
+    heartbeat_s: float = 1.0
+    hung_after_s: float = 10.0
+    stuck_after_s: float = 120.0
+    slow_factor: float = 2.0
+    window_s: float = 20.0
+    persist_s: float = 10.0
+    min_metrics: int = 2
+    max_errors: int = 3
+    stop_grace_s: float = 120.0
+    workers: str = "replace"
+
+    def __post_init__(self) -> None:
+        _check(self.heartbeat_s > 0, "health.heartbeat_s must be > 0.")
+        _check(
+            self.hung_after_s >= 2 * self.heartbeat_s,
+            f"health.hung_after_s must be at least twice health.heartbeat_s "
+            f"({2 * self.heartbeat_s:g}), got {self.hung_after_s}.",
+        )
+        _check(self.stuck_after_s > 0, "health.stuck_after_s must be > 0.")
+        _check(self.slow_factor > 1, f"health.slow_factor must be > 1, got {self.slow_factor}.")
+        _check(
+            self.window_s >= 2 * self.heartbeat_s,
+            "health.window_s must hold at least two heartbeats (>= 2 * heartbeat_s).",
+        )
+        _check(self.persist_s >= 0, "health.persist_s must be >= 0.")
+        _check(self.min_metrics >= 1, "health.min_metrics must be >= 1.")
+        _check(self.max_errors >= 1, "health.max_errors must be >= 1.")
+        _check(self.stop_grace_s > 0, "health.stop_grace_s must be > 0.")
+        if self.workers not in ("warn", "replace", "stop"):
+            raise UnknownNameError("health.workers", self.workers, ("warn", "replace", "stop"))
+
+    def detector_settings(self) -> DetectorSettings:
+        """The detector's knobs from this section."""
+        from agentgym.trainers.health import DetectorSettings
+
+        return DetectorSettings(
+            hung_after_s=self.hung_after_s,
+            stuck_after_s=self.stuck_after_s,
+            slow_factor=self.slow_factor,
+            window_s=self.window_s,
+            persist_s=self.persist_s,
+            min_metrics=self.min_metrics,
+            max_errors=self.max_errors,
+        )
 
 
 @dataclass
@@ -440,6 +535,7 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
     train_seed_start: int = 0
     plan: PlanSettings = field(default_factory=PlanSettings)  # agentgym plan's (docs/plan.md)
 

@@ -8,10 +8,15 @@ Multi-node runs take ``--nnodes``, ``--node-rank``, ``--master-addr`` and
 ``MASTER_PORT``), exactly what torchrun itself would be given.
 
 The backend is ``nccl`` when CUDA is available and ``gloo`` otherwise (CPU runs, CI).
+A collective that waits longer than ``distributed.timeout_s`` (default 300 s) fails; it
+is a backstop: the launcher's fault detector finds a stalled rank in seconds
+(docs/reliability.md).
 
 Only small Python objects travel through :func:`all_gather_objects` (episodes, metric
 sums); tensors of the model move through the strategy's own collectives (DeepSpeed,
-FSDP2).
+FSDP2). The time each rank spends in the collectives of this module is counted
+(:data:`~agentgym.trainers.health.COLLECTIVES`) and reported in its heartbeat: the rank
+the others wait for is the one that waits least.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 
 from agentgym import ConfigError
+from agentgym.trainers.health import COLLECTIVES
 
 if TYPE_CHECKING:
     from agentgym.trainers.config import DistributedConfig
@@ -34,6 +40,8 @@ T = TypeVar("T")
 
 #: set in the children of a launch so they do not launch again
 LAUNCHED_ENV = "AGENTGYM_TORCHRUN"
+#: the collective timeout when none is configured (minutes, not torch's 30)
+DEFAULT_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -97,7 +105,7 @@ def start_distributed(config: DistributedConfig, *, lora: bool) -> DistInfo:
     return init_distributed(timeout_s=config.timeout_s, backend=config.backend)
 
 
-def init_distributed(timeout_s: float = 1800.0, backend: str = "auto") -> DistInfo:
+def init_distributed(timeout_s: float = DEFAULT_TIMEOUT_S, backend: str = "auto") -> DistInfo:
     """Join the process group described by the torchrun variables (idempotent).
 
     Args:
@@ -133,7 +141,8 @@ def all_gather_objects(obj: T, info: DistInfo) -> list[T]:
     import torch.distributed as dist
 
     out: list[Any] = [None] * info.world_size
-    dist.all_gather_object(out, obj)
+    with COLLECTIVES.track("all_gather_object"):
+        dist.all_gather_object(out, obj)
     return out
 
 
@@ -144,7 +153,8 @@ def all_reduce_sum(values: Sequence[float], info: DistInfo) -> list[float]:
     import torch.distributed as dist
 
     t = torch.tensor(list(values), dtype=torch.float64)
-    dist.all_reduce(t)
+    with COLLECTIVES.track("all_reduce"):
+        dist.all_reduce(t)
     return t.tolist()
 
 
@@ -152,7 +162,8 @@ def barrier(info: DistInfo) -> None:
     if info.distributed:
         import torch.distributed as dist
 
-        dist.barrier()
+        with COLLECTIVES.track("barrier"):
+            dist.barrier()
 
 
 def shutdown(info: DistInfo, *, wait_for_all: bool = True) -> None:

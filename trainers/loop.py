@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -55,6 +56,7 @@ import torch
 from agentgym import (
     ConfigError,
     Progress,
+    RayEnvWorkers,
     SamplingParams,
     derive_seed,
     save_config,
@@ -66,7 +68,7 @@ from agentgym.trainers.algorithm import (
 from agentgym.trainers.batch import episodes_to_samples
 from agentgym.trainers.checkpoint import latest_checkpoint, read_checkpoint, save_checkpoint
 from agentgym.trainers.config import TrainConfig
-from agentgym.trainers.distributed import all_gather_objects, start_distributed
+from agentgym.trainers.distributed import all_gather_objects, all_reduce_sum, start_distributed
 from agentgym.trainers.engines import RolloutEngine, make_engine
 from agentgym.trainers.env_setup import env_corpus, env_kwargs, resolve_envs
 from agentgym.trainers.evaluation import (
@@ -74,6 +76,15 @@ from agentgym.trainers.evaluation import (
     eval_metrics,
     eval_table,
     evaluate_async,
+)
+from agentgym.trainers.health import (
+    LAUNCHER_ENV,
+    IntervalTotal,
+    RankHeartbeat,
+    RunLock,
+    RunStopped,
+    WorkerMonitor,
+    held_by_launcher,
 )
 from agentgym.trainers.logging import JsonlWriter, plot_run
 from agentgym.trainers.models import apply_lora, build_model_and_tokenizer
@@ -105,9 +116,33 @@ class DAPOTrainer:
     ) -> None:
         self.cfg = cfg = config
         self.dist = start_distributed(cfg.distributed, lora=cfg.lora.enabled)
+        self.out = Path(cfg.run.output_dir)
+        # one run per run folder: rank 0 holds the lock unless its launcher holds it
+        self.run_lock: RunLock | None = None
+        if self.dist.rank == 0 and not held_by_launcher(self.out):
+            self.run_lock = RunLock(self.out).acquire()
+        self.heartbeat: RankHeartbeat | None = None
+        self.worker_monitor: WorkerMonitor | None = None
+        try:
+            self._build(cfg, resume, engine)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, cfg: TrainConfig, resume: bool, engine: RolloutEngine | None) -> None:
+        """The rest of ``__init__``: model, learner, engine, rollouts, resume."""
+        if self.dist.distributed and cfg.health.enabled:  # the launcher's detector reads it
+            self.heartbeat = RankHeartbeat(
+                self.out,
+                rank=self.dist.rank,
+                world_size=self.dist.world_size,
+                local_rank=self.dist.local_rank,
+                interval_s=cfg.health.heartbeat_s,
+                gen_seconds=self._generating_seconds,
+                tokens=lambda: float(getattr(self.__dict__.get("engine"), "generated_tokens", 0)),
+            )
         setup_torch(cfg.run.threads, cfg.run.seed)
         self.env_ids = resolve_envs(cfg.envs)
-        self.out = Path(cfg.run.output_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.ckpt_dir = self.out / "checkpoints"
         # A*PO: the prompts' optimal values come from an offline stage, run first
@@ -158,6 +193,15 @@ class DAPOTrainer:
             [env_kwargs(spec, self.tokenizer) for spec in cfg.envs],
             self.dist,
         )
+        if isinstance(self.rollouts.env_host, RayEnvWorkers) and cfg.health.enabled:
+            self.worker_monitor = WorkerMonitor(
+                self.rollouts.env_host,
+                cfg.health.detector_settings(),
+                action=cfg.health.workers,
+                run_dir=self.out,
+                interval_s=cfg.health.heartbeat_s,
+                rank=self.dist.rank,
+            )
         self.step = 0  # with the task stream and the learner, what a checkpoint carries
         self.origin = time.monotonic()
 
@@ -205,10 +249,42 @@ class DAPOTrainer:
         self.initial_adapter_digest = self.adapter_digest() if cfg.lora.enabled else None
 
     def close(self) -> None:
-        """Stop the policy and the engine; close the envs kept for reuse and the workers."""
-        self.policy.close()
-        self.engine.close()
-        self.rollouts.close()
+        """Stop the policy and the engine; close the envs kept for reuse and the workers;
+        stop the heartbeat and give the run folder's lock back."""
+        self._close_parts()
+        if self.run_lock is not None:
+            self.run_lock.release()
+
+    def _close_parts(self, *, heartbeat: bool = True) -> None:
+        if self.worker_monitor is not None:
+            self.worker_monitor.close()
+        for part in ("policy", "engine", "rollouts"):
+            if part in self.__dict__:
+                getattr(self, part).close()
+        if heartbeat and self.heartbeat is not None:
+            self.heartbeat.close()
+
+    def _generating_seconds(self) -> float:
+        """Seconds the engine has spent generating (read by the heartbeat thread)."""
+        engine = self.__dict__.get("engine")
+        if engine is None:
+            return 0.0
+        counter = self.__dict__.get("_busy_total")
+        if counter is None or counter.intervals is not engine.busy:
+            counter = self._busy_total = IntervalTotal(engine.busy)
+        return counter()
+
+    def _phase(self, name: str) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.phase(name)
+
+    def _stop_requested(self) -> bool:
+        """Whether the launcher asked the ranks to stop (decided by all ranks together,
+        so that they stop after the same step)."""
+        if self.heartbeat is None or not os.environ.get(LAUNCHER_ENV):
+            return False
+        flag = 1.0 if self.heartbeat.stop_requested() else 0.0
+        return all_reduce_sum([flag], self.dist)[0] > 0
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, Any]:
@@ -216,6 +292,8 @@ class DAPOTrainer:
         tl = Timeline()
         busy_before = len(self.engine.busy)
         batches_before = len(self.policy.batch_sizes)
+        if self.heartbeat is not None:
+            self.heartbeat.step_started()
         with tl.phase("wake"):
             self.engine.wake()  # a colocated engine (vLLM) takes its memory back
         with tl.phase("rollout"), self.learner.generation():
@@ -274,11 +352,13 @@ class DAPOTrainer:
 
         train_metrics: dict[str, float] = {}
         skip = not samples or (capped and algo.on_cap == "skip")
+        self._phase("train")
         with tl.phase("sleep"):
             self.engine.sleep()  # and gives it to training
         with tl.phase("train"):
             if not skip:
                 train_metrics = self.learner.update(samples)
+        self._phase("sync")
         with tl.phase("sync"):
             if not skip and not self.engine.shares_weights:
                 self.engine.load_adapter(self.learner.adapter_state())
@@ -323,6 +403,7 @@ class DAPOTrainer:
             seed=derive_seed("eval", self.cfg.run.seed),
         )
         seeds = list(range(e.seed_start, e.seed_start + e.num_tasks))
+        self._phase("eval")
         self.engine.wake()
         with self.learner.generation():
             _, per_env = asyncio.run(
@@ -421,13 +502,24 @@ class DAPOTrainer:
                     m["time/eval_s"] = tl.seconds("eval")
                     eval_rows.append(m)
                 last = self.step == cfg.run.max_steps
-                if (cfg.run.save_every and self.step % cfg.run.save_every == 0) or last:
+                stop = self._stop_requested()  # the launcher found a faulty rank
+                if (cfg.run.save_every and self.step % cfg.run.save_every == 0) or last or stop:
                     t0 = time.monotonic()
+                    self._phase("checkpoint")
                     self.save()
                     m["time/checkpoint_s"] = time.monotonic() - t0
                 self.metrics_log.write(m)
                 history.append(m)
                 progress.update(1, progress_stats(m))
+                if self.heartbeat is not None:
+                    self.heartbeat.step_done(self.step, m)
+                if stop:
+                    raise RunStopped(
+                        f"stopped after step {self.step} at the launcher's request (a faulty "
+                        "rank, see faults.jsonl); its checkpoint is saved."
+                    )
+                if self.worker_monitor is not None:
+                    self.worker_monitor.check()
             if (
                 cfg.eval.at_ends
                 and not (cfg.eval.every and self.step % cfg.eval.every == 0)
@@ -439,13 +531,18 @@ class DAPOTrainer:
                 eval_rows.append(row)
         finally:
             progress.close()
-            self.close()
-        if self.dist.world_size > 1 and cfg.lora.enabled:
-            self.check_ranks_agree()
-        if cfg.run.plots and self.dist.is_main:
-            plot_run(self.out)
-        if self.dist.is_main:
-            self._write_summary()
+            self._close_parts(heartbeat=False)  # it beats until the process exits
+            self._phase("finishing")
+        try:
+            if self.dist.world_size > 1 and cfg.lora.enabled:
+                self.check_ranks_agree()
+            if cfg.run.plots and self.dist.is_main:
+                plot_run(self.out)
+            if self.dist.is_main:
+                self._write_summary()
+        finally:
+            if self.run_lock is not None:
+                self.run_lock.release()
         return history
 
     def _say(self, text: str) -> None:

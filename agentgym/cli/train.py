@@ -1,10 +1,15 @@
-"""``agentgym train CONFIG.yaml [key=value ...]`` and ``agentgym sft CONFIG.yaml [key=value ...]``."""
+"""``agentgym train CONFIG.yaml [key=value ...]`` and ``agentgym sft CONFIG.yaml [key=value ...]``.
+
+With ``--nproc``/``--nnodes`` (a sharded strategy), this process becomes the launcher: it
+holds the run folder's lock, starts torchrun, watches the ranks' heartbeats with the
+fault detector, and relaunches with ``--resume`` after a failure while
+``--max-restarts`` allow (docs/reliability.md).
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 
 _OVERRIDES_HELP = (
@@ -51,6 +56,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=_env_int("MASTER_PORT", 29500),
         help="node 0's port [$MASTER_PORT or 29500]",
     )
+    g.add_argument(
+        "--max-restarts",
+        type=int,
+        default=None,
+        metavar="K",
+        help="relaunch with --resume up to K times after a failure (a faulty or crashed "
+        "rank); sets distributed.max_restarts",
+    )
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser(
@@ -85,11 +98,18 @@ def cmd_train(args: argparse.Namespace) -> int:
     from agentgym.trainers import TrainConfig
 
     config, overrides = _split(args)
+    if getattr(args, "max_restarts", None) is not None:
+        overrides.append(f"distributed.max_restarts={args.max_restarts}")
     cfg = load_config(TrainConfig, config, overrides)
     if args.print_config:
         _print_config(cfg)
         return 0
     from agentgym.trainers import shutdown, under_torchrun
+
+    if under_torchrun():
+        from agentgym.trainers.health import guard_parent
+
+        guard_parent()  # a rank dies with torchrun, and exits if its launcher is gone
 
     sharded = cfg.distributed.strategy != "none"
     if not under_torchrun() and (sharded or (args.nproc or 1) > 1 or args.nnodes > 1):
@@ -100,9 +120,10 @@ def cmd_train(args: argparse.Namespace) -> int:
                 "--nproc/--nnodes need a sharded strategy: add distributed.strategy=deepspeed "
                 "or distributed.strategy=fsdp2."
             )
-        return _launch(args, config, overrides)
+        return _launch(args, config, overrides, cfg)
 
     from agentgym.trainers import DAPOTrainer
+    from agentgym.trainers.health import RunStopped
 
     trainer = DAPOTrainer(cfg, resume=args.resume)
     ok = False
@@ -111,6 +132,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(f"[agentgym train] resumed from {trainer.resumed_from} (step {trainer.step})")
         trainer.train()
         ok = True
+    except RunStopped as e:
+        if trainer.dist.is_main:
+            print(f"[agentgym train] {e}", file=sys.stderr)
+        return e.exit_code
     finally:
         shutdown(trainer.dist, wait_for_all=ok)
     if trainer.dist.is_main:
@@ -118,23 +143,43 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _launch(args: argparse.Namespace, config: str | None, overrides: list[str]) -> int:
-    """Run this same command under torchrun; returns torchrun's exit status."""
+def _launch(args: argparse.Namespace, config: str | None, overrides: list[str], cfg) -> int:
+    """Run this same command under torchrun, supervised (the fault detector, restarts);
+    returns 0, the status of a stop on a fault, or torchrun's status."""
+    from pathlib import Path
+
     from agentgym.trainers import torchrun_command
+    from agentgym.trainers.health import LaunchPlan, RunLock, supervise
 
     argv = ["train", *([config] if config else []), *overrides]
-    if args.resume:
-        argv.append("--resume")
-    cmd = torchrun_command(
-        argv,
-        nproc=args.nproc or 1,
-        nnodes=args.nnodes,
-        node_rank=args.node_rank,
-        master_addr=args.master_addr,
-        master_port=args.master_port,
+
+    def command(resume: bool) -> list[str]:
+        return torchrun_command(
+            [*argv, *(["--resume"] if resume else [])],
+            nproc=args.nproc or 1,
+            nnodes=args.nnodes,
+            node_rank=args.node_rank,
+            master_addr=args.master_addr,
+            master_port=args.master_port,
+        )
+
+    run_dir = Path(cfg.run.output_dir)
+    health = cfg.health
+    plan = LaunchPlan(
+        command=command(args.resume),
+        resume_command=command(True),
+        run_dir=run_dir,
+        settings=health.detector_settings(),
+        heartbeat_s=health.heartbeat_s,
+        on_fault=cfg.distributed.on_fault,
+        max_restarts=cfg.distributed.max_restarts,
+        stop_grace_s=health.stop_grace_s,
+        detect=health.enabled,
     )
-    print("[agentgym train] launching: " + " ".join(cmd[1:]), file=sys.stderr, flush=True)
-    return subprocess.call(cmd)
+    if args.node_rank != 0:  # node 0's launcher holds the (shared) run folder's lock
+        return supervise(plan)
+    with RunLock(run_dir).acquire(role=f"agentgym train --nproc {args.nproc or 1} (launcher)"):
+        return supervise(plan)
 
 
 def _env_int(name: str, default: int) -> int:

@@ -10,13 +10,18 @@ process; the driver only sees it through :class:`~agentgym.workers.RayEnvWorkers
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import faulthandler
 import itertools
 import os
+import signal
 import socket
 import sys
+import tempfile
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -25,10 +30,16 @@ from agentgym.errors import EnvStateError
 from agentgym.types import Completion, Message, SamplingParams
 from agentgym.workers.errors import guarded
 
-__all__ = ["BINDER_CACHE", "EnvHost", "env_id_of", "remote_host"]
+__all__ = ["BINDER_CACHE", "HEALTH_GROUP", "STACKS_SIGNAL", "EnvHost", "env_id_of", "remote_host"]
 
 #: Env-bound policies (pickled) kept per actor, and per driver, most recent first.
 BINDER_CACHE = 8
+#: The actor's concurrency group for :meth:`EnvHost.health`: one thread of its own, so
+#: a health check is answered even while every env thread is busy.
+HEALTH_GROUP = "health"
+#: The signal on which an actor writes its Python stacks (faulthandler) to the file its
+#: health record names.
+STACKS_SIGNAL = signal.SIGUSR2
 
 
 def env_id_of(env: gym.Env, source: Any) -> str:
@@ -67,12 +78,70 @@ class EnvHost:
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
+        # health: counters the driver's monitor turns into rates (see health())
+        self._started = time.time()
+        self._seq = 0
+        self._calls = 0
+        self._errors = 0
+        self._busy_s = 0.0
+        self._inflight: dict[int, float] = {}
+        self._call_ids = itertools.count()
+        self._stacks_path, self._stacks = _register_stacks()
 
     def _env(self, handle: int) -> gym.Env:
         env = self._envs.get(handle)
         if env is None:
             raise EnvStateError(f"Env handle {handle} is not open in Ray env worker {self.index}.")
         return env
+
+    def _tracked(self, fn: Callable[[], Any]) -> tuple[str, Any]:
+        """:func:`guarded`, counted: calls, errors, seconds busy, calls in flight."""
+        token = next(self._call_ids)
+        t0 = time.monotonic()
+        with self._lock:
+            self._inflight[token] = t0
+        status = "error"
+        try:
+            status, value = guarded(fn)
+        finally:
+            with self._lock:
+                self._inflight.pop(token, None)
+                self._calls += 1
+                self._busy_s += time.monotonic() - t0
+                self._errors += status == "error"
+        return status, value
+
+    def health(self) -> dict[str, Any]:
+        """This worker's heartbeat: who and where, cumulative counters (CPU seconds,
+        env calls, errors, seconds busy in calls) and gauges (memory, calls in flight,
+        the oldest one's age). Answered on a thread of its own (:data:`HEALTH_GROUP`)."""
+        now = time.monotonic()
+        with self._lock:
+            self._seq += 1
+            oldest = now - min(self._inflight.values()) if self._inflight else 0.0
+            return {
+                "kind": "worker",
+                "worker": f"worker{self.index}",
+                "index": self.index,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "started": self._started,
+                "seq": self._seq,
+                "t": time.time(),
+                "counters": {
+                    "cpu_s": time.process_time(),
+                    "calls": self._calls,
+                    "errors": self._errors,
+                    "busy_s": self._busy_s + sum(now - t for t in self._inflight.values()),
+                },
+                "gauges": {
+                    "rss_mb": _rss_mb(),
+                    "inflight": len(self._inflight),
+                    "oldest_call_s": oldest,
+                },
+                "envs": len(self._envs),
+                "stacks": self._stacks_path,
+            }
 
     def info(self) -> dict[str, Any]:
         """Index, pid, host and number of envs of this worker."""
@@ -96,11 +165,11 @@ class EnvHost:
                 self._envs[handle] = env
             return handle, env_id_of(env, source)
 
-        return guarded(run)
+        return self._tracked(run)
 
     def reset(self, handle: int, seed: int | None, options: dict[str, Any] | None):
         """``env.reset(seed=..., options=...)``."""
-        return guarded(lambda: self._env(handle).reset(seed=seed, options=options))
+        return self._tracked(lambda: self._env(handle).reset(seed=seed, options=options))
 
     def step(self, handle: int, action: Any) -> tuple[str, Any]:
         """``env.step(action)``, plus the episode metrics when the episode ended."""
@@ -113,17 +182,17 @@ class EnvHost:
                 metrics = dict(getattr(env.unwrapped, "episode_metrics", {}) or {})
             return obs, reward, terminated, truncated, info, metrics
 
-        return guarded(run)
+        return self._tracked(run)
 
     def episode_metrics(self, handle: int) -> tuple[str, Any]:
         """A copy of ``env.unwrapped.episode_metrics``."""
-        return guarded(
+        return self._tracked(
             lambda: dict(getattr(self._env(handle).unwrapped, "episode_metrics", {}) or {})
         )
 
     def render(self, handle: int) -> tuple[str, Any]:
         """``env.render()``."""
-        return guarded(lambda: self._env(handle).render())
+        return self._tracked(lambda: self._env(handle).render())
 
     def bind(self, handle: int, token: str, payload: bytes) -> tuple[str, Any]:
         """Bind the pickled env-bound policy ``payload`` (cached by ``token``) to an env."""
@@ -141,7 +210,7 @@ class EnvHost:
             self._bound[handle] = bound
             return str(getattr(bound, "name", type(bound).__name__))
 
-        return guarded(run)
+        return self._tracked(run)
 
     def act(
         self, handle: int, messages: Sequence[Message], sampling: SamplingParams
@@ -157,7 +226,7 @@ class EnvHost:
             )
             return future.result()
 
-        return guarded(run)
+        return self._tracked(run)
 
     def _policy_loop(self) -> asyncio.AbstractEventLoop:
         """One event loop per actor, on its own thread, for env-bound policies."""
@@ -180,7 +249,7 @@ class EnvHost:
             if env is not None:
                 env.close()
 
-        return guarded(run)
+        return self._tracked(run)
 
     def shutdown(self) -> None:
         """Close every env, then exit the actor process (so atexit handlers run:
@@ -196,7 +265,36 @@ class EnvHost:
                 env.close()
             except Exception:
                 pass
+        if self._stacks is not None:
+            with contextlib.suppress(Exception):
+                faulthandler.unregister(STACKS_SIGNAL)
+                self._stacks.close()
+                os.unlink(self._stacks_path)
         ray.actor.exit_actor()
+
+
+def _register_stacks() -> tuple[str, Any]:
+    """Register faulthandler on :data:`STACKS_SIGNAL`, writing to a file of this process
+    (so that a monitor on this host can read a hung worker's Python stacks)."""
+    folder = os.path.join(tempfile.gettempdir(), "agentgym-stacks")
+    path = os.path.join(folder, f"worker-{os.getpid()}.txt")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        f = open(path, "a", encoding="utf-8")  # noqa: SIM115 (open for the process's life)
+        faulthandler.register(STACKS_SIGNAL, file=f, all_threads=True)
+    except (OSError, RuntimeError, ValueError):
+        return "", None
+    return path, f
+
+
+def _rss_mb() -> float:
+    """Resident memory of this process in MiB (0 where ``/proc`` is missing)."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 _remote_host_class: Any = None
@@ -208,5 +306,13 @@ def remote_host() -> Any:
     if _remote_host_class is None:
         import ray
 
-        _remote_host_class = ray.remote(EnvHost)
+        class _EnvHost(EnvHost):  # the health check on its own thread
+            health = ray.method(concurrency_group=HEALTH_GROUP)(_health_of_env_host)
+
+        _EnvHost.__name__ = _EnvHost.__qualname__ = "EnvHost"
+        _remote_host_class = ray.remote(concurrency_groups={HEALTH_GROUP: 1})(_EnvHost)
     return _remote_host_class
+
+
+def _health_of_env_host(self: EnvHost) -> dict[str, Any]:
+    return EnvHost.health(self)

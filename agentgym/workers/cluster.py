@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.errors import ConfigError
+from agentgym.workers.reaper import start_reaper, stop_reaper
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -61,11 +62,14 @@ class RayConnection:
         started_ray: a local Ray was started here (and is shut down at close).
         temp_dir: that Ray's temp dir (``None`` when joined).
         session_dir: its session dir (logs, sockets), when Ray tells.
+        reaper: the process that ends that Ray and removes its session dir if this
+            process dies without closing it (:mod:`~agentgym.workers.reaper`).
     """
 
     started_ray: bool = False
     temp_dir: str | None = None
     session_dir: str | None = None
+    reaper: Any = None  # (process, pipe end) of the reaper watching a local Ray
 
 
 def default_temp_dir() -> str:
@@ -141,6 +145,7 @@ def connect(
     cpus_per_worker: float,
     object_store_memory: int | None,
     log_to_driver: bool,
+    keep_logs: bool = False,
 ) -> RayConnection:
     """Make sure this process is connected to a Ray that can place the workers.
 
@@ -174,7 +179,7 @@ def connect(
             "lets workers share CPUs) or raise num_cpus."
         )
     wanted = explicit_temp or check_temp_dir(default_temp_dir())
-    return _start_local(ray, wanted, cpus, object_store_memory, log_to_driver)
+    return _start_local(ray, wanted, cpus, object_store_memory, log_to_driver, keep_logs)
 
 
 def shut_down_local(connection: RayConnection, *, keep_logs: bool) -> None:
@@ -187,6 +192,8 @@ def shut_down_local(connection: RayConnection, *, keep_logs: bool) -> None:
     ray.shutdown()
     if connection.session_dir and not keep_logs:
         shutil.rmtree(connection.session_dir, ignore_errors=True)
+    if connection.reaper is not None:
+        stop_reaper(*connection.reaper)
 
 
 def _join(ray: Any, address: str, log_to_driver: bool) -> None:
@@ -211,6 +218,7 @@ def _start_local(
     num_cpus: int,
     object_store_memory: int | None,
     log_to_driver: bool,
+    keep_logs: bool = False,
 ) -> RayConnection:
     os.makedirs(temp_dir, exist_ok=True)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -228,4 +236,12 @@ def _start_local(
         session_dir = ray._private.worker._global_node.get_session_dir_path()
     except Exception:
         session_dir = None
-    return RayConnection(started_ray=True, temp_dir=temp_dir, session_dir=session_dir)
+    reaper = None
+    if session_dir and sys.platform.startswith("linux"):
+        try:  # a kill -9 of this process must not leave Ray's agents and files behind
+            reaper = start_reaper(session_dir, keep_logs=keep_logs)
+        except OSError:
+            reaper = None
+    return RayConnection(
+        started_ray=True, temp_dir=temp_dir, session_dir=session_dir, reaper=reaper
+    )

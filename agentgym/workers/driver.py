@@ -215,7 +215,9 @@ class RayEnvWorkers:
         self._busy = [0] * num_workers
         self._count = [0] * num_workers
         self._generation = [0] * num_workers  # bumped when a dead actor is replaced
-        self.replaced = 0  # actors replaced after they died
+        self.replaced = 0  # actors replaced after they died (or were killed as faulty)
+        self._health_refs: dict[int, Any] = {}  # worker -> its health call in flight
+        self._health_last: dict[int, dict[str, Any]] = {}
         self._binders: OrderedDict[int, tuple[Any, str, bytes]] = OrderedDict()
 
         self._connection: RayConnection = connect(
@@ -226,6 +228,7 @@ class RayEnvWorkers:
             cpus_per_worker=cpus_per_worker,
             object_store_memory=object_store_memory,
             log_to_driver=log_to_driver,
+            keep_logs=keep_logs,
         )
         #: a local Ray was started here (``close`` shuts it down); its temp and session dirs
         self.started_ray: bool = self._connection.started_ray
@@ -349,6 +352,55 @@ class RayEnvWorkers:
         import ray
 
         return ray.get([a.info.remote() for a in self._actors])
+
+    def health(self, timeout_s: float = 1.0) -> list[dict[str, Any]]:
+        """Each worker's latest heartbeat (its ``health()`` record: counters of calls,
+        errors, busy seconds and CPU, memory, the oldest call in flight).
+
+        A worker that has not answered its previous health call within the time keeps
+        its last record (same ``seq``), which is how a monitor sees that it hangs; one
+        is asked again only once it answered. Waits at most ``timeout_s``.
+        """
+        self._check_open()
+        import ray
+
+        with self._lock:
+            actors = list(self._actors)
+        for i, actor in enumerate(actors):
+            pending = self._health_refs.get(i)
+            if pending is None or pending[0] is not actor:
+                self._health_refs[i] = (actor, actor.health.remote())
+        refs = [ref for _, ref in self._health_refs.values()]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        done = set(ready)
+        for i, (_, ref) in list(self._health_refs.items()):
+            if ref not in done:
+                continue
+            del self._health_refs[i]
+            try:
+                self._health_last[i] = ray.get(ref)
+            except Exception:  # the actor died: its record stays until it is replaced
+                continue
+        return [self._health_last[i] for i in sorted(self._health_last)]
+
+    def kill_worker(self, worker: int) -> None:
+        """Kill worker ``worker`` (found faulty) and start a new one in its place.
+
+        Its envs go with it; the episodes that were on it fail with reason
+        ``worker_lost`` and, with ``retries``, are played again with the same seeds.
+        """
+        self._check_open()
+        import ray
+
+        with self._lock:
+            actor = self._actors[worker]
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:
+            pass
+        self._replace(worker, actor)
+        self._health_refs.pop(worker, None)
+        self._health_last.pop(worker, None)
 
     def _config_key(self, env: EnvSource, kwargs: dict[str, Any]) -> int:
         with self._lock:
