@@ -52,11 +52,25 @@ def _phase_reason(phase: str, old: Scored, new: Scored) -> str:
     """A physical reason for a phase's change, from the two modelled steps."""
     o, n = old.step, new.step
     if phase.startswith("rollout: decode"):
+        ro, rn = old.layout.rollout, new.layout.rollout
+        why = []
+        if rn.pp < ro.pp:
+            why.append(
+                f"each token crosses {rn.pp} engine pipeline stage(s) instead of {ro.pp}, "
+                "and a decode step pays each stage's kernels in turn"
+            )
+        if rn.dp > ro.dp:
+            why.append(f"{rn.dp} engine replicas share the episodes instead of {ro.dp}")
+        if rn.tp != ro.tp:
+            why.append(f"engine TP {ro.tp} -> {rn.tp} changes the weight bytes and all-reduces")
+        tail_o = o.idle.get("rollout tail (few sequences left)", 0.0)
+        tail_n = n.idle.get("rollout tail (few sequences left)", 0.0)
         return (
-            f"decode runs at {n.decode_tokens_per_s_per_gpu:,.0f} tokens/s per GPU at full "
-            f"concurrency against {o.decode_tokens_per_s_per_gpu:,.0f} (fewer weight bytes "
-            "read per token per GPU, fewer pipeline hops and collectives per step); decode is "
-            f"HBM-bandwidth-bound for {n.decode_memory_bound:.0%} of its time"
+            "; ".join(why or ["the engine reads fewer bytes per decoded token"])
+            + f". The tail with few sequences left costs {tail_n:,.0f} s against "
+            f"{tail_o:,.0f} s; at full concurrency decode runs at "
+            f"{n.decode_tokens_per_s_per_gpu:,.0f} tokens/s per GPU against "
+            f"{o.decode_tokens_per_s_per_gpu:,.0f}"
         )
     if phase.startswith("train: pipeline bubble"):
         return "fewer pipeline stages or more micro-batches shrink the 1F1B bubble"

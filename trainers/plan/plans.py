@@ -249,7 +249,8 @@ def plan_lora(
             )
         loss = 3 * tokens * arch.vocab_size / tp * 4.0 if last else 0.0
         working = max(work, loss)
-        which = "loss head (fp32 logits x3)" if loss > work else "one recomputed layer"
+        layer = "one recomputed layer" if train.activation_checkpointing else "one layer's backward"
+        which = "loss head (fp32 logits x3)" if loss > work else layer
         other = f"; the other: {min(work, loss) / GIB:.2f} GiB" if last else ""
 
         items = [

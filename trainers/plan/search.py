@@ -293,7 +293,7 @@ def search_layouts(
                 n_roll += len(s.sleep_levels)
                 if rm.gib > 0.95 * mem or rm.gib > m_prime:
                     continue
-                util = min(0.95, math.ceil(rm.gib / mem / 0.05 - 1e-9) * 0.05)
+                util = round(min(0.95, math.ceil(rm.gib / mem / 0.05 - 1e-9) * 0.05), 2)
                 spec = replace(
                     base_spec,
                     mode=mode,

@@ -35,6 +35,16 @@ def format_step(step: StepTime, title: str = "Step time (time model)") -> str:
     return "\n".join(lines)
 
 
+#: Pareto layouts printed at most (the JSON has them all)
+PARETO_ROWS = 12
+
+
+def _spread(items: tuple[Scored, ...], n: int) -> list[Scored]:
+    """``n`` items evenly spread over ``items``, first and last included."""
+    idx = sorted({round(i * (len(items) - 1) / (n - 1)) for i in range(n)})
+    return [items[i] for i in idx]
+
+
 def _row(i: int, s: Scored) -> str:
     return f"{i:>3} {s.seconds:>9,.1f} {s.peak_gib:>8.1f} {s.headroom_gib:>8.1f}  {s.layout.describe()}"
 
@@ -55,9 +65,15 @@ def format_search(result: SearchResult, disagg: DisaggResult | None = None) -> s
             f"{'cfg':>3} {b.seconds:>9,.1f} {b.peak_gib:>8.1f} {b.headroom_gib:>8.1f}  {b.layout.describe()}"
         )
     lines += ["", format_step(result.ranked[0].step, "winner by phase:")]
-    lines += ["", "Pareto front (more memory headroom or a shorter step; nothing beats both):"]
+    front = result.pareto
+    shown = front if len(front) <= PARETO_ROWS else _spread(front, PARETO_ROWS)
+    lines += [
+        "",
+        f"Pareto front: {len(front)} layouts trade memory headroom for step time (nothing "
+        f"beats them on both){'; ' + str(len(shown)) + ' of them, evenly spread' if len(shown) < len(front) else ''}:",
+    ]
     lines.append(f"{'#':>3} {'step s':>9} {'peak GiB':>8} {'headroom':>8}  layout")
-    lines += [_row(i + 1, s) for i, s in enumerate(result.pareto)]
+    lines += [_row(front.index(s) + 1, s) for s in shown]
     lines += ["", "why:"] + [f"  {e}" for e in result.explanation]
     if disagg is not None:
         win = result.ranked[0].step
