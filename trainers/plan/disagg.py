@@ -56,6 +56,7 @@ class DisaggLayout:
 
     @property
     def gpus(self) -> int:
+        """GPUs of both sides."""
         return self.attention_gpus + self.expert_gpus
 
     @property
@@ -64,6 +65,7 @@ class DisaggLayout:
         return self.attention_gpus // self.attention_tp
 
     def describe(self) -> str:
+        """A one-line description."""
         return (
             f"{self.attention_gpus} attention GPUs (tp={self.attention_tp}) + "
             f"{self.expert_gpus} expert GPUs, {self.micro_batches} micro-batches"

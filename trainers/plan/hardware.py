@@ -102,18 +102,13 @@ class Cluster:
     def __post_init__(self) -> None:
         if self.gpus_per_node < 1 or self.gpus < 1:
             raise ConfigError("plan.gpus and plan.gpus_per_node must be positive.")
-        if self.gpus > self.gpus_per_node and self.gpus % self.gpus_per_node:
-            raise ConfigError(
-                f"plan.gpus={self.gpus} is not a whole number of nodes of "
-                f"plan.gpus_per_node={self.gpus_per_node}; change one of them."
-            )
         if self.network_gbit <= 0:
             raise ConfigError(f"plan.network_gbit must be > 0, got {self.network_gbit}.")
 
     @property
     def nodes(self) -> int:
-        """Nodes of the run (at least one)."""
-        return max(1, self.gpus // self.gpus_per_node)
+        """Nodes of the run (a partly filled last node counts)."""
+        return -(-self.gpus // self.gpus_per_node)
 
     @property
     def network_bytes_per_s(self) -> float:

@@ -49,13 +49,16 @@ class Tally:
     seconds: dict[str, float] = field(default_factory=dict)
 
     def add(self, resource: str, seconds: float) -> None:
+        """Attribute ``seconds`` to ``resource``."""
         if seconds > 0:
             self.seconds[resource] = self.seconds.get(resource, 0.0) + seconds
 
     def scaled(self, factor: float) -> Tally:
+        """A copy with every entry times ``factor``."""
         return Tally({k: v * factor for k, v in self.seconds.items()})
 
     def merge(self, other: Tally) -> None:
+        """Add ``other``'s entries to this tally."""
         for k, v in other.seconds.items():
             self.add(k, v)
 

@@ -95,6 +95,7 @@ class Scored:
 
     @property
     def seconds(self) -> float:
+        """Modelled seconds per step."""
         return self.step.seconds
 
 

@@ -74,6 +74,7 @@ class TrainTime:
 
     @property
     def total(self) -> float:
+        """Seconds of the whole training phase."""
         return (
             self.compute
             + self.comm
