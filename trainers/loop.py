@@ -68,7 +68,7 @@ from agentgym.trainers.algorithm import (
 from agentgym.trainers.batch import episodes_to_samples
 from agentgym.trainers.checkpoint import latest_checkpoint, read_checkpoint, save_checkpoint
 from agentgym.trainers.config import TrainConfig
-from agentgym.trainers.distributed import all_gather_objects, all_reduce_sum, start_distributed
+from agentgym.trainers.distributed import all_gather_objects, start_distributed
 from agentgym.trainers.engines import RolloutEngine, make_engine
 from agentgym.trainers.env_setup import env_corpus, env_kwargs, resolve_envs
 from agentgym.trainers.evaluation import (
@@ -278,13 +278,14 @@ class DAPOTrainer:
         if self.heartbeat is not None:
             self.heartbeat.phase(name)
 
-    def _stop_requested(self) -> bool:
-        """Whether the launcher asked the ranks to stop (decided by all ranks together,
-        so that they stop after the same step)."""
+    def _stop_requested(self) -> int:
+        """Whether the launcher asked the ranks to stop: 0 no, 1 stop, 2 stop after a
+        checkpoint (decided by all ranks together, so that they stop after the same
+        step)."""
         if self.heartbeat is None or not os.environ.get(LAUNCHER_ENV):
-            return False
-        flag = 1.0 if self.heartbeat.stop_requested() else 0.0
-        return all_reduce_sum([flag], self.dist)[0] > 0
+            return 0
+        wanted = all_gather_objects(self.heartbeat.stop_requested(), self.dist)
+        return 0 if not any(wanted) else min(w for w in wanted if w)
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, Any]:
@@ -503,7 +504,8 @@ class DAPOTrainer:
                     eval_rows.append(m)
                 last = self.step == cfg.run.max_steps
                 stop = self._stop_requested()  # the launcher found a faulty rank
-                if (cfg.run.save_every and self.step % cfg.run.save_every == 0) or last or stop:
+                save = cfg.run.save_every and self.step % cfg.run.save_every == 0
+                if save or last or stop == 2:
                     t0 = time.monotonic()
                     self._phase("checkpoint")
                     self.save()
@@ -514,9 +516,10 @@ class DAPOTrainer:
                 if self.heartbeat is not None:
                     self.heartbeat.step_done(self.step, m)
                 if stop:
+                    kept = "its checkpoint is saved" if stop == 2 or save else "not saved"
                     raise RunStopped(
                         f"stopped after step {self.step} at the launcher's request (a faulty "
-                        "rank, see faults.jsonl); its checkpoint is saved."
+                        f"rank, see faults.jsonl); {kept}."
                     )
                 if self.worker_monitor is not None:
                     self.worker_monitor.check()

@@ -147,6 +147,42 @@ def test_sharded_resume_continues_like_an_uninterrupted_run(tmp_path, single_run
     _assert_same_as_single(out, single_run("tiny-qwen2"))
 
 
+@pytest.mark.slow
+def test_two_nodes_on_loopback_train_together_and_match_one_process(tmp_path, single_run):
+    """Two launchers, one process each, joined as node 0 and node 1 through 127.0.0.1
+    (torchrun's static rendezvous, as on two machines sharing the run folder)."""
+    import socket
+
+    with socket.socket() as s:  # a free port for node 0's store
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "run"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HELPERS), env.get("PYTHONPATH")]))
+    args = _args(out, "tiny-qwen2", "distributed.strategy=fsdp2")
+    cmd = [sys.executable, "-m", "agentgym", "train", *args, "--nproc", "1", "--nnodes", "2"]
+    where = ["--master-addr", "127.0.0.1", "--master-port", str(port)]
+    nodes = [
+        subprocess.Popen(
+            [*cmd, "--node-rank", str(rank), *where],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        for rank in (0, 1)
+    ]
+    try:
+        logs = [p.communicate(timeout=600)[0] for p in nodes]
+    finally:
+        for p in nodes:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in nodes] == [0, 0], "\n".join(log[-3000:] for log in logs)
+    assert "--nnodes=2" in logs[1] and "--node-rank=1" in logs[1]
+    _assert_same_as_single(out, single_run("tiny-qwen2"))
+
+
 def test_a_sharded_checkpoint_needs_the_same_number_of_processes(tmp_path):
     from agentgym.trainers.checkpoint import read_checkpoint
 

@@ -244,9 +244,17 @@ class RankHeartbeat:
             self._phase = ("between steps", now)
         self._beat()
 
-    def stop_requested(self) -> bool:
-        """Whether the launcher asked the ranks to stop (``health/stop.json``)."""
-        return (self.dir / STOP_FILE).exists()
+    def stop_requested(self) -> int:
+        """Whether the launcher asked the ranks to stop (``health/stop.json``): 0 no,
+        1 stop, 2 stop after saving a checkpoint."""
+        path = self.dir / STOP_FILE
+        if not path.exists():
+            return 0
+        try:
+            save = bool(json.loads(path.read_text(encoding="utf-8")).get("checkpoint", True))
+        except (OSError, ValueError, AttributeError):
+            save = True
+        return 2 if save else 1
 
     def finish(self) -> None:
         """The process is exiting normally: write a last heartbeat marked ``done`` (the

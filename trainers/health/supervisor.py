@@ -162,35 +162,39 @@ def run_once(command: Sequence[str], plan: LaunchPlan, restarts: int = 0) -> Att
                 if old.get(path.name) != _identity(rec)
             }
             for f in detector.update(time.monotonic(), records):
+                action = "warn" if plan.on_fault == "warn" or fault is not None else "stop"
+                if action == "stop" and f.kind != "hung":  # ask first: a dump takes a second
+                    fault = f
+                    request_stop(health, f)
+                    kill_at = time.monotonic() + plan.stop_grace_s
                 dump = _dump(f, plan.run_dir, proc.pid)
-                action = "warn" if plan.on_fault == "warn" else "stop"
                 say(f"fault: {f.message()}" + (f" [dump: {dump}]" if dump else ""))
-                _append(
-                    plan.run_dir,
-                    {
-                        "event": "fault",
-                        **f.to_dict(),
-                        "action": action,
-                        "dump": dump,
-                        "restarts": restarts,
-                    },
-                )
-                if action == "warn" or fault is not None:
+                row = {"event": "fault", **f.to_dict(), "action": action, "dump": dump}
+                _append(plan.run_dir, {**row, "restarts": restarts})
+                if action == "warn":
                     continue
-                fault = f
                 if f.kind == "hung":
+                    fault = f
                     say(f"stopping the run: {f.worker} cannot be waited for")
                     _kill(proc)
                 else:
                     say(f"stopping the run at the end of the step ({f.worker} {f.kind})")
-                    (health / STOP_FILE).write_text(json.dumps(f.to_dict()), encoding="utf-8")
-                    kill_at = time.monotonic() + plan.stop_grace_s
     except BaseException:
         _kill(proc)
         raise
     finally:
         _kill_leftovers(proc)
     return Attempt(rc=rc, fault=fault, seconds=time.monotonic() - t0)
+
+
+def request_stop(health: Path, fault: Fault) -> None:
+    """Ask the ranks to stop at the end of the step (``health/stop.json``). They save a
+    checkpoint first unless the fault is a non-finite loss (that state is not worth
+    keeping; the last periodic checkpoint stays)."""
+    row = {**fault.to_dict(), "checkpoint": fault.kind != "broken"}
+    tmp = health / (STOP_FILE + ".tmp")
+    tmp.write_text(json.dumps(row), encoding="utf-8")
+    os.replace(tmp, health / STOP_FILE)
 
 
 def _identity(rec: dict[str, Any]) -> tuple[Any, ...]:
