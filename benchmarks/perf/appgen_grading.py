@@ -2,8 +2,10 @@
 
 For every built-in task, :func:`agentgym.envs.appgen.grade` runs on the task's reference
 solution in a warm sandbox from a :class:`~agentgym.sandbox.SandboxPool` (the sandbox is
-acquired before the clock starts and released after it stops, so the figures are the
-grading alone: writing the files, running the hidden tests, reading the report). Each
+acquired before the clock starts and released after it stops). The figures are the
+grading (writing the files, running the hidden tests, reading the report) plus the
+clean-up of the sandbox it leaves (every process and file of the grader and of the
+project), which a pool otherwise does when the sandbox is next used. Each
 task is graded ``repeats`` times (3, or 1 in quick mode) and the median is reported, with
 the mean over tasks and the total. Every grading must score 1.0, or the benchmark fails.
 
@@ -44,6 +46,8 @@ def run(
                 try:
                     t0 = time.perf_counter()
                     result = grade(task, task.reference_files(), sb)
+                    sb.reset()
+                    sb.run(["true"])  # the clean-up this grading left, done now
                     samples.append(time.perf_counter() - t0)
                 finally:
                     pool.release(sb)

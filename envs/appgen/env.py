@@ -98,8 +98,13 @@ class AppGenEnv(ConversationEnv):
 
     ## Rewards
     Terminal only: ``passed / total`` hidden test cases, plus ``completion_bonus`` when
-    all pass, minus ``token_cost`` per 1000 policy tokens. A tampering attempt caught by
-    the grader (see :mod:`agentgym.envs.appgen.grading`) scores 0 before the token cost.
+    all pass, minus ``token_cost`` per 1000 policy tokens. The hidden tests run in a
+    process the project's code cannot reach (see :mod:`agentgym.envs.appgen.grading`); a
+    tampering attempt caught by the grader scores 0 before the token cost. When the
+    infrastructure fails under the episode (the sandbox's container dies during a
+    ``<run>`` or the grading, the Docker engine stops answering), ``step`` raises
+    :class:`agentgym.InfraError` (``reason`` ``"sandbox_died"``, ``"docker_unreachable"``)
+    instead of returning a reward: such an episode cannot be scored.
     ``info["reward_breakdown"]``: ``passed``, ``total``, ``pass_rate``, ``per_test``
     (test id -> outcome), ``errors``, ``tampered``, ``dropped_files``, ``bonus``,
     ``token_penalty``, ``task``, ``task_hash``, ``turns``, ``conversations``,

@@ -391,6 +391,17 @@ def _kill_groups(groups: list) -> None:
     _reap()
 
 
+def _compile_project() -> None:
+    """Compile the project's modules to bytecode (nothing of it runs), so that each
+    worker's imports read the bytecode instead of compiling the source again."""
+    import compileall
+
+    try:
+        compileall.compile_dir(".", quiet=2, workers=1)
+    except Exception:
+        pass  # a worker compiles what could not be compiled here, and reports its errors
+
+
 def _quiet_streams() -> None:
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
@@ -422,6 +433,7 @@ def main(argv: list) -> None:
     except OSError:
         pass
     os.chdir(project)
+    _compile_project()
     sys.path.append(os.getcwd())
     for mod in PRELOAD:
         try:
