@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -326,3 +328,105 @@ def _comparable(ep):
     d = ep.to_dict()
     d["metrics"] = {}
     return d
+
+
+# ----------------------------------------------------------------------------- health
+def _health(workers, want: int, timeout_s: float = 60.0) -> dict[str, dict[str, Any]]:
+    """Every worker's health record (waits for new actors to answer their first call)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = {r["worker"]: r for r in workers.health(timeout_s=1.0)}
+        if len(got) >= want or time.monotonic() > deadline:
+            return got
+
+
+def test_health_records_count_calls_errors_and_busy_time(workers):
+    before = _health(workers, 2)
+    assert sorted(before) == ["worker0", "worker1"]
+    info = {i["index"]: i for i in workers.info()}
+    for rec in before.values():
+        assert rec["pid"] == info[rec["index"]]["pid"] and rec["host"] == socket.gethostname()
+        assert {"cpu_s", "calls", "errors", "busy_s"} <= set(rec["counters"])
+        assert {"rss_mb", "inflight", "oldest_call_s"} <= set(rec["gauges"])
+    episodes = rollout(RECALL, OraclePolicy(), num_tasks=4, env_host=workers)
+
+    async def bad_reset():
+        env = await workers.acquire(MATH)
+        try:
+            await env.reset(seed=0, options={"no_such_option": 1})
+        finally:
+            workers.release(env, discard=True)
+
+    with pytest.raises(EnvWorkerError):
+        _run(bad_reset())
+    after = _health(workers, 2)
+    errors = sum(after[w]["counters"]["errors"] - before[w]["counters"]["errors"] for w in after)
+    assert errors == 1
+    calls = sum(after[w]["counters"]["calls"] - before[w]["counters"]["calls"] for w in after)
+    steps = sum(len(ep.turns) for ep in episodes)
+    assert calls >= steps + len(episodes)  # a reset and the steps of every episode, at least
+    assert sum(after[w]["counters"]["busy_s"] for w in after) > sum(
+        before[w]["counters"]["busy_s"] for w in before
+    )
+    assert all(after[w]["seq"] > before[w]["seq"] for w in after)
+
+
+def test_kill_worker_replaces_it_with_a_working_one(workers):
+    old = {i["index"]: i["pid"] for i in workers.info()}
+    replaced = workers.replaced
+    workers.kill_worker(1)
+    assert workers.replaced == replaced + 1
+    new = {i["index"]: i["pid"] for i in workers.info()}
+    assert new[0] == old[0] and new[1] != old[1]
+    episodes = rollout(RECALL, OraclePolicy(), seeds=[0, 1, 2, 3], env_host=workers)
+    assert not any(e.failed for e in episodes)
+
+
+def test_a_killed_driver_takes_its_local_ray_and_session_folder_along(tmp_path):
+    """kill -9 of a driver that started a local Ray: the reaper ends the Ray processes
+    (the agents too) and removes the session folder within seconds."""
+    script = (
+        "import time\nfrom agentgym.workers import RayEnvWorkers\n"
+        "w = RayEnvWorkers(1, cpus_per_worker=0)\n"
+        "print(w.session_dir, flush=True)\ntime.sleep(300)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    driver = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        session = driver.stdout.readline().strip()
+        assert session and os.path.isdir(session)
+        raylets = [p for p in _pids() if session.encode() in _cmdline(p) and b"raylet" in
+                   _cmdline(p).split(b"\0")[0]]  # fmt: skip
+        assert raylets
+        mark = f"RAY_RAYLET_PID={raylets[0]}".encode()
+        driver.kill()
+        driver.wait()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            left = [p for p in _pids() if session.encode() in _cmdline(p) or _has_env(p, mark)]
+            if not left and not os.path.exists(session):
+                break
+            time.sleep(0.2)
+        assert left == [] and not os.path.exists(session), (left, session)
+    finally:
+        driver.kill()
+
+
+def _pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _has_env(pid: int, mark: bytes) -> bool:
+    try:
+        return mark in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
