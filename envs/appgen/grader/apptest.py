@@ -53,7 +53,7 @@ _settings: dict = {"socket": "", "names": frozenset(), "timeout": 30.0, "kill": 
 _current = None  # the _Process of the running test
 _MAX_NESTING = 32
 #: special attributes of a proxy that are read from the project's object
-_FORWARDED = frozenset({"__name__", "__qualname__", "__doc__", "__wrapped__", "__module__"})
+_FORWARDED = frozenset({"__name__", "__qualname__", "__doc__", "__wrapped__"})
 _REAL_EXCEPTIONS = frozenset(
     name
     for name, value in vars(builtins).items()
@@ -208,7 +208,8 @@ class _Process:
         except wire.WireTimeout:
             self._fail("did not answer within {:g}s".format(_settings["timeout"]), op)
         except wire.WireError as e:
-            self._fail(f"failed ({e})", op)
+            closed = "closed the connection" in str(e)
+            self._fail("exited or was killed" if closed else f"failed ({e})", op)
         except BaseException:  # a test timeout while waiting: the worker is mid-call
             self.dead = self.dead or "was interrupted"
             raise
@@ -337,8 +338,11 @@ def _exception(info, proc: _Process, op: str) -> BaseException:
         try:
             args = wire.decode(info.get("args"), lambda d, depth: _decode_other(d, proc))
             return cls(*args) if isinstance(args, tuple) else cls(message)
-        except Exception:
-            return cls(message)
+        except Exception:  # odd arguments for the class
+            try:
+                return cls(message)
+            except Exception:  # a class that needs more (UnicodeDecodeError): a mirror
+                cls = _mirror({"m": "project", "q": cls.__name__, "b": []})
     exc = cls.__new__(cls)
     exc.args = (message,)
     exc.__dict__["_apptest_message"] = message

@@ -53,11 +53,15 @@ class WireTimeout(WireError):
     """No complete message arrived before the deadline."""
 
 
+class MessageTooLarge(WireError):
+    """A message to send is larger than :data:`MAX_MESSAGE` (nothing was sent)."""
+
+
 def send(sock: socket.socket, message: object) -> None:
     """Send one message (any JSON value)."""
     data = json.dumps(message, separators=(",", ":"), allow_nan=True).encode("utf-8")
     if len(data) > MAX_MESSAGE:
-        raise WireError(f"a message exceeded {MAX_MESSAGE} bytes")
+        raise MessageTooLarge(f"a message of {len(data)} bytes exceeds the limit of {MAX_MESSAGE}")
     try:
         sock.sendall(struct.pack(">I", len(data)) + data)
     except OSError as e:

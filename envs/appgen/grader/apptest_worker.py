@@ -104,6 +104,8 @@ class Worker:
             reply = {"re": rid, "exc": self.describe_exception(e)}
         try:
             wire.send(self.conn, reply)
+        except wire.MessageTooLarge as e:
+            wire.send(self.conn, {"re": rid, "exc": self.describe_exception(ValueError(str(e)))})
         except wire.WireError:
             raise
         except Exception as e:  # the reply could not be serialised
@@ -194,13 +196,14 @@ class Worker:
         return wire.encode(value, self._encode_other)
 
     def _encode_other(self, v, depth: int):
-        if isinstance(v, types.ModuleType):
+        t = type(v)  # the real type: isinstance would believe a __class__ property
+        if issubclass(t, types.ModuleType):
             return {"t": "mod", "v": str(v.__name__)}
-        if isinstance(v, type) and issubclass(v, BaseException):
+        if issubclass(t, type) and issubclass(v, BaseException):
             return {"t": "xc", "v": self.handle(v), "c": describe_class(v)}
-        if isinstance(v, tuple) and isinstance(getattr(type(v), "_fields", None), tuple):
+        if issubclass(t, tuple) and isinstance(getattr(t, "_fields", None), tuple):
             return wire.encode_named_tuple(v, self._encode_other, depth)
-        if isinstance(v, _PLAIN_SUBCLASSES):  # an enum member, an OrderedDict, a str subclass
+        if issubclass(t, _PLAIN_SUBCLASSES):  # an enum member, an OrderedDict, a str subclass
             return wire.encode(_plain(v), self._encode_other, depth)
         return {"t": "r", "v": self.handle(v), "k": type_name(v)}
 
@@ -287,23 +290,22 @@ class Worker:
 
 def _plain(v):
     """The plain value inside an instance of a subclass of a plain type."""
-    if isinstance(v, bool):
-        return bool(v)
-    if isinstance(v, int):
+    t = type(v)
+    if issubclass(t, int):
         return int(int.__repr__(v))
-    if isinstance(v, float):
+    if issubclass(t, float):
         return float(float.__repr__(v))
-    if isinstance(v, str):
+    if issubclass(t, str):
         return str.__str__(v)
-    if isinstance(v, (bytes, bytearray)):
+    if issubclass(t, (bytes, bytearray)):
         return bytes(v)
-    if isinstance(v, tuple):
+    if issubclass(t, tuple):
         return tuple(tuple.__iter__(v))
-    if isinstance(v, list):
+    if issubclass(t, list):
         return list(list.__iter__(v))
-    if isinstance(v, dict):
+    if issubclass(t, dict):
         return dict(dict.items(v))
-    if isinstance(v, frozenset):
+    if issubclass(t, frozenset):
         return frozenset(frozenset.__iter__(v))
     return set(set.__iter__(v))
 
