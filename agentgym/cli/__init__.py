@@ -25,6 +25,8 @@ SUBCOMMANDS: tuple[str, ...] = (
     "bench",  # bench, leaderboard
     "plan",  # plan
     "apo",  # apo-values
+    "serve",  # serve (OpenAI-compatible server)
+    "episodes",  # episodes export
 )
 
 

@@ -46,8 +46,8 @@ warm-up steps; means too), ``speedup_vs_trl`` = TRL median / agentgym median, th
 median of the per-step ratios of paired steps, agentgym's idle share (bubble seconds /
 step seconds over the measured steps: time in a step when the model waited for
 environments or rewards), agentgym's generate/train seconds and TRL's generation
-seconds (its ``_generate``, tokenisation included). Needs ``trl`` (``pip install
-trl``); without it only agentgym is timed.
+seconds (its ``_generate``, tokenisation included). Needs TRL (``pip install -e
+'.[bench]'``); without it only agentgym is timed.
 
 Run: ``python -m agentgym.benchmarks.perf.trainer [--quick] [--steps N]``.
 """
@@ -355,7 +355,7 @@ def run(
     if s["trl_gradient_checkpointing"]:
         notes += " TRL with gradient checkpointing (its default; recomputes activations)."
     if theirs is None:
-        notes += " TRL is not installed (pip install trl): only agentgym was timed."
+        notes += " TRL is not installed (pip install -e '.[bench]'): only agentgym was timed."
     return {
         "title": "DAPO trainer step time vs TRL GRPOTrainer",
         "ratios": ratios,

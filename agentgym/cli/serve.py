@@ -1,0 +1,118 @@
+"""``agentgym serve --model PATH_OR_PRESET [--lora NAME=PATH ...]``: an OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from agentgym import ConfigError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve a model and its LoRA adapters over the OpenAI API",
+        description=(
+            "An OpenAI-compatible HTTP server (/v1/models, /v1/chat/completions, "
+            "/v1/completions, streaming, n, seed, stop, log-probs) over the HF engine, "
+            "batching concurrent requests as the trainer does. Adapters are served by name "
+            "as vLLM does (--lora name=PATH; a request's 'model' picks one) and can be "
+            "loaded and unloaded at run time (POST /v1/load_lora_adapter, "
+            "/v1/unload_lora_adapter). Needs aiohttp: pip install 'agentgym[serve]'. "
+            "See docs/integrations.md."
+        ),
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        help="a local Hugging Face model folder (e.g. an `agentgym sft` run's model/) or a "
+        "preset name (tiny-qwen2: random weights, for trying the server)",
+    )
+    p.add_argument(
+        "--lora",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="serve the peft adapter in PATH (e.g. a checkpoint's adapter/) as model NAME; "
+        "repeatable",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--served-model-name", default=None, help="the base model's name (default: --model)"
+    )
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="context length, prompt plus reply (default: the model's)",
+    )
+    p.add_argument("--max-batch", type=int, default=64, help="most requests per engine batch")
+    p.add_argument(
+        "--gather-window-ms",
+        type=float,
+        default=5.0,
+        help="a batch waits this long after the last arrival for more requests",
+    )
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--seed", type=int, default=0, help="seed for requests that bring none")
+    p.add_argument(
+        "--no-runtime-lora",
+        action="store_true",
+        help="refuse /v1/load_lora_adapter and /v1/unload_lora_adapter",
+    )
+    p.set_defaults(func=cmd_serve)
+
+
+def parse_lora(specs: list[str]) -> list[tuple[str, str]]:
+    """``NAME=PATH`` pairs, checked."""
+    out = []
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise ConfigError(
+                f"--lora {spec!r}: write it as NAME=PATH (e.g. math=runs/dapo/adapter)."
+            )
+        out.append((name, path))
+    return out
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from agentgym.trainers.serve import import_aiohttp, load_served_models, serve_forever
+
+    import_aiohttp()  # fail before loading a model when the extra is missing
+    loras = parse_lora(args.lora)
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    served = load_served_models(
+        args.model,
+        loras=loras,
+        served_name=args.served_model_name,
+        max_model_len=args.max_model_len,
+        max_batch=args.max_batch,
+        gather_window_s=args.gather_window_ms / 1000.0,
+        seed=args.seed,
+    )
+
+    def ready(port: int) -> None:
+        names = ", ".join(served.names())
+        print(
+            f"[agentgym serve] {names} at http://{args.host}:{port}/v1 "
+            f"(context {served.max_model_len} tokens; Ctrl-C stops)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        serve_forever(
+            served,
+            host=args.host,
+            port=args.port,
+            runtime_lora=not args.no_runtime_lora,
+            on_ready=ready,
+        )
+    finally:
+        served.close()
+    return 0

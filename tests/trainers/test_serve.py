@@ -1,0 +1,362 @@
+"""``agentgym serve``: the official ``openai`` client against a real server on loopback.
+
+The served model is a tiny Qwen2 saved to disk, plus a LoRA adapter trained from it by
+``agentgym train`` (one step on a toy env), served as ``trained``. Everything goes over
+HTTP on 127.0.0.1: sync and async clients, streaming and not, both endpoints, adapters
+loaded and unloaded at run time, OpenAI-style errors, a client that hangs up mid-stream,
+the ``agentgym serve`` command itself and ``agentgym eval --policy openai:NAME@URL``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import TINY_QWEN
+
+openai = pytest.importorskip(
+    "openai", reason="the tests use the official openai client (dev extra)"
+)
+pytest.importorskip("aiohttp", reason="agentgym serve needs aiohttp: pip install 'agentgym[serve]'")
+
+from agentgym.cli import main  # noqa: E402
+
+ADAPTER = "trained"
+HI = [{"role": "user", "content": "Say something."}]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(base model dir, adapter dir): the adapter trained by ``agentgym train``."""
+    import trainer_toy_envs
+
+    from agentgym.trainers import build_preset, build_tokenizer, save_model
+
+    root = tmp_path_factory.mktemp("serve")
+    tok = build_tokenizer()
+    base = save_model(build_preset("tiny-qwen2", tok, overrides=TINY_QWEN), tok, root / "base")
+    trainer_toy_envs.register()
+    rc = main(
+        [
+            "train",
+            f"run.output_dir={root / 'run'}",
+            f"model.path={base}",
+            "run.max_steps=2",
+            "run.threads=1",
+            "run.progress=false",
+            "run.plots=false",
+            "envs=[{id: agentgym-test/EvenChars-v0}]",
+            "rollout.group_size=4",
+            "rollout.batch_tasks=2",
+            "rollout.max_tokens=8",
+            "optim.lr=0.05",
+        ]
+    )
+    assert rc == 0
+    adapter = root / "run" / "checkpoints" / "step_000002" / "adapter"
+    assert (adapter / "adapter_config.json").is_file()
+    return base, adapter
+
+
+@pytest.fixture(scope="module")
+def server(trained):
+    from agentgym.trainers.serve import ServerThread, load_served_models
+
+    base, adapter = trained
+    served = load_served_models(
+        str(base), loras=[(ADAPTER, str(adapter))], served_name="base", max_model_len=512
+    )
+    srv = ServerThread(served)
+    yield srv
+    srv.close()
+    served.close()
+
+
+@pytest.fixture
+def client(server):
+    return openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+
+
+def test_models_lists_the_base_and_its_adapter(client):
+    models = client.models.list().data
+    assert [m.id for m in models] == ["base", ADAPTER]
+    assert models[1].model_extra["parent"] == "base"
+    assert models[0].model_extra["max_model_len"] == 512
+
+
+def test_chat_with_n_seed_usage_and_logprobs(client):
+    kwargs = dict(
+        model=ADAPTER, messages=HI, n=3, seed=7, max_tokens=6, logprobs=True, top_logprobs=2
+    )
+    first = client.chat.completions.create(**kwargs)
+    again = client.chat.completions.create(**kwargs)
+    texts = [c.message.content for c in first.choices]
+    assert [c.index for c in first.choices] == [0, 1, 2]
+    assert texts == [c.message.content for c in again.choices]  # the seed makes it repeatable
+    assert len(set(texts)) > 1  # each choice samples on its own
+    tokens = sum(len(c.logprobs.content) for c in first.choices)
+    assert first.usage.completion_tokens == tokens
+    assert first.usage.total_tokens == first.usage.prompt_tokens + tokens
+    for c in first.choices:
+        assert c.finish_reason in ("stop", "length")
+        for t in c.logprobs.content:
+            assert t.logprob <= 0 and len(t.top_logprobs) == 2
+            assert t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob
+            assert t.logprob <= t.top_logprobs[0].logprob + 1e-5
+
+
+def test_the_request_model_picks_the_adapter(client):
+    def greedy(model):
+        r = client.chat.completions.create(
+            model=model, messages=HI, temperature=0, max_tokens=5, logprobs=True
+        )
+        return [t.logprob for t in r.choices[0].logprobs.content]
+
+    base, adapted = greedy("base"), greedy(ADAPTER)
+    assert greedy("base") == base  # the same model answers the same way
+    assert base != adapted  # the trained adapter moved the distribution
+
+
+def test_streaming_gives_the_same_reply_and_reports_usage(client):
+    kwargs = dict(model=ADAPTER, messages=HI, seed=3, max_tokens=10)
+    whole = client.chat.completions.create(**kwargs)
+    chunks = list(client.chat.completions.create(stream=True, **kwargs))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    with_usage = list(
+        client.chat.completions.create(
+            stream=True, stream_options={"include_usage": True}, **kwargs
+        )
+    )
+    assert (
+        with_usage[-1].choices == []
+        and with_usage[-1].usage.total_tokens == whole.usage.total_tokens
+    )
+
+
+def test_async_clients_are_batched_and_can_stream(server):
+    async def go():
+        client = openai.AsyncOpenAI(base_url=server.url, api_key="unused", max_retries=0)
+        replies = await asyncio.gather(
+            *[
+                client.chat.completions.create(
+                    model="base",
+                    messages=[{"role": "user", "content": f"n{i}"}],
+                    max_tokens=4,
+                    seed=i,
+                )
+                for i in range(8)
+            ]
+        )
+        stream = await client.chat.completions.create(
+            model=ADAPTER, messages=HI, max_tokens=4, seed=1, stream=True
+        )
+        pieces = [c async for c in stream]
+        await client.close()
+        return replies, pieces
+
+    replies, pieces = asyncio.run(go())
+    assert len(replies) == 8 and all(r.usage.completion_tokens >= 1 for r in replies)
+    assert pieces[-1].usage is not None
+    sizes = server.served.policy("base", "chat").batch_sizes
+    assert max(sizes) > 1, f"8 concurrent requests were never batched together: {sizes}"
+
+
+def test_text_completions_with_logprobs(client):
+    r = client.completions.create(
+        model=ADAPTER, prompt=["12 + 3 =", "abc"], n=2, max_tokens=4, logprobs=2, seed=5
+    )
+    assert len(r.choices) == 4 and [c.index for c in r.choices] == [0, 1, 2, 3]
+    for c in r.choices:
+        assert len(c.logprobs.tokens) == len(c.logprobs.token_logprobs)
+        assert all(len(top) <= 2 for top in c.logprobs.top_logprobs)
+    assert r.usage.completion_tokens == sum(len(c.logprobs.tokens) for c in r.choices)
+    stream = list(
+        client.completions.create(model="base", prompt="x", max_tokens=4, seed=1, stream=True)
+    )
+    assert stream[-1].usage is not None and stream[-1].choices[0].finish_reason is not None
+
+
+def test_stop_strings_end_the_reply(client):
+    def reply(seed, **kw):
+        r = client.chat.completions.create(
+            model=ADAPTER, messages=HI, max_tokens=16, seed=seed, **kw
+        )
+        return r.choices[0]
+
+    for seed in range(20):
+        text = reply(seed).message.content
+        stop = next((ch for ch in text[1:] if ch.isascii() and ch.isprintable()), None)
+        if stop is not None:
+            break
+    else:
+        pytest.skip("the random model wrote no printable ASCII to stop on")
+    cut = reply(seed, stop=[stop])
+    assert cut.message.content == text[: text.index(stop)]
+    assert cut.finish_reason == "stop"
+
+
+def test_errors_are_openai_shaped(client, server):
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(model="nope", messages=HI)
+    assert e.value.body["code"] == "model_not_found"
+    assert "base" in e.value.body["message"] and ADAPTER in e.value.body["message"]
+    for bad, field in [
+        ({"temperature": 3}, "temperature"),
+        ({"n": 0}, "n"),
+        ({"top_logprobs": 3}, "top_logprobs"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ]:
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model="base", messages=HI, **bad)
+        assert e.value.body["param"] == field, (bad, e.value.body)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="base", messages=[])
+    assert e.value.body["param"] == "messages"
+    # beyond the context: refused, not cut
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="base", messages=HI, max_tokens=600)
+    assert e.value.body["code"] == "context_length_exceeded"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model="base", messages=[{"role": "user", "content": "x" * 600}], max_tokens=1
+        )
+    assert e.value.body["code"] == "context_length_exceeded"
+    r = httpx.post(f"{server.url}/chat/completions", content=b"{not json")
+    assert r.status_code == 400 and r.json()["error"]["param"] == "body"
+    r = httpx.get(f"{server.url}/no/such/route")
+    assert r.status_code == 404 and "error" in r.json()
+
+
+def test_adapters_load_and_unload_at_run_time(client, server, trained):
+    _, adapter = trained
+    url = server.url
+    r = httpx.post(
+        f"{url}/load_lora_adapter", json={"lora_name": "second", "lora_path": str(adapter)}
+    )
+    assert r.status_code == 200, r.text
+    assert "second" in [m.id for m in client.models.list().data]
+    reply = client.chat.completions.create(model="second", messages=HI, max_tokens=3, seed=1)
+    same = client.chat.completions.create(model=ADAPTER, messages=HI, max_tokens=3, seed=1)
+    assert reply.choices[0].message.content == same.choices[0].message.content  # same weights
+    r = httpx.post(
+        f"{url}/load_lora_adapter", json={"lora_name": "second", "lora_path": str(adapter)}
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "lora_name"
+    r = httpx.post(f"{url}/load_lora_adapter", json={"lora_name": "x", "lora_path": "/no/such"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "lora_path"
+    r = httpx.post(f"{url}/unload_lora_adapter", json={"lora_name": "second"})
+    assert r.status_code == 200, r.text
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="second", messages=HI, max_tokens=3)
+    r = httpx.post(f"{url}/unload_lora_adapter", json={"lora_name": "second"})
+    assert r.status_code == 404
+    # the other adapter and the base are untouched
+    again = client.chat.completions.create(model=ADAPTER, messages=HI, max_tokens=3, seed=1)
+    assert again.choices[0].message.content == same.choices[0].message.content
+
+
+def test_unloading_every_adapter_gives_back_the_base_model(trained):
+    from agentgym.trainers.serve import load_served_models
+
+    base, adapter = trained
+    served = load_served_models(str(base), loras=[("a", str(adapter))])
+    try:
+        assert served.model is not served.base
+        served.unload_adapter("a")
+        assert served.model is served.base and served.names() == [str(base)]
+        assert not any("lora" in n for n, _ in served.base.named_parameters())
+    finally:
+        served.close()
+
+
+def test_a_client_that_hangs_up_mid_stream_does_not_hurt_the_server(client, server):
+    body = {"model": "base", "messages": HI, "max_tokens": 200, "stream": True, "seed": 1}
+    with httpx.stream("POST", f"{server.url}/chat/completions", json=body, timeout=30) as r:
+        first = next(r.iter_lines())
+        assert first.startswith("data: ")
+    # the connection is closed; the server goes on serving
+    deadline = time.monotonic() + 30
+    while server.server.disconnects == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.server.disconnects >= 1
+    ok = client.chat.completions.create(model="base", messages=HI, max_tokens=2)
+    assert ok.choices[0].message.content is not None
+
+
+def test_missing_aiohttp_names_the_extra(monkeypatch):
+    from agentgym import ConfigError
+    from agentgym.trainers.serve import import_aiohttp
+
+    monkeypatch.setitem(sys.modules, "aiohttp", None)
+    with pytest.raises(ConfigError, match=r"agentgym\[serve\]"):
+        import_aiohttp()
+
+
+def test_the_serve_command_and_agentgym_eval_over_http(trained, tmp_path):
+    base, adapter = trained
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agentgym",
+            "serve",
+            "--model",
+            str(base),
+            "--lora",
+            f"{ADAPTER}={adapter}",
+            "--port",
+            "0",
+            "--threads",
+            "1",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        url = None
+        deadline = time.monotonic() + 180
+        while url is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line and proc.poll() is not None:
+                break
+            if line.startswith("[agentgym serve]"):
+                url = line.split(" at ")[1].split()[0]
+        assert url, "agentgym serve did not come up"
+        names = [m["id"] for m in httpx.get(f"{url}/models").json()["data"]]
+        assert names == [str(base), ADAPTER]
+        out = tmp_path / "episodes.jsonl"
+        rc = main(
+            [
+                "eval",
+                "agentgym/MemoryRecall-v0",
+                "--policy",
+                f"openai:{ADAPTER}@{url}",
+                "--episodes",
+                "2",
+                "--max-tokens",
+                "6",
+                "--out",
+                str(out),
+            ]
+        )
+        assert rc == 0
+        lines = [json.loads(x) for x in out.read_text().splitlines()]
+        assert len(lines) == 2 and all(len(ep["turns"]) >= 2 for ep in lines)
+        assert all(t["completion"]["num_tokens"] >= 1 for ep in lines for t in ep["turns"])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert Path(out).exists()
