@@ -47,6 +47,7 @@ from agentgym.spaces import ChatObservation, UnicodeText
 from agentgym.tokens import (
     TokenCounter,
     approx_tokens,
+    clean_text,
     count_message_tokens,
     counter_from_tokenizer,
 )
@@ -77,6 +78,7 @@ _LAZY = {
     "rollout_async": "agentgym.rollouts",
     "LocalEnvs": "agentgym.local_envs",
     "derive_seed": "agentgym.rollouts",
+    "HELD_OUT_SEED_START": "agentgym.rollouts",
     "RayEnvWorkers": "agentgym.workers",
     "Policy": "agentgym.policies",
     "ScriptedPolicy": "agentgym.policies",
@@ -96,6 +98,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "HELD_OUT_SEED_START",
     "ActResult",
     "AgentGymError",
     "ChatObservation",
@@ -130,6 +133,7 @@ __all__ = [
     "agentgym_env_ids",
     "approx_tokens",
     "check_env",
+    "clean_text",
     "config_check",
     "config_from_dict",
     "config_to_dict",

@@ -56,6 +56,10 @@ def _oracle_or_random(env: gym.Env, obs: list[Message], info: dict[str, Any]) ->
     return env.action_space.sample()
 
 
+#: memory options that only matter when memory turns are on
+MEMORY_TRIGGERS = ("token_budget", "every_k_turns", "reserve_tokens", "max_conversations")
+
+
 def check_env(
     env: gym.Env,
     *,
@@ -117,8 +121,21 @@ def check_env(
                 "memory is enabled but the played episode had no summary turn; the memory "
                 "checks ran on a forced long-summary episode only."
             )
+        else:
+            report.ok(f"memory turns exercised ({first['summaries']} summary turn(s) played)")
         _check_long_summary(env, seed, max_steps, report)
         report.ok("memory turns well formed (new conversation, memory carried and capped)")
+    elif memory is not None:
+        defaults = dict(getattr(type(env.unwrapped), "memory_defaults", {}) or {})
+        options = sorted(k for k in defaults if k in MEMORY_TRIGGERS)
+        if options and "enabled" not in defaults:
+            report.warnings.append(
+                f"memory turns never fire: memory_defaults sets {', '.join(options)} but not "
+                "'enabled': True. Add it to memory_defaults (or pass memory={...} at make "
+                "time, which switches memory on)."
+            )
+        else:
+            report.ok("memory turns: off (pass memory={...} at make time to switch them on)")
 
     base = env.unwrapped
     if base.render_mode in (None, "ansi") and hasattr(base, "transcript_text"):

@@ -206,6 +206,13 @@ def load_config(
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
+        if p.is_dir():
+            hint = (
+                f" It looks like a run folder: its config is {p / 'config.yaml'}."
+                if (p / "config.yaml").is_file()
+                else ""
+            )
+            raise ConfigError(f"{str(p)!r} is a directory; pass the YAML config file.{hint}")
         if not p.is_file():
             raise ConfigError(f"config file {str(p)!r} does not exist.")
         try:

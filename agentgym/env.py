@@ -40,7 +40,13 @@ import gymnasium as gym
 from agentgym.errors import ConfigError, EnvStateError
 from agentgym.memory import MemoryConfig
 from agentgym.spaces import ChatObservation, UnicodeText
-from agentgym.tokens import TokenCounter, approx_tokens, count_message_tokens, truncate_to_tokens
+from agentgym.tokens import (
+    TokenCounter,
+    approx_tokens,
+    clean_text,
+    count_message_tokens,
+    truncate_to_tokens,
+)
 from agentgym.types import Message
 
 END_REASONS = ("done", "max_turns", "max_total_tokens", "max_conversations")
@@ -202,6 +208,7 @@ class ConversationEnv(gym.Env[list[Message], str]):
                 f"An action is the assistant's reply as a str; got {type(action).__name__}. "
                 "Pass completion.text, not the Completion."
             )
+        action = clean_text(action)  # a lone surrogate would break every writer of it
         conv = self._conversations[-1]
         conv.messages.append(Message("assistant", action))
         self._policy_tokens += self.count_tokens(action)

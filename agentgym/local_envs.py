@@ -21,6 +21,7 @@ from typing import Any
 import gymnasium as gym
 
 from agentgym.errors import ConfigError
+from agentgym.registration import make
 from agentgym.types import Message
 from agentgym.workers import config_index, env_id_of
 
@@ -200,7 +201,7 @@ class LocalRollout:
 
     def _make(self) -> gym.Env:
         if isinstance(self.source, str):
-            return gym.make(self.source, **(self.env_kwargs or {}))
+            return make(self.source, **(self.env_kwargs or {}))
         if self.env_kwargs:
             raise ConfigError(
                 "env_kwargs is only used when env is an id; bake them into the factory."

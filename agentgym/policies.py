@@ -185,6 +185,11 @@ class OpenAIPolicy:
                 "'http://127.0.0.1:8000/v1'), use the spec 'openai:MODEL@URL', or set "
                 "OPENAI_BASE_URL."
             )
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"OpenAIPolicy base URL {base_url!r} needs http:// or https:// (for example "
+                f"'http://{base_url.split('://')[-1]}'); nothing was sent."
+            )
         if max_retries < 0 or timeout <= 0 or max_concurrency < 1:
             raise ConfigError("max_retries must be >= 0, timeout > 0 and max_concurrency >= 1.")
         self.model = model
@@ -339,7 +344,12 @@ def make_policy(spec: str | Policy, **kwargs: Any) -> Any:
     Specs:
         ``oracle``: the env's reference solution.
         ``random``: random text (a floor baseline).
-        ``scripted:MODULE:FUNCTION``: ``FUNCTION(messages) -> str`` imported from MODULE.
+        ``scripted:MODULE:FUNCTION``: ``FUNCTION(messages) -> str`` imported from MODULE
+            (the current folder is searched too, as ``python -m`` does). The function gets
+            the observation, a list of :class:`~agentgym.Message` (``role``, ``content``),
+            and returns the reply text (or a :class:`~agentgym.Completion`); with a second
+            parameter it also gets the :class:`~agentgym.SamplingParams`; it may be
+            ``async``.
         ``openai:MODEL`` or ``openai:MODEL@BASE_URL``: an OpenAI-compatible endpoint.
         ``hf:PATH[@ADAPTER]``: a local Hugging Face model (from agentgym.trainers).
     """
@@ -375,7 +385,15 @@ def make_policy(spec: str | Policy, **kwargs: Any) -> Any:
 
 
 def _import_object(path: str, what: str) -> Any:
-    """Import ``module:attribute``; a failure is a ConfigError that names ``what``."""
+    """Import ``module:attribute``; a failure is a ConfigError that names ``what``.
+
+    The current folder is on the search path, as for ``python -m``, so a module next to
+    where the command runs is found.
+    """
+    import sys
+
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     module, _, attr = path.rpartition(":")
     try:
         return getattr(importlib.import_module(module), attr)

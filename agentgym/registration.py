@@ -11,7 +11,10 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
+import inspect
+import re
 import warnings
 from typing import Any
 
@@ -119,5 +122,53 @@ def resolve_env_id(env_id: str) -> str:
 
 
 def make(env_id: str, **kwargs: Any) -> gym.Env:
-    """``gym.make`` with agentgym's id shorthand and "did you mean" errors."""
-    return gym.make(resolve_env_id(env_id), **kwargs)
+    """``gym.make`` with agentgym's id shorthand and "did you mean" errors, for ids and
+    for keyword arguments the env does not take."""
+    resolved = resolve_env_id(env_id)
+    try:
+        return gym.make(resolved, **kwargs)
+    except TypeError as e:
+        bad = _unexpected_keyword(e)
+        if bad is None or bad not in kwargs:
+            raise
+        known = env_arguments(resolved)
+        raise UnknownNameError(
+            f"argument for {resolved}",
+            bad,
+            known,
+            hint=f"See `agentgym info {resolved}` for what each argument does.",
+        ) from None
+
+
+def _unexpected_keyword(error: TypeError) -> str | None:
+    """The name in Python's "got an unexpected keyword argument 'x'", if that is the error."""
+    match = re.search(r"unexpected keyword argument '([^']+)'", str(error))
+    return match.group(1) if match else None
+
+
+def env_arguments(env_id: str) -> list[str]:
+    """The keyword arguments ``make`` accepts for ``env_id``: the env class's own, those
+    of the classes it passes ``**kwargs`` on to, and Gymnasium's ``make`` options."""
+    spec = gym.spec(resolve_env_id(env_id))
+    entry = spec.entry_point
+    if isinstance(entry, str):
+        module, _, attr = entry.partition(":")
+        entry = getattr(importlib.import_module(module), attr)
+    names: list[str] = []
+    for cls in getattr(entry, "__mro__", [entry]):
+        init = cls.__dict__.get("__init__") if isinstance(cls, type) else cls
+        if init is None:
+            continue
+        try:
+            params = inspect.signature(init).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        names += [
+            p.name
+            for p in params
+            if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+        if not any(p.kind == p.VAR_KEYWORD for p in params):
+            break  # it does not pass anything on
+    gym_options = ["render_mode", "max_episode_steps", "disable_env_checker"]
+    return sorted(set(names) | set(gym_options))

@@ -54,6 +54,10 @@ EpisodeCallback = Callable[[Episode], Any | Awaitable[Any]]
 #: safety net for envs without limits: a rollout never runs more steps than this
 DEFAULT_MAX_STEPS = 10_000
 
+#: reset seeds from here up are held out: training draws below (``train_seed_start``), and
+#: ``agentgym eval`` and the trainer's held-out evaluation start here by default
+HELD_OUT_SEED_START = 1_000_000
+
 
 def derive_seed(*parts: Any) -> int:
     """A stable 31-bit seed from any parts (same parts, same seed, on every machine)."""

@@ -14,6 +14,7 @@ is counted as :data:`MESSAGE_OVERHEAD` tokens per message (role markers of a tem
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -26,9 +27,26 @@ MESSAGE_OVERHEAD = 4
 
 
 def approx_tokens(text: str) -> int:
-    """Approximate token count: ceil(UTF-8 bytes / 4). See the module docstring."""
-    n = len(text.encode("utf-8"))
+    """Approximate token count: ceil(UTF-8 bytes / 4). See the module docstring.
+
+    A lone surrogate (which JSON from an HTTP endpoint can decode to) counts as the three
+    bytes it would take, instead of failing to encode.
+    """
+    n = len(text.encode("utf-8", "surrogatepass"))
     return (n + 3) // 4
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD, so it encodes as UTF-8.
+
+    A Python ``str`` holds surrogates only unpaired (a JSON ``"\\ud800"`` decodes to
+    one); they cannot be written, hashed by tokenizers or sent anywhere. Environments
+    clean every action with this before they look at it.
+    """
+    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
 
 
 def count_message_tokens(messages: Iterable[Message], count: TokenCounter = approx_tokens) -> int:
@@ -76,6 +94,7 @@ class TokenizerCounter:
         self._backend = backend if callable(getattr(backend, "encode", None)) else None
 
     def __call__(self, text: str) -> int:
+        text = clean_text(text)
         if self._backend is not None:
             return len(self._backend.encode(text, add_special_tokens=False).ids)
         return len(self.tokenizer.encode(text, add_special_tokens=False))

@@ -213,6 +213,13 @@ def build_leaderboard(
 ) -> dict[str, Any]:
     """Write ``leaderboard.md`` and ``index.html`` into ``site_dir``; returns a summary."""
     results = collect_results(results_dir, include_partial=include_partial)
+    left_out = (
+        []
+        if include_partial
+        else [
+            r for r in collect_results(results_dir, include_partial=True) if not r.get("complete")
+        ]
+    )
     groups = group_results(results)
     site = Path(site_dir)
     site.mkdir(parents=True, exist_ok=True)
@@ -229,4 +236,9 @@ def build_leaderboard(
             ]
             for g in groups
         },
+        "left_out_partial": [
+            f"{r['suite']['name']}: {r['policy'].get('label') or r['policy'].get('spec')} "
+            f"({r.get('episodes', 0)}/{r.get('expected_episodes', '?')} episodes)"
+            for r in left_out
+        ],
     }

@@ -155,6 +155,14 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     from agentgym.benchmarks import build_leaderboard
 
     summary = build_leaderboard(args.results_dir, args.out, include_partial=args.include_partial)
+    if summary["left_out_partial"]:
+        print(
+            f"left out {len(summary['left_out_partial'])} partial run(s) (--limit, interrupted "
+            "or with failed episodes): "
+            + "; ".join(summary["left_out_partial"])
+            + ". Pass --include-partial to show them.",
+            file=sys.stderr,
+        )
     if args.json:
         print(json.dumps(summary))
         return 0

@@ -139,9 +139,17 @@ def cmd_check_env(args: argparse.Namespace) -> int:
 
 def cmd_play(args: argparse.Namespace) -> int:
     """A person plays: the observation is printed, the reply is typed (end with a line '.')."""
-    from agentgym import make
+    from agentgym import ConfigError, ConversationEnv, make
 
+    if args.seed is not None and args.seed < 0:
+        raise ConfigError(f"--seed must be >= 0 (a reset seed), got {args.seed}.")
     env = make(args.env_id, **parse_env_args(args.env_arg))
+    if not isinstance(env.unwrapped, ConversationEnv):
+        env.close()
+        raise ConfigError(
+            f"{args.env_id} is not a text environment: `agentgym play` plays agentgym envs "
+            "(chat observations, text actions). `agentgym list` shows them."
+        )
     obs, info = env.reset(seed=args.seed)
     shown = 0
     conversation = -1

@@ -11,15 +11,34 @@ from agentgym.cli.envs import add_env_args, parse_env_args
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval", help="evaluate a policy on an environment")
-    p.add_argument("env_id")
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a policy on an environment",
+        description=(
+            "Play --episodes tasks with a policy and summarise. Seeds start at the held-out "
+            "split (1,000,000, where training never draws) unless --seed says otherwise. "
+            "--config RUN/config.yaml takes the run's envs and their arguments (and, for an "
+            "hf: policy, the model tokenizer's token counter, as training did)."
+        ),
+    )
+    p.add_argument("env_id", nargs="?", help="the env (default with --config: each of the run's)")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="a training config (e.g. RUN/config.yaml): its envs, their kwargs and eval seeds",
+    )
     p.add_argument(
         "--policy",
         default="oracle",
         help="oracle | random | scripted:MODULE:FUNC | openai:MODEL[@URL] | hf:PATH[@ADAPTER]",
     )
     p.add_argument("--episodes", type=int, default=8, help="number of tasks (seeds)")
-    p.add_argument("--seed", type=int, default=0, help="first reset seed")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="first reset seed (default: the held-out split, eval.seed_start with --config)",
+    )
     p.add_argument("--group-size", type=int, default=1, help="samples per task")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=1024, help="per policy call")
@@ -71,32 +90,90 @@ def summarise(env_id: str, policy: str, played: list) -> dict:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from agentgym import ConfigError, SamplingParams, make_policy, resolve_env_id, rollout
+    from agentgym import HELD_OUT_SEED_START, ConfigError, make_policy
 
     if args.episodes < 1:
         raise ConfigError("--episodes must be >= 1.")
     if args.retries < 0:
         raise ConfigError("--retries must be >= 0.")
-    env_id = resolve_env_id(args.env_id)
+    if args.seed is not None and args.seed < 0:
+        raise ConfigError(f"--seed must be >= 0 (a reset seed), got {args.seed}.")
+    targets, first_seed = _targets(args)
+    seed = args.seed if args.seed is not None else (first_seed or HELD_OUT_SEED_START)
     policy = make_policy(args.policy)
+    counter = _tokenizer_counter(policy) if args.config else None
     if args.out:
         open(args.out, "w").close()  # a fresh file per run
+    rc, summaries = 0, []
+    for env_id, kwargs in targets:
+        if counter is not None and "count_tokens" not in kwargs:
+            kwargs = {**kwargs, "count_tokens": counter}
+        summary, failed = _evaluate(args, env_id, kwargs, policy, seed)
+        summaries.append(summary)
+        rc = rc or (1 if failed else 0)
+    if args.json:
+        print(json.dumps(summaries[0] if len(summaries) == 1 else summaries))
+    return rc
+
+
+def _targets(args: argparse.Namespace) -> tuple[list[tuple[str, dict]], int | None]:
+    """(env id, make kwargs) to evaluate, and the config's first held-out seed."""
+    from agentgym import ConfigError, resolve_env_id
+
+    extra = parse_env_args(args.env_arg)
+    if not args.config:
+        if not args.env_id:
+            raise ConfigError(
+                "name an env (agentgym eval ENV_ID ...) or pass --config RUN/config.yaml."
+            )
+        return [(resolve_env_id(args.env_id), extra)], None
+    from agentgym import load_config
+    from agentgym.trainers import TrainConfig
+
+    cfg = load_config(TrainConfig, args.config)
+    envs = [(resolve_env_id(e.id), {**e.kwargs, **extra}) for e in cfg.envs]
+    if args.env_id:
+        wanted = resolve_env_id(args.env_id)
+        envs = [e for e in envs if e[0] == wanted]
+        if not envs:
+            raise ConfigError(
+                f"{wanted} is not one of the envs of {args.config}: "
+                f"{', '.join(e.id for e in cfg.envs)}."
+            )
+    return envs, cfg.eval.seed_start
+
+
+def _tokenizer_counter(policy: object):
+    """The token counter of a local model's tokenizer (hf: policies), else None."""
+    tokenizer = getattr(getattr(policy, "engine", None), "tokenizer", None)
+    if tokenizer is None:
+        return None
+    from agentgym import counter_from_tokenizer
+
+    return counter_from_tokenizer(tokenizer)
+
+
+def _evaluate(
+    args: argparse.Namespace, env_id: str, kwargs: dict, policy: object, seed: int
+) -> tuple[dict, int]:
+    """Roll one env out, print (unless --json) and return its summary and failure count."""
+    from agentgym import SamplingParams, rollout
+
     episodes = rollout(
         env_id,
         policy,
-        seeds=range(args.seed, args.seed + args.episodes),
+        seeds=range(seed, seed + args.episodes),
         group_size=args.group_size,
         sampling=SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature),
         concurrency=args.concurrency,
-        env_kwargs=parse_env_args(args.env_arg),
+        env_kwargs=kwargs,
         out=args.out,
         progress=not args.json,
         retries=args.retries,
     )
     summary = summarise(env_id, args.policy, episodes)
-    if args.json:
-        print(json.dumps(summary))
-    else:
+    summary["first_seed"] = seed
+    if not args.json:
         for k, v in summary.items():
             print(f"{k:>20}: {v:.4f}" if isinstance(v, float) else f"{k:>20}: {v}")
     sys.stdout.flush()
@@ -109,5 +186,4 @@ def cmd_eval(args: argparse.Namespace) -> int:
             f"First: seed {first.seed}: {first.failure.message}",
             file=sys.stderr,
         )
-        return 1
-    return 0
+    return summary, summary["failed"]

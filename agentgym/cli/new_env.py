@@ -176,6 +176,12 @@ Edit `{package}/env.py` to change the task. See agentgym's docs/authoring.md.
 """
 
 
+#: names a new env package must not take: installing it would shadow one of these
+RESERVED = frozenset(
+    {"agentgym", "gymnasium", "gym", "torch", "transformers", "numpy", "peft", "test", "tests"}
+)
+
+
 def names(raw: str) -> dict[str, str]:
     """Derive package, class, distribution and env id names from a free-form NAME."""
     words = [w for w in re.split(r"[^A-Za-z0-9]+", raw) if w]
@@ -189,11 +195,21 @@ def names(raw: str) -> dict[str, str]:
     package = "_".join(w.lower() for w in words)
     if keyword.iskeyword(package):
         package += "_env"
+    dist = "-".join(w.lower() for w in words)
+    taken = RESERVED & {package, dist, package.replace("_", "-")}
+    if taken:
+        from agentgym import ConfigError
+
+        raise ConfigError(
+            f"new-env NAME {raw!r} would make a package named {sorted(taken)[0]!r}, which "
+            "installing would put in place of a library it needs; pick another name (for "
+            "example: my-agentgym-env)."
+        )
     camel = "".join(w[:1].upper() + w[1:] for w in words)
     return {
         "package": package,
         "cls": f"{camel}Env",
-        "dist": "-".join(w.lower() for w in words),
+        "dist": dist,
         "env_id": f"{package}/{camel}-v0",
         "title": " ".join(words),
     }

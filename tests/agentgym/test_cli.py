@@ -198,6 +198,8 @@ def test_eval_keeps_the_good_episodes_and_reports_the_failed_ones(tmp_path):
         str(out),
         "--retries",
         "1",
+        "--seed",
+        "0",
         "--env-arg",
         "fail_on_seeds=[5]",
         env={"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "helpers")},

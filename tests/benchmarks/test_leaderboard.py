@@ -129,6 +129,11 @@ def test_leaderboard_cli(results_dir, tmp_path, cli):
     ranked = next(v for v in summary["suites"].values() if len(v) == 3)
     assert ranked == ["oracle", "hoarder (scripted)", "forgetful (scripted)"]
     assert (site / "index.html").is_file() and (site / "leaderboard.md").is_file()
+    # the partial run left out is named, with the flag that shows it
+    assert [x.split(":")[1].split("(")[0].strip() for x in summary["left_out_partial"]] == [
+        "random"
+    ]
+    assert "left out 1 partial run(s)" in r.stderr and "--include-partial" in r.stderr
 
 
 def test_missing_results_folder_is_a_clear_error(tmp_path, cli):

@@ -24,18 +24,39 @@ def policy_from_spec(spec: str, *, seed: int = 0, **kwargs: Any) -> Any:
     path, _, adapter = spec.partition("@")
     if not path:
         raise ConfigError("hf: policy needs a model path: use 'hf:PATH' or 'hf:PATH@ADAPTER'.")
+    adapter_dir = resolve_adapter(adapter) if adapter else None
     model, tokenizer = load_model(path)
-    if adapter:
-        if not (Path(adapter) / "adapter_config.json").is_file():
-            raise ConfigError(
-                f"hf: adapter directory {adapter!r} has no adapter_config.json; point it at a "
-                "peft adapter (for example a checkpoint's adapter/ folder)."
-            )
+    if adapter_dir is not None:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, adapter)
+        model = PeftModel.from_pretrained(model, str(adapter_dir))
     model.eval()
     engine = HFEngine(model, tokenizer, shares_weights=True, seed=seed)
     policy = engine.as_policy(**kwargs)
     policy.name = f"hf:{spec}"
     return policy
+
+
+def resolve_adapter(where: str) -> Path:
+    """The peft adapter folder ``where`` names: the folder itself, a checkpoint
+    (``.../step_000003``: its ``adapter/``), ``RUN/checkpoints/latest``, or a run folder
+    (its latest checkpoint's adapter)."""
+    from agentgym.trainers.checkpoint import latest_checkpoint
+
+    p = Path(where)
+    candidates = [p, p / "adapter"]
+    if p.name == "latest":
+        ckpt = latest_checkpoint(p.parent)
+        candidates.append(ckpt / "adapter" if ckpt else p)
+    for root in (p, p / "checkpoints"):
+        if root.is_dir() and not (root / "adapter_config.json").is_file():
+            ckpt = latest_checkpoint(root)
+            if ckpt is not None:
+                candidates.append(ckpt / "adapter")
+    for c in candidates:
+        if (c / "adapter_config.json").is_file():
+            return c
+    raise ConfigError(
+        f"hf: no peft adapter at {where!r}: give an adapter folder (one with "
+        "adapter_config.json), a checkpoint folder, RUN/checkpoints/latest, or a run folder."
+    )
