@@ -26,14 +26,18 @@ Pipeline:
    (complex exponentials, trigonometric identities, radians for a gold in degrees).
 
 Bound: the grading of a call takes at most ``timeout_s`` (default 1.5 s) plus a few
-milliseconds, from any thread. With up to the pool's ``max_size`` calls at once (32 on
-a large machine, 8 on a small one) no call waits for a worker, so the whole call is
-bounded the same way; beyond that a call waits for a free worker, at most
-``queue_timeout_s``. A check that uses its whole time is wrong (``reason ==
-"timeout"``: the answer is too costly to check); a check that gets no verdict because
-the machine is overloaded or a worker died has ``reason`` ``"grader_timeout"`` or
-``"grader_crashed"`` and ``infra_failure`` set: it is not the agent's fault, and the env
-raises :class:`agentgym.InfraError` instead of scoring it.
+milliseconds, from any thread, as long as the machine gives the grading worker a
+twentieth of a core. With up to the pool's ``max_size`` calls at once (32 on a large
+machine, 8 on a small one) no call waits for a worker, so the whole call is bounded the
+same way; beyond that a call waits for a free worker, at most ``queue_timeout_s``. A
+check that misses its deadline having used a twentieth of it in CPU (75 ms at the
+default; right answers cost 1-50 ms) is wrong (``reason ==
+"timeout"``: the answer is too costly to check, e.g. a power tower). A check starved of
+CPU by an overloaded machine gets up to four times its deadline to finish (unless the
+answer looks costly: a power tower, a huge exponent or factorial, which is cut at the
+deadline and wrong); one that still gets no verdict, or whose worker died, has ``reason`` ``"grader_timeout"`` or
+``"grader_crashed"`` and ``infra_failure`` set: it is not the agent's fault, and the
+env raises :class:`agentgym.InfraError` instead of scoring it.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from agentgym.envs.math.claims import Claim, Outcome, build_claims, evaluate, re
 from agentgym.envs.math.extract import Extraction, extract_answer, strip_boxed
 from agentgym.envs.math.final import HEDGING_MODES, Selection, group_statements, select
 from agentgym.envs.math.labels import gold_arity
-from agentgym.envs.math.normalize import MAX_INLINE_CHARS, has_degrees, normalize
+from agentgym.envs.math.normalize import MAX_INLINE_CHARS, has_degrees, looks_costly, normalize
 from agentgym.envs.math.pool import QUEUE_TIMEOUT_S, PoolError, get_pool
 
 __all__ = [
@@ -285,6 +289,7 @@ def grade(
                 raw=raw,
                 options=outcome.pool_options(degrees),
                 queue_timeout_s=queue_timeout_s,
+                may_starve=not any(looks_costly(p.pred) for p in outcome.pending),
             )
         except PoolError:
             return result(False, "grader_crashed", "symbolic", normalized)

@@ -44,6 +44,7 @@ __all__ = [
     "UNITS",
     "align_assignments",
     "has_degrees",
+    "looks_costly",
     "normalize",
     "split_top_level",
     "top_level_equals",
@@ -305,6 +306,17 @@ def _remove_spaces(s: str) -> str:
     s = _PROTECT_RE.sub(lambda m: m.group(1) + "\x00", s)
     s = s.replace(" ", "").replace("\t", "").replace("\n", "")
     return s.replace("\x00", " ")
+
+
+# a^{b^c}, a^b^c, an exponent or a factorial of four digits or more, 100 digits in a row
+_COSTLY_RE = re.compile(r"\^\s*\{[^{}]*\^|\^\s*\w\s*\^|\^\s*\{?\s*\d{4}|\d{4,}\s*!|\d{100}|!\s*!")
+
+
+def looks_costly(answer: str) -> bool:
+    """The answer has a shape whose value is astronomically large (a power tower, a
+    four-digit exponent or factorial): checking it may take any amount of time, and a
+    timeout on it is the answer's fault, however busy the machine."""
+    return _COSTLY_RE.search(answer) is not None
 
 
 def has_degrees(answer: str) -> bool:

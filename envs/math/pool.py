@@ -14,11 +14,19 @@ grade at once.
 Capacity scales with the callers: when no worker is idle the pool forks another one
 (milliseconds), up to ``max_size``; only beyond that does a caller wait in the queue.
 The deadline counts the *grading*, from the moment a worker takes the request; the wait
-for a worker is bounded separately (``queue_timeout_s``). A request that misses its
-deadline is told apart by the CPU time its worker got: a worker that ran for at least a
-third of the time was busy with the answer itself (``"timeout"``: the answer is too
-costly to check, the caller's verdict is wrong), one that ran less was starved by a busy
-machine (``"starved"``: no verdict, an infrastructure failure).
+for a worker is bounded separately (``queue_timeout_s``). At the deadline the CPU time
+the worker spent on the request decides:
+
+* at least a twentieth of the deadline (``COSTLY_CPU_SHARE``: 75 ms at the default
+  1.5 s, while a right answer costs 1-50 ms): the answer itself is too costly to check
+  (``"timeout"``, the caller's verdict is wrong). This is what a power tower gets, so
+  on any machine that gives the worker a twentieth of a core a hostile answer is cut at
+  the deadline;
+* less: the worker was starved by a busy machine, not slowed down by the answer. It is
+  given more time, until it has used that CPU budget (``"timeout"``), answers, or
+  ``STARVED_WALL_FACTOR`` times the deadline has passed (``"starved"``: no verdict, an
+  infrastructure failure). So a right answer is not lost to a machine that is merely
+  busy, and only an overloaded one makes a call outlast the deadline.
 
 Start-up (about a second, once per process) happens on first use or on
 :func:`warm_up`; it is not counted against the deadline. The pool shuts down at exit;
@@ -26,8 +34,9 @@ the zygote also exits (killing its workers) when this process dies, because that
 closes the control socket, and workers die with the zygote (``PR_SET_PDEATHSIG``).
 
 Size: ``AGENTGYM_GRADING_WORKERS`` workers at start (default ``max(2, min(8, cores //
-2))``), growing on demand up to ``AGENTGYM_GRADING_MAX_WORKERS`` (default ``min(32, max(8,
-2 * cores))``); each worker costs about 15 MB of private memory.
+2))``), plus spares up to 8 kept ready (forked at start), growing on demand up to
+``AGENTGYM_GRADING_MAX_WORKERS`` (default ``min(32, max(8, 2 * cores))``); each worker
+costs about 15 MB of private memory.
 """
 
 from __future__ import annotations
@@ -56,13 +65,21 @@ __all__ = [
     "warm_up",
 ]
 
+#: Workers kept ready (forked at start), at most ``max_size``.
+WARM_WORKERS = 8
 #: Longest wait for the zygote to import sympy and math-verify.
 START_TIMEOUT_S = 120.0
 #: Default bound on the wait for a free worker (separate from the grading deadline).
 QUEUE_TIMEOUT_S = 30.0
-#: A worker that got less than this share of a core before its deadline was starved by
-#: the machine's load (an infrastructure failure), not slowed down by the answer.
-STARVED_CPU_SHARE = 1 / 3
+#: CPU time, as a share of the deadline, after which a check that missed its deadline is
+#: too costly: the answer's fault, not the machine's. Right answers use less (1-50 ms
+#: against 75 ms at the default deadline).
+COSTLY_CPU_SHARE = 1 / 20
+#: A starved check (less CPU than that at the deadline) may run this many deadlines long
+#: before it is given up as an infrastructure failure.
+STARVED_WALL_FACTOR = 4.0
+#: How often a starved check's CPU time is read while it is given more time.
+_STARVED_POLL_S = 0.05
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -82,9 +99,10 @@ class PoolReply:
     """What :meth:`GradingPool.request` returns.
 
     Attributes:
-        status: ``"ok"`` (``value`` holds the verdicts), ``"timeout"`` (the check used
-            its whole deadline: the answer is too costly), ``"starved"`` (the deadline
-            passed while the worker got little CPU: the machine is overloaded),
+        status: ``"ok"`` (``value`` holds the verdicts), ``"timeout"`` (the check missed
+            its deadline having used a twentieth of it in CPU: the answer is too costly),
+            ``"starved"`` (the worker got too little CPU to finish even with extra time:
+            the machine is overloaded),
             ``"busy"`` (no worker came free within the queue bound), ``"crashed"`` (the
             worker died) or ``"error"`` (the check raised; ``value`` says what).
         value: the verdicts, or an error message, or ``None``.
@@ -154,6 +172,9 @@ class GradingPool:
     def __init__(self, size: int | None = None, max_size: int | None = None) -> None:
         self.size = size or default_size()
         self.max_size = max(self.size, max_size or default_max_size())
+        #: workers kept ready (forked at start, milliseconds each), so that a burst of
+        #: callers does not wait for forks; at least ``size``
+        self.warm_size = min(self.max_size, max(self.size, WARM_WORKERS))
         self._workers = 0  # workers alive or being started (grows up to max_size)
         self._grow_lock = threading.Lock()
         self._lock = threading.Lock()  # start/stop
@@ -209,7 +230,9 @@ class GradingPool:
             self._idle = queue.Queue()
             for _ in range(self.size):
                 self._idle.put(self._spawn())
-            self._workers = self.size
+            for _ in range(self.warm_size - self.size):
+                self._idle.put(self._spawn())
+            self._workers = self.warm_size
             self._ready = True
 
     def shutdown(self) -> None:
@@ -271,12 +294,27 @@ class GradingPool:
             w.conn.close()
         ctrl = self._ctrl
         if ctrl is not None:
-            with self._ctrl_lock, contextlib.suppress(OSError):
+            # no lock: a kill gets no reply, and one packet cannot interleave with a spawn
+            # request and its reply (SOCK_SEQPACKET), so it never waits behind a fork
+            with contextlib.suppress(OSError):
                 ctrl.send(b"K" + struct.pack("!i", w.pid))
         self.replaced += 1
 
     def _replace(self, w: _Worker) -> None:
+        """Kill ``w`` and, when the pool falls below ``warm_size``, fork another in the
+        background, so that the caller (and a burst of timeouts) returns at once."""
         self._discard(w)
+        with self._grow_lock:
+            self._workers -= 1
+            refill = self._workers < self.warm_size
+        if refill:
+            threading.Thread(target=self._refill, daemon=True).start()
+
+    def _refill(self) -> None:
+        with self._grow_lock:
+            if self._workers >= self.warm_size:
+                return
+            self._workers += 1
         try:
             self._idle.put(self._spawn())
         except PoolError:
@@ -339,6 +377,7 @@ class GradingPool:
         raw: bool = False,
         options: dict[str, Any] | None = None,
         queue_timeout_s: float = QUEUE_TIMEOUT_S,
+        may_starve: bool = True,
     ) -> PoolReply:
         """Check ``preds`` against ``gold``, with ``timeout_s`` seconds of grading.
 
@@ -349,6 +388,9 @@ class GradingPool:
             options: comparison options for ``_check.check`` (``{"degrees": True}``).
             queue_timeout_s: longest wait for a free worker (not counted in
                 ``timeout_s``); the pool first grows up to ``max_size`` workers.
+            may_starve: a check starved of CPU at its deadline gets extra time (up to
+                ``STARVED_WALL_FACTOR`` deadlines). ``False`` for answers that look costly
+                (a power tower): they are cut at the deadline, as the answer's fault.
 
         Returns:
             A :class:`PoolReply`. The time to start the pool is not counted anywhere.
@@ -361,18 +403,13 @@ class GradingPool:
         wait_s = started - t0
         if w is None:
             return PoolReply("busy", None, wait_s)
-        deadline = started + timeout_s
         try:
             w.conn.send((gold, preds, raw, options or {}))
-            if not w.conn.poll(max(0.0, deadline - time.monotonic())):
-                now_cpu = _process_cpu_s(w.pid)
-                elapsed = max(1e-9, time.monotonic() - started)
-                self._replace(w)
-                if now_cpu is None:
-                    return PoolReply("timeout", None, wait_s)
-                used = max(0.0, now_cpu - w.cpu_s)
-                status = "timeout" if used >= STARVED_CPU_SHARE * elapsed else "starved"
-                return PoolReply(status, None, wait_s, used)
+            if not w.conn.poll(timeout_s):
+                late = self._late(w, started, timeout_s, may_starve)
+                if late is not None:
+                    self._replace(w)
+                    return PoolReply(late[0], None, wait_s, late[1])
             status, value, cpu_s = w.conn.recv()
         except (EOFError, OSError) as e:
             self._replace(w)
@@ -384,6 +421,29 @@ class GradingPool:
         else:
             self._idle.put(w)
         return PoolReply(status, value, wait_s, used)
+
+    def _late(
+        self, w: _Worker, started: float, timeout_s: float, may_starve: bool = True
+    ) -> tuple[str, float | None] | None:
+        """A worker missed its deadline: ``("timeout", cpu)`` for a costly answer,
+        ``("starved", cpu)`` when the machine gave it too little CPU for too long, or
+        ``None`` when it answered in the extra time a starved worker gets."""
+        budget = COSTLY_CPU_SHARE * timeout_s
+        cap = started + STARVED_WALL_FACTOR * timeout_s
+        if not may_starve:
+            now_cpu = _process_cpu_s(w.pid)
+            return "timeout", None if now_cpu is None else max(0.0, now_cpu - w.cpu_s)
+        while True:
+            now_cpu = _process_cpu_s(w.pid)
+            if now_cpu is None:
+                return "timeout", None  # no /proc: cannot tell, the answer's fault as before
+            used = max(0.0, now_cpu - w.cpu_s)
+            if used >= budget:
+                return "timeout", used
+            if time.monotonic() >= cap:
+                return "starved", used
+            if w.conn.poll(_STARVED_POLL_S):
+                return None
 
 
 _POOL: GradingPool | None = None

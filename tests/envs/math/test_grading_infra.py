@@ -3,6 +3,9 @@ the grading (not the queue), and grader failures that are infrastructure failure
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -137,3 +140,68 @@ def test_right_answers_from_many_threads_are_all_scored_right():
     with ThreadPoolExecutor(max_workers=32) as ex:
         results = list(ex.map(lambda pr: grade(*pr), pairs))
     assert [r.reason for r in results] == ["correct"] * len(pairs)
+
+
+def _stopped_worker_pool(timeout_s: float):
+    """A one-worker pool whose worker is frozen (SIGSTOP): a machine giving it no CPU."""
+    p = GradingPool(size=1, max_size=1)
+    p.start()
+    pid = p._idle.queue[0].pid
+    os.kill(pid, signal.SIGSTOP)
+    return p, pid
+
+
+def test_a_starved_worker_gets_more_time_and_its_answer_counts():
+    p, pid = _stopped_worker_pool(0.3)
+    try:
+        threading.Timer(0.6, os.kill, (pid, signal.SIGCONT)).start()  # CPU comes back late
+        t = time.monotonic()
+        reply = p.request("x^2-1", ["(x-1)(x+1)"], 0.3)
+        assert (reply.status, reply.value) == ("ok", [True])
+        assert 0.55 < time.monotonic() - t < 0.3 * pool.STARVED_WALL_FACTOR + 0.5
+    finally:
+        p.shutdown()
+
+
+def test_a_worker_starved_for_too_long_is_an_infrastructure_failure():
+    p, pid = _stopped_worker_pool(0.3)
+    try:
+        t = time.monotonic()
+        reply = p.request("x^2-1", ["(x-1)(x+1)"], 0.3)
+        elapsed = time.monotonic() - t
+        assert reply.status == "starved" and reply.cpu_s is not None and reply.cpu_s < 0.05
+        assert 0.3 * pool.STARVED_WALL_FACTOR - 0.05 < elapsed < 0.3 * pool.STARVED_WALL_FACTOR + 1
+        assert p.replaced == 1 and p.run("x^2-1", ["(x-1)(x+1)"], 5) == ("ok", [True])
+    finally:
+        p.shutdown()
+
+
+def test_a_costly_looking_answer_is_cut_at_the_deadline_even_when_starved():
+    p, pid = _stopped_worker_pool(0.3)
+    try:
+        t = time.monotonic()
+        reply = p.request("1", [TOWER], 0.3, may_starve=False)
+        assert reply.status == "timeout" and time.monotonic() - t < 0.3 + 0.5
+    finally:
+        p.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("answer", "costly"),
+    [
+        (TOWER, True),
+        ("2^{2^{40}}", True),
+        ("10^{10^{10}}", True),
+        ("99999999999999999999^{99999999}", True),
+        ("1000000!", True),
+        ("x^2+2x+1", False),
+        ("2^{10}", False),
+        ("e^{i\\pi}", False),
+        ("x^{2}y^{3}", False),
+        ("5!", False),
+    ],
+)
+def test_costly_shapes(answer, costly):
+    from agentgym.envs.math.normalize import looks_costly
+
+    assert looks_costly(answer) is costly
