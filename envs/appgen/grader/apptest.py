@@ -317,6 +317,8 @@ def _decode_other(data: dict, proc: _Process):
 
 
 def _result(msg: dict, proc: _Process, op: str, path=None):
+    if "fail" in msg:  # the operation ran, its result could not cross: never an exception
+        raise ProjectProcessError("the project's process {}".format(str(msg["fail"])[:500]))
     if "ok" in msg:
         try:
             return decode(msg["ok"], proc, path)
@@ -391,8 +393,8 @@ def _mirror(info: dict, depth: int = 0) -> type:
 class ProjectObject:
     """An object that lives in the project's process; operations on it run there.
 
-    Equal only to itself, hashed by identity, and never an instance of a type of this
-    process, whatever the object claims there.
+    Equal only to itself, unhashable, and never an instance of a type of this process,
+    whatever the object claims there.
     """
 
     __slots__ = ("__weakref__", "_h", "_k", "_p", "_path")
@@ -498,7 +500,9 @@ class ProjectObject:
     def __repr__(self) -> str:
         return f"<project object {self._k}>"
 
-    __hash__ = object.__hash__
+    # equal only to itself, and unhashable: a set or dict of proxies would count distinct
+    # proxies of objects that claim to be equal as distinct, which no plain value does
+    __hash__ = None  # type: ignore[assignment]
     __eq__ = object.__eq__
     __ne__ = object.__ne__
 

@@ -153,6 +153,8 @@ def test_other_objects_are_proxies_that_cannot_lie(fresh):
     liar = things.liar()
     assert isinstance(liar, fresh.ProjectObject) and not isinstance(liar, int)
     assert liar != 1 and liar != liar.__class__ and liar == liar
+    with pytest.raises(TypeError):
+        {liar}  # noqa: B018 - distinct proxies of "equal" objects must not count as distinct
     box = things.Box([1, 2, 3])
     assert len(box) == 3 and list(box) == [1, 2, 3] and 2 in box and box[1] == 2
     assert isinstance(box, things.Box) and not isinstance(box, things.Point)
@@ -202,8 +204,8 @@ def test_objects_do_not_outlive_their_test_but_module_paths_do(apptest):
 def test_a_dying_or_flooding_worker_fails_only_its_test(fresh):
     from proj import things
 
-    with pytest.raises(ValueError, match="exceeds the limit"):
-        things.huge()  # refused, and the process goes on
+    with pytest.raises(fresh.ProjectProcessError, match="exceeds the limit"):
+        things.huge()  # refused (never as an exception of the project); the process goes on
     assert things.plain()["i"] == 1
     with pytest.raises(fresh.ProjectProcessError, match="exited or was killed"):
         things.exit_now()

@@ -64,7 +64,9 @@ def test_generated_codes_unique(tmp_path):
     s = LinkStore(str(tmp_path / "s.db"))
     s.create("https://x.example", code="2")
     s.create("https://x.example", code="3")
-    codes = {s.create(f"https://x.example/{i}")["code"] for i in range(20)}
+    codes = [s.create(f"https://x.example/{i}")["code"] for i in range(20)]
+    assert all(type(c) is str for c in codes)
+    codes = set(codes)
     assert len(codes) == 20
     assert not codes & {"2", "3"}
     assert all(is_valid_code(c) for c in codes)
