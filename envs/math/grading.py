@@ -26,18 +26,19 @@ Pipeline:
    (complex exponentials, trigonometric identities, radians for a gold in degrees).
 
 Bound: the grading of a call takes at most ``timeout_s`` (default 1.5 s) plus a few
-milliseconds, from any thread, as long as the machine gives the grading worker a
-twentieth of a core. With up to the pool's ``max_size`` calls at once (32 on a large
-machine, 8 on a small one) no call waits for a worker, so the whole call is bounded the
-same way; beyond that a call waits for a free worker, at most ``queue_timeout_s``. A
-check that misses its deadline having used a twentieth of it in CPU (75 ms at the
-default; right answers cost 1-50 ms) is wrong (``reason ==
-"timeout"``: the answer is too costly to check, e.g. a power tower). A check starved of
-CPU by an overloaded machine gets up to four times its deadline to finish (unless the
-answer looks costly: a power tower, a huge exponent or factorial, which is cut at the
-deadline and wrong); one that still gets no verdict, or whose worker died, has ``reason`` ``"grader_timeout"`` or
-``"grader_crashed"`` and ``infra_failure`` set: it is not the agent's fault, and the
-env raises :class:`agentgym.InfraError` instead of scoring it.
+milliseconds, from any thread, unless the machine is overloaded (below). With up to the
+pool's ``max_size`` calls at once (32 on a large machine, 8 on a small one) no call
+waits for a worker, so the whole call is bounded the same way; beyond that a call waits
+for a free worker, at most ``queue_timeout_s``. At the deadline:
+
+* an answer that looks costly (a power tower, a four-digit exponent or factorial) or
+  whose check used half the deadline in CPU (right answers cost 1-50 ms) is wrong
+  (``reason == "timeout"``: too costly to check);
+* otherwise the worker was starved of CPU by an overloaded machine: it gets up to four
+  deadlines to finish, and a right answer still counts. One that still has no verdict,
+  or whose worker died, has ``reason`` ``"grader_timeout"`` or ``"grader_crashed"`` and
+  ``infra_failure`` set: it is not the agent's fault, and the env raises
+  :class:`agentgym.InfraError` instead of scoring it.
 """
 
 from __future__ import annotations

@@ -17,11 +17,12 @@ The deadline counts the *grading*, from the moment a worker takes the request; t
 for a worker is bounded separately (``queue_timeout_s``). At the deadline the CPU time
 the worker spent on the request decides:
 
-* at least a twentieth of the deadline (``COSTLY_CPU_SHARE``: 75 ms at the default
-  1.5 s, while a right answer costs 1-50 ms): the answer itself is too costly to check
-  (``"timeout"``, the caller's verdict is wrong). This is what a power tower gets, so
-  on any machine that gives the worker a twentieth of a core a hostile answer is cut at
-  the deadline;
+* at least half the deadline (``COSTLY_CPU_SHARE``: 0.75 s at the default 1.5 s, while
+  a right answer costs 1-50 ms on an idle machine): the answer itself is too costly to
+  check (``"timeout"``, the caller's verdict is wrong), so on a machine that gives the
+  worker half a core an expensive answer is cut at the deadline. The caller may also
+  say that the answer *looks* costly (``may_starve=False``: a power tower, a huge
+  exponent or factorial): then it is cut at the deadline however busy the machine;
 * less: the worker was starved by a busy machine, not slowed down by the answer. It is
   given more time, until it has used that CPU budget (``"timeout"``), answers, or
   ``STARVED_WALL_FACTOR`` times the deadline has passed (``"starved"``: no verdict, an
@@ -72,9 +73,9 @@ START_TIMEOUT_S = 120.0
 #: Default bound on the wait for a free worker (separate from the grading deadline).
 QUEUE_TIMEOUT_S = 30.0
 #: CPU time, as a share of the deadline, after which a check that missed its deadline is
-#: too costly: the answer's fault, not the machine's. Right answers use less (1-50 ms
-#: against 75 ms at the default deadline).
-COSTLY_CPU_SHARE = 1 / 20
+#: too costly: the answer's fault, not the machine's. Right answers use far less (1-50 ms
+#: on an idle machine; CPU time itself grows on a thrashing one).
+COSTLY_CPU_SHARE = 1 / 2
 #: A starved check (less CPU than that at the deadline) may run this many deadlines long
 #: before it is given up as an infrastructure failure.
 STARVED_WALL_FACTOR = 4.0
@@ -100,7 +101,8 @@ class PoolReply:
 
     Attributes:
         status: ``"ok"`` (``value`` holds the verdicts), ``"timeout"`` (the check missed
-            its deadline having used a twentieth of it in CPU: the answer is too costly),
+            its deadline having used half of it in CPU, or looked costly: the answer is
+            too costly),
             ``"starved"`` (the worker got too little CPU to finish even with extra time:
             the machine is overloaded),
             ``"busy"`` (no worker came free within the queue bound), ``"crashed"`` (the
