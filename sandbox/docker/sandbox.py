@@ -314,7 +314,7 @@ class DockerSandbox(Sandbox):
         up after the previous holder first when :meth:`reset` asked for it; a container that
         cannot be cleaned is replaced once."""
         if self._needs_clean and (user is not None or self._other_users):
-            self._clean_every_user()  # one pass per user, before the command
+            self._clean_every_user(then_sandbox_user=user is not None)
         if user is not None:
             self._other_users.add(user)
         for attempt in (0, 1):
@@ -345,14 +345,20 @@ class DockerSandbox(Sandbox):
             return end
         raise AssertionError("unreachable")
 
-    def _clean_every_user(self) -> None:
-        """Kill every process and remove every file of every user that ran commands: the
-        sandbox user first (what it may remove), each other user next; the last pass checks
-        that nothing is left, else the container is replaced."""
-        users = [None, *sorted(self._other_users)]
-        for i, user in enumerate(users):
+    def _clean_every_user(self, then_sandbox_user: bool = True) -> None:
+        """Kill every process and remove every file of every user that ran commands.
+
+        Each other user goes first, removing what it may (root may remove anything the
+        sandbox user wrote below its own directories); the sandbox user's pass comes last
+        and checks that nothing is left, else the container is replaced. With
+        ``then_sandbox_user=False`` that last pass is left to the next command's own exec
+        (no extra exec when the next command is the sandbox user's).
+        """
+        passes = [(u, CLEAN_PARTLY) for u in sorted(self._other_users)]
+        if then_sandbox_user:
+            passes.append((None, CLEAN))
+        for user, mode in passes:
             out, err = CappedBuffer(4096), CappedBuffer(4096)
-            mode = CLEAN if i == len(users) - 1 else CLEAN_PARTLY
             argv = wrapped_argv(
                 ["true"],
                 clean=mode,
@@ -374,7 +380,7 @@ class DockerSandbox(Sandbox):
                 self._replace()
                 return
         self._other_users.clear()
-        self._needs_clean = False
+        self._needs_clean = not then_sandbox_user
 
     def _replace(self) -> None:
         self._remove_container()
