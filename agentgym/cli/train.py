@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 _OVERRIDES_HELP = (
     "config overrides as section.key=value (values parsed as YAML), e.g. "
@@ -143,7 +144,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _launch(args: argparse.Namespace, config: str | None, overrides: list[str], cfg) -> int:
+def _launch(args: argparse.Namespace, config: str | None, overrides: list[str], cfg: Any) -> int:
     """Run this same command under torchrun, supervised (the fault detector, restarts);
     returns 0, the status of a stop on a fault, or torchrun's status."""
     from pathlib import Path

@@ -87,6 +87,7 @@ class EnvHost:
         self._inflight: dict[int, float] = {}
         self._call_ids = itertools.count()
         self._stacks_path, self._stacks = _register_stacks()
+        self._node = _node_id()
 
     def _env(self, handle: int) -> gym.Env:
         env = self._envs.get(handle)
@@ -124,6 +125,7 @@ class EnvHost:
                 "worker": f"worker{self.index}",
                 "index": self.index,
                 "host": socket.gethostname(),
+                "node": self._node,
                 "pid": os.getpid(),
                 "started": self._started,
                 "seq": self._seq,
@@ -144,11 +146,12 @@ class EnvHost:
             }
 
     def info(self) -> dict[str, Any]:
-        """Index, pid, host and number of envs of this worker."""
+        """Index, pid, host, Ray node id and number of envs of this worker."""
         return {
             "index": self.index,
             "pid": os.getpid(),
             "host": socket.gethostname(),
+            "node": self._node,
             "envs": len(self._envs),
         }
 
@@ -271,6 +274,16 @@ class EnvHost:
                 self._stacks.close()
                 os.unlink(self._stacks_path)
         ray.actor.exit_actor()
+
+
+def _node_id() -> str:
+    """The Ray node this actor runs on ("" outside Ray)."""
+    try:
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+    except Exception:
+        return ""
 
 
 def _register_stacks() -> tuple[str, Any]:

@@ -7,6 +7,7 @@ start-up costs seconds, so every test shares it. Tests assert values and errors 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -430,3 +431,100 @@ def _has_env(pid: int, mark: bytes) -> bool:
         return mark in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
         return False
+
+
+# ----------------------------------------------------------------------------- a 2-node cluster
+_CLUSTER_DRIVER = """
+import asyncio, json, os, signal, sys, threading, time
+from agentgym.policies import ScriptedPolicy
+from agentgym.rollouts import rollout
+from agentgym.workers import RayEnvWorkers
+from toy_envs import CounterEnv
+
+address, victim = sys.argv[1], int(sys.argv[2])
+
+async def act(messages):
+    await asyncio.sleep(0.2)  # keeps the episodes in flight while the node goes
+    return "next" if sum(m.role == "assistant" for m in messages) < 2 else "done"
+
+policy = ScriptedPolicy(act)
+kw = dict(seeds=list(range(6)), group_size=2, concurrency=12)
+clean = rollout(lambda: CounterEnv(target=5), policy, **kw)
+workers = RayEnvWorkers(2, address=address, cpus_per_worker=0.5)
+nodes = [i["node"] for i in workers.info()]
+
+def kill_node():
+    time.sleep(0.5)
+    mark = f"RAY_RAYLET_PID={victim}".encode()
+    pids = [victim] + [int(p) for p in os.listdir("/proc") if p.isdigit() and _has(p, mark)]
+    for p in pids:
+        os.kill(p, signal.SIGKILL)
+
+def _has(pid, mark):
+    try:
+        return mark in open(f"/proc/{pid}/environ", "rb").read().split(b"\\0")
+    except OSError:
+        return False
+
+threading.Thread(target=kill_node).start()
+played = rollout(lambda: CounterEnv(target=5), policy, env_host=workers, retries=1, **kw)
+strip = lambda e: {**e.to_dict(), "metrics": {}}
+print("RESULT " + json.dumps({
+    "nodes": nodes,
+    "replaced": workers.replaced,
+    "failed": sum(e.failed for e in played),
+    "lost": sorted({r for e in played for r in e.metrics.get("rollout/failed_attempts", [])}),
+    "same": [strip(e) for e in played] == [strip(e) for e in clean],
+}))
+"""
+
+
+@pytest.mark.slow
+def test_a_two_node_cluster_survives_losing_a_node_mid_rollout(tmp_path):
+    """`ray start --head` plus a second node (`ray start --address`) on this machine,
+    joined by address; one worker lands on each node; the second node is killed (its
+    raylet and every process it started) during a rollout: its worker is replaced and the
+    episodes it held are replayed, identical to a fault-free rollout."""
+    import tempfile
+
+    from agentgym.workers.reaper import raylets_of, reap
+
+    temp = tempfile.mkdtemp(prefix="agr-", dir="/tmp")  # short: Ray's socket paths
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO / "tests" / "helpers"), env.get("PYTHONPATH")])
+    )
+    ray_cli = str(Path(sys.executable).parent / "ray")
+    common = ["--node-ip-address=127.0.0.1", "--disable-usage-stats"]
+    try:
+        subprocess.run(
+            [ray_cli, "start", "--head", f"--port={port}", "--num-cpus=2",
+             f"--temp-dir={temp}", "--include-dashboard=false", *common],
+            env=env, capture_output=True, check=True, timeout=180,
+        )  # fmt: skip
+        head = raylets_of(temp)
+        subprocess.run(
+            [ray_cli, "start", f"--address=127.0.0.1:{port}", "--num-cpus=1", *common],
+            env=env, capture_output=True, check=True, timeout=180,
+        )  # fmt: skip
+        (second,) = raylets_of(temp) - head
+        r = subprocess.run(
+            [sys.executable, "-c", _CLUSTER_DRIVER, f"127.0.0.1:{port}", str(second)],
+            env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr[-3000:]
+        (line,) = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
+        got = json.loads(line.removeprefix("RESULT "))
+        assert len(set(got["nodes"])) == 2  # a worker on each node
+        assert got["replaced"] >= 1 and got["lost"] == ["worker_lost"] and got["failed"] == 0
+        assert got["same"]
+    finally:
+        for session in Path(temp).glob("session_2*"):
+            reap(str(session), raylets_of(str(session)), keep_logs=False)
+        import shutil
+
+        shutil.rmtree(temp, ignore_errors=True)
