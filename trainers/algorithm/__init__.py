@@ -17,6 +17,8 @@ current, the sampling and the reference policy; ``mask`` is 1 on tokens the poli
   sampling;
 * :mod:`.shaping`: dynamic sampling's filter, DAPO's overlong punishment, Kimi's length
   reward;
+* :mod:`.values`: GAE (per-sequence and length-adaptive lambda, decoupled), the clipped
+  value loss, VAPO's positive-example NLL, explained variance;
 * :mod:`.tokens`: log-probs of sampled tokens, entropy, masked means.
 
 Which loss and estimator to use when: docs/trainer.md ("Losses and estimators").
@@ -57,6 +59,15 @@ from agentgym.trainers.algorithm.losses import (
 )
 from agentgym.trainers.algorithm.shaping import informative_groups, length_reward, overlong_penalty
 from agentgym.trainers.algorithm.tokens import masked_mean, selected_logprobs, token_entropy
+from agentgym.trainers.algorithm.values import (
+    decoupled_gae,
+    explained_variance,
+    gae,
+    length_adaptive_lambda,
+    positive_nll,
+    terminal_rewards,
+    value_loss,
+)
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -73,12 +84,16 @@ __all__ = [
     "apo_policy_loss",
     "cispo_policy_loss",
     "dapo_policy_loss",
+    "decoupled_gae",
     "estimator_spec",
+    "explained_variance",
+    "gae",
     "group_advantages",
     "group_stats",
     "gspo_policy_loss",
     "importance_weights",
     "informative_groups",
+    "length_adaptive_lambda",
     "length_reward",
     "loss_spec",
     "masked_mean",
@@ -86,8 +101,11 @@ __all__ = [
     "optimal_value",
     "overlong_penalty",
     "policy_loss",
+    "positive_nll",
     "ppo_policy_loss",
     "reinforce_policy_loss",
     "selected_logprobs",
+    "terminal_rewards",
     "token_entropy",
+    "value_loss",
 ]
