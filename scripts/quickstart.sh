@@ -16,21 +16,24 @@ cd "$ROOT"
 RUN_DIR="${RUN_DIR:-runs/quickstart}"
 START=$(date +%s)
 
-"$ROOT/scripts/setup.sh"
+# agentgym alone: the quickstart needs none of the extras (AGENTGYM_EXTRAS=dev for the tests')
+AGENTGYM_EXTRAS="${AGENTGYM_EXTRAS-}" "$ROOT/scripts/setup.sh"
 AG="$ROOT/.venv/bin/agentgym"
+T_SETUP=$(date +%s)
 
 echo "[quickstart] stage 1/2: supervised warm start on verbose solutions"
 # (the warm start is evaluated as step 0 of stage 2, so stage 1 skips its own evaluation)
 "$AG" sft configs/quickstart_sft.yaml "run.output_dir=$RUN_DIR/sft" eval.at_ends=false
 
+T_SFT=$(date +%s)
 echo "[quickstart] stage 2/2: DAPO with a token cost"
 "$AG" train configs/quickstart_dapo.yaml "run.output_dir=$RUN_DIR/dapo" "model.path=$RUN_DIR/sft/model"
 
-"$ROOT/.venv/bin/python" - "$RUN_DIR" "$START" <<'PY'
+"$ROOT/.venv/bin/python" - "$RUN_DIR" "$START" "$T_SETUP" "$T_SFT" <<'PY'
 import json, sys, time
 from pathlib import Path
 
-run, start = Path(sys.argv[1]), int(sys.argv[2])
+run, start, t_setup, t_sft = Path(sys.argv[1]), *map(int, sys.argv[2:])
 rows = [json.loads(l) for l in (run / "dapo" / "metrics.jsonl").read_text().splitlines() if l.strip()]
 evals = [r for r in rows if "eval/accuracy" in r]
 before, after = evals[0], evals[-1]
@@ -43,5 +46,9 @@ print(f"accuracy                          {before['eval/accuracy']:>14.1%}   {af
 print(f"mean response tokens              {before['eval/response_tokens_mean']:>14.1f}   {after['eval/response_tokens_mean']:>10.1f}   {tok_ratio:>12.2f}")
 ok = acc_ratio >= 0.9 and tok_ratio <= 0.4
 print(f"target (accuracy >= 0.90x, tokens <= 0.40x): {'reached' if ok else 'NOT reached'}")
-print(f"total wall time: {time.time() - start:.0f} s; plots in {run / 'dapo' / 'plots'}")
+end = time.time()
+print(
+    f"total wall time: {end - start:.0f} s (set-up {t_setup - start} s, warm start "
+    f"{t_sft - t_setup} s, DAPO and evaluation {end - t_sft:.0f} s); plots in {run / 'dapo' / 'plots'}"
+)
 PY

@@ -10,16 +10,25 @@ from __future__ import annotations
 
 from agentgym.trainers.sft.config import SFTConfig, SFTData, SFTTrain
 from agentgym.trainers.sft.data import Example, collect_examples, drop_lines, example_corpus
-from agentgym.trainers.sft.train import build_model_and_examples, run_sft
+from agentgym.trainers.sft.train import (
+    batch_loss,
+    build_model_and_examples,
+    epoch_batches,
+    length_groups,
+    run_sft,
+)
 
 __all__ = [
     "Example",
     "SFTConfig",
     "SFTData",
     "SFTTrain",
+    "batch_loss",
     "build_model_and_examples",
     "collect_examples",
     "drop_lines",
+    "epoch_batches",
     "example_corpus",
+    "length_groups",
     "run_sft",
 ]

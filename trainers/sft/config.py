@@ -59,6 +59,12 @@ class SFTTrain:
         batch_size: examples per optimizer step.
         lr / warmup_steps / weight_decay / max_grad_norm: AdamW with linear warm-up
             and cosine decay to 10%.
+        group_by_length: draw batches from groups of this many batches sorted by length,
+            so that a batch holds examples of similar length and little padding (0: plain
+            random batches).
+        length_groups: run each batch as this many length-sorted micro-batches, each
+            padded to its own longest example; the gradient is that of the whole batch
+            (1: one padded batch).
     """
 
     epochs: float = 3.0
@@ -68,8 +74,12 @@ class SFTTrain:
     warmup_steps: int = 20
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
+    group_by_length: int = 0
+    length_groups: int = 1
 
     def __post_init__(self) -> None:
+        _check(self.length_groups >= 1, "train.length_groups must be >= 1.")
+        _check(self.group_by_length >= 0, "train.group_by_length must be >= 0 (0: off).")
         _check(self.epochs > 0, "train.epochs must be > 0.")
         _check(
             self.max_steps is None or self.max_steps >= 1, "train.max_steps must be >= 1 or null."

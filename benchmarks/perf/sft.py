@@ -1,0 +1,152 @@
+"""SFT step time: the quickstart's warm-start step as it was vs as it is now.
+
+Before: random batches, each one padded block with an attention mask and full logits.
+Now (``configs/quickstart_sft.yaml``'s ``train`` section): batches drawn from groups of
+``group_by_length`` batches sorted by length (:func:`agentgym.trainers.sft.epoch_batches`),
+each step without an attention mask and with the output projection only where there is a
+label, as ``length_groups`` micro-batches (:func:`agentgym.trainers.sft.batch_loss`).
+On one batch both steps compute the same loss and gradient (checked here, and in
+tests/trainers/test_sft_batches.py); what differs is how much padding the batches carry.
+
+The benchmark builds the quickstart's model and examples, then times the two kinds of
+step **in alternation** (old, new, new, old, ...), so that a shared machine's changing
+load hits both alike, and reports the median wall-clock and CPU seconds per step of each
+and their ratios, and each kind's padding share.
+
+Run: ``python -m agentgym.benchmarks.perf.sft [--steps 24] [--groups M] [--group-by-length K]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import time
+from typing import Any
+
+from agentgym import load_config
+
+
+def _old_step(model: Any, items: list[tuple[list[int], list[int]]], pad: int) -> float:
+    """The step as it was: one right-padded batch, attention mask, full logits."""
+    import torch
+
+    width = max(len(p) + len(r) for p, r in items)
+    ids = torch.full((len(items), width), pad, dtype=torch.long)
+    att = torch.zeros((len(items), width), dtype=torch.long)
+    labels = torch.full((len(items), width), -100, dtype=torch.long)
+    for i, (p, r) in enumerate(items):
+        seq = p + r
+        ids[i, : len(seq)] = torch.tensor(seq)
+        att[i, : len(seq)] = 1
+        labels[i, len(p) : len(seq)] = torch.tensor(r)
+    logits = model(input_ids=ids, attention_mask=att, use_cache=False).logits[:, :-1].float()
+    targets = labels[:, 1:]
+    mask = targets != -100
+    nll = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), targets.clamp(min=0).reshape(-1), reduction="none"
+    ).view_as(targets)
+    loss = (nll * mask).sum() / mask.sum()
+    loss.backward()
+    return float(loss.detach())
+
+
+def run(
+    steps: int = 24,
+    groups: int | None = None,
+    threads: int = 2,
+    group_by_length: int | None = None,
+) -> dict[str, Any]:
+    """Time ``steps`` steps of each kind (after one warm-up each); see the module doc."""
+    import torch
+
+    from agentgym.trainers import encode_prompt
+    from agentgym.trainers.sft import SFTConfig, batch_loss, build_model_and_examples, epoch_batches
+
+    torch.set_num_threads(threads)
+    cfg = load_config(SFTConfig, "configs/quickstart_sft.yaml", ["data.num_tasks=2000"])
+    groups = groups or cfg.train.length_groups
+    grouping = cfg.train.group_by_length if group_by_length is None else group_by_length
+    model, tok, examples = build_model_and_examples(cfg)
+    eos = [int(tok.eos_token_id)]
+    encoded = [
+        (encode_prompt(tok, m), tok(r, add_special_tokens=False)["input_ids"] + eos)
+        for m, r in examples
+    ]
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    lengths = [len(p) + len(r) for p, r in encoded]
+    size = cfg.train.batch_size
+    old_batches = [[encoded[i] for i in b] for b in epoch_batches(lengths, size, random.Random(0))]
+    new_batches = [
+        [encoded[i] for i in b]
+        for b in epoch_batches(lengths, size, random.Random(0), grouping)
+        if len(b) == size
+    ]
+    batches = old_batches[: steps + 1]
+    model.train()
+
+    # the same gradient (first batch)
+    model.zero_grad()
+    old_loss = _old_step(model, batches[0], pad)
+    old_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    new_loss = batch_loss(model, batches[0], pad, groups)
+    grad_gap = max(
+        float((p.grad - g).abs().max()) for p, g in zip(model.parameters(), old_grads, strict=True)
+    )
+
+    wall: dict[str, list[float]] = {"old": [], "new": []}
+    cpu: dict[str, list[float]] = {"old": [], "new": []}
+    for k in range(steps):
+        order = ("old", "new") if k % 2 == 0 else ("new", "old")
+        for kind in order:
+            model.zero_grad()
+            t0, c0 = time.perf_counter(), time.process_time()
+            if kind == "old":
+                _old_step(model, old_batches[1 + k], pad)
+            else:
+                batch_loss(model, new_batches[k], pad, groups)
+            wall[kind].append(time.perf_counter() - t0)
+            cpu[kind].append(time.process_time() - c0)
+
+    def padding(bs: list[Any]) -> float:
+        real = sum(len(p) + len(r) for b in bs for p, r in b)
+        return round(1 - real / sum(max(len(p) + len(r) for p, r in b) * len(b) for b in bs), 3)
+
+    med = {
+        f"{m}_{kind}_s": statistics.median(v[kind])
+        for m, v in (("wall", wall), ("cpu", cpu))
+        for kind in v
+    }
+    return {
+        "title": "SFT step: one padded batch (old) vs length-sorted micro-batches (new)",
+        "steps": steps,
+        "batch_size": cfg.train.batch_size,
+        "group_by_length": grouping,
+        "length_groups": groups,
+        "threads": threads,
+        "padding_share_old": padding(old_batches[1 : steps + 1]),
+        "padding_share_new": padding(new_batches[:steps]),
+        "loss_old": round(old_loss, 6),
+        "loss_new": round(new_loss, 6),
+        "max_grad_difference": grad_gap,
+        **{k: round(v, 4) for k, v in med.items()},
+        "speedup_wall": round(med["wall_old_s"] / med["wall_new_s"], 2),
+        "speedup_cpu": round(med["cpu_old_s"] / med["cpu_new_s"], 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--groups", type=int, default=None, help="micro-batches per batch")
+    ap.add_argument("--group-by-length", type=int, default=None, help="batches per sorted group")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args(argv)
+    print(json.dumps(run(args.steps, args.groups, args.threads, args.group_by_length), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
