@@ -8,6 +8,7 @@ Nothing here knows about models, environments or the loop: each function takes t
 current, the sampling and the reference policy; ``mask`` is 1 on tokens the policy produced
 (the ones trained on), 0 on prompt, environment text and padding.
 
+* :mod:`.config`: the ``algorithm`` section of a trainer config (:class:`AlgorithmConfig`);
 * :mod:`.advantages`: estimators by name (:data:`ADVANTAGE_ESTIMATORS`: ``grpo``,
   ``drgrpo``, ``rloo``, ``reinforce++``, ``apo``, ``apo_group``) and A*PO's
   :func:`optimal_value`;
@@ -34,6 +35,7 @@ from agentgym.trainers.algorithm.advantages import (
     group_advantages,
     optimal_value,
 )
+from agentgym.trainers.algorithm.config import AlgorithmConfig
 from agentgym.trainers.algorithm.correction import (
     TIS_MODES,
     importance_weights,
@@ -76,6 +78,7 @@ __all__ = [
     "SEQ_MEAN_TOKEN_MEAN",
     "TIS_MODES",
     "TOKEN_MEAN",
+    "AlgorithmConfig",
     "EstimatorSpec",
     "LossSpec",
     "LossTerms",

@@ -1,0 +1,114 @@
+"""The ``algorithm`` section of a trainer config: which loss, which advantages, DAPO's
+switches, the mismatch correction and the value-based settings (read by the learner)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agentgym import UnknownNameError
+from agentgym import config_check as _check
+from agentgym.trainers.algorithm.advantages import ADVANTAGE_ESTIMATORS
+from agentgym.trainers.algorithm.correction import TIS_MODES
+from agentgym.trainers.algorithm.losses import POLICY_LOSSES
+
+
+@dataclass
+class AlgorithmConfig:
+    """The RL algorithm: loss, advantage estimator, DAPO's switches, mismatch correction.
+
+    Attributes:
+        loss: the policy loss by name (``dapo``, ``ppo``, ``gspo``, ``cispo``,
+            ``reinforce``, ``apo``; see docs/trainer.md's table and
+            :data:`~agentgym.trainers.algorithm.POLICY_LOSSES`).
+        advantage: the estimator by name (``grpo``, DAPO's; ``drgrpo``, ``rloo``,
+            ``reinforce++``, ``apo``, ``apo_group``).
+        normalize_std: divide ``grpo`` advantages by the group std.
+        eps_low / eps_high: clip range ``[1 - eps_low, 1 + eps_high]`` (clip-higher).
+        clip_c: ``ppo``'s dual-clip bound for negative advantages (> 1).
+        kl_coef: KL-to-reference weight (0: off, DAPO's default; k3 estimator).
+        apo_beta: the ``apo`` loss's ``beta`` (weight of the log-ratio it regresses).
+        apo_value_beta: the ``beta`` of A*PO's value estimate
+            ``V* = beta log mean exp(r / beta)`` (``agentgym apo-values``).
+        apo_value_samples: reference samples per prompt for that estimate.
+        apo_values: the value cache (a JSONL written by ``agentgym apo-values``;
+            ``null``: ``<run.output_dir>/apo_values.jsonl``).
+        tis: truncated importance sampling against the rollout engine's log-probs:
+            ``off``, ``token`` (``min(exp(learner - engine), tis_cap)`` per token),
+            ``sequence`` (the same from the sequence's summed log-ratio) or ``mask``
+            (drop tokens whose ratio leaves ``tis_band``).
+        tis_cap / tis_band: the truncation ``C`` and the kept ratio band.
+        router_replay: MoE models: the rollout engine records the experts each router
+            chose for every token, and the learner's forward uses those choices instead
+            of recomputing its own top-k (the gate's weights are still computed and
+            trained); the ``hf`` engine only (vLLM does not report routing).
+        dynamic_sampling: drop groups whose rewards are all equal and generate more.
+        max_generation_rounds: cap on generation rounds per step (the first included).
+        on_cap: what to do when the cap is hit with fewer groups than ``batch_tasks``:
+            ``train`` on what there is (with a warning), ``skip`` the update, or
+            ``error``.
+        overlong_penalty: add DAPO's soft overlong punishment to the reward.
+        overlong_cache: its ramp width ``L_cache`` (``L_max`` = ``rollout.max_tokens``).
+        overlong_mask: exclude episodes with a truncated completion from the loss.
+        length_reward_coef: weight of Kimi k1.5's group-relative length reward (0: off).
+        micro_batch_size: sequences per forward/backward pass.
+        share_prompts: in a micro-batch, run a prompt that several samples share (the
+            ``G`` samples of a task's first turn) through the model once, and only the
+            replies per sample. Loss and gradients are the same either way; ``false``
+            runs one full sequence per sample (for models whose forward cannot take a
+            KV cache with gradients).
+        updates_per_batch: optimizer steps per batch (mini-batches). 1 is strictly
+            on-policy (the ratio is exactly 1 and only clipping-free gradients flow).
+    """
+
+    loss: str = "dapo"
+    advantage: str = "grpo"
+    normalize_std: bool = True
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    clip_c: float = 3.0
+    kl_coef: float = 0.0
+    apo_beta: float = 1e-3
+    apo_value_beta: float = 0.5
+    apo_value_samples: int = 8
+    apo_values: str | None = None
+    tis: str = "off"
+    tis_cap: float = 2.0
+    tis_band: list[float] = field(default_factory=lambda: [0.5, 2.0])
+    router_replay: bool = False
+    dynamic_sampling: bool = True
+    max_generation_rounds: int = 3
+    on_cap: str = "train"
+    overlong_penalty: bool = False
+    overlong_cache: int = 32
+    overlong_mask: bool = False
+    length_reward_coef: float = 0.0
+    micro_batch_size: int = 32
+    share_prompts: bool = True
+    updates_per_batch: int = 1
+
+    def __post_init__(self) -> None:
+        if self.advantage not in ADVANTAGE_ESTIMATORS:
+            raise UnknownNameError("algorithm.advantage", self.advantage, ADVANTAGE_ESTIMATORS)
+        if self.loss not in POLICY_LOSSES:
+            raise UnknownNameError("algorithm.loss", self.loss, POLICY_LOSSES)
+        if self.tis not in TIS_MODES:
+            raise UnknownNameError("algorithm.tis", self.tis, TIS_MODES)
+        _check(self.clip_c > 1, f"algorithm.clip_c must be > 1, got {self.clip_c}.")
+        _check(self.apo_beta > 0, f"algorithm.apo_beta must be > 0, got {self.apo_beta}.")
+        _check(self.apo_value_beta >= 0, "algorithm.apo_value_beta must be >= 0.")
+        _check(self.apo_value_samples >= 1, "algorithm.apo_value_samples must be >= 1.")
+        _check(self.tis_cap >= 1, f"algorithm.tis_cap must be >= 1, got {self.tis_cap}.")
+        _check(
+            len(self.tis_band) == 2 and 0 <= self.tis_band[0] <= 1 <= self.tis_band[1],
+            f"algorithm.tis_band must be [low <= 1, high >= 1], got {self.tis_band}.",
+        )
+        if self.on_cap not in ("train", "skip", "error"):
+            raise UnknownNameError("algorithm.on_cap", self.on_cap, ("train", "skip", "error"))
+        _check(0 <= self.eps_low < 1, f"algorithm.eps_low must be in [0, 1), got {self.eps_low}.")
+        _check(self.eps_high >= 0, f"algorithm.eps_high must be >= 0, got {self.eps_high}.")
+        _check(self.kl_coef >= 0, f"algorithm.kl_coef must be >= 0, got {self.kl_coef}.")
+        _check(self.max_generation_rounds >= 1, "algorithm.max_generation_rounds must be >= 1.")
+        _check(self.overlong_cache >= 1, "algorithm.overlong_cache must be >= 1.")
+        _check(self.length_reward_coef >= 0, "algorithm.length_reward_coef must be >= 0.")
+        _check(self.micro_batch_size >= 1, "algorithm.micro_batch_size must be >= 1.")
+        _check(self.updates_per_batch >= 1, "algorithm.updates_per_batch must be >= 1.")
