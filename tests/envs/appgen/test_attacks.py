@@ -4,7 +4,7 @@ The attacks are in :mod:`.attacks` (in-process subversion of the runner, objects
 reaching the grader's files and processes, exhausting resources, the file-based tricks).
 Each is graded on one task of every family of built-in tasks (how their hidden tests
 reach the project: library calls with callbacks, an interpreter with a CLI, a SQLite
-service read back by the tests, an HTTP server, binary files the tests corrupt) and must
+service with reports and a CLI, an HTTP server, binary files the tests corrupt) and must
 score no more than the honest project it was built on: no hidden test may pass that the
 honest project fails. The issue's own attack runs on every built-in task.
 
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.docker
 FAMILIES = {
     "library": ("rate_limiter", 2),
     "interpreter-cli": ("expr_calc", 4),
-    "sqlite-service": ("todo_sqlite", 3),
+    "sqlite-service": ("inventory", 3),
     "http-server": ("url_shortener", 2),
     "binary-files": ("kv_wal", 2),
 }
