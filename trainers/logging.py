@@ -1,4 +1,9 @@
-"""Metrics to JSONL, and PNG plots at the end of a run."""
+"""Metrics to JSONL, and PNG plots at the end of a run.
+
+The rows also reach the run's trackers (TensorBoard, W&B: ``run.report_to``) when
+:func:`~agentgym.trainers.tracking.start_tracking` attached them to the writers; the
+plots reach them from :func:`plot_run`, which then closes them.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,10 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from agentgym.trainers.tracking import close_tracking, start_tracking, trackers_for
+
+__all__ = ["JsonlWriter", "plot_run", "plot_timeline", "read_jsonl", "start_tracking"]
 
 
 def _clean(v: Any) -> Any:
@@ -21,6 +30,8 @@ class JsonlWriter:
     """Append one JSON object per line (flushed, so a killed run keeps what it wrote).
 
     ``enabled=False`` makes every call a no-op (ranks other than 0 of a sharded run).
+    Trackers attached with :meth:`attach` get every row too (the file's stem, e.g.
+    ``metrics`` or ``timeline``, says what the row is).
     """
 
     def __init__(
@@ -28,6 +39,7 @@ class JsonlWriter:
     ) -> None:
         self.path = Path(path)
         self.enabled = enabled
+        self.trackers: Any = None
         if not enabled:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -40,11 +52,17 @@ class JsonlWriter:
                 for r in keep:
                     f.write(json.dumps(r) + "\n")
 
+    def attach(self, trackers: Any) -> None:
+        """Also hand every row to ``trackers`` (:class:`~agentgym.trainers.tracking.Trackers`)."""
+        self.trackers = trackers
+
     def write(self, row: Mapping[str, Any]) -> None:
         if not self.enabled:
             return
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps({k: _clean(v) for k, v in row.items()}) + "\n")
+        if self.trackers is not None:
+            self.trackers.on_row(self.path.stem, row)
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -64,7 +82,17 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 def plot_run(run_dir: str | Path) -> list[Path]:
-    """Write reward.png, response_length.png and timeline.png into ``run_dir/plots``."""
+    """Write reward.png, response_length.png and timeline.png into ``run_dir/plots``;
+    the run's trackers get them and are closed (the run has ended)."""
+    written = _plot_run(run_dir)
+    trackers = trackers_for(run_dir)
+    if trackers is not None:
+        trackers.log_images(written)
+        close_tracking(run_dir)
+    return written
+
+
+def _plot_run(run_dir: str | Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")

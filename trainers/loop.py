@@ -86,7 +86,7 @@ from agentgym.trainers.health import (
     WorkerMonitor,
     held_by_launcher,
 )
-from agentgym.trainers.logging import JsonlWriter, plot_run
+from agentgym.trainers.logging import JsonlWriter, plot_run, start_tracking
 from agentgym.trainers.models import apply_lora, build_model_and_tokenizer
 from agentgym.trainers.rollout_phase import RolloutPhase, shaped_rewards
 from agentgym.trainers.runtime import setup_torch
@@ -246,6 +246,7 @@ class DAPOTrainer:
         )
         if main:
             save_config(cfg, self.out / "config.yaml")
+        start_tracking(cfg, self.out, self.metrics_log, self.timeline_log, enabled=main)
         self.initial_adapter_digest = self.adapter_digest() if cfg.lora.enabled else None
 
     def close(self) -> None:

@@ -37,12 +37,13 @@ import torch
 from agentgym import Progress, SamplingParams, derive_seed, save_config
 from agentgym.trainers.engines import HFEngine
 from agentgym.trainers.evaluation import eval_table, evaluate_async
-from agentgym.trainers.logging import JsonlWriter
+from agentgym.trainers.logging import JsonlWriter, start_tracking
 from agentgym.trainers.models import apply_lora, build_model_and_tokenizer, save_model
 from agentgym.trainers.runtime import setup_torch
 from agentgym.trainers.sft.config import SFTConfig
 from agentgym.trainers.sft.data import Example, collect_examples, example_corpus
 from agentgym.trainers.tokenizer import encode_completion, encode_prompt
+from agentgym.trainers.tracking import close_tracking
 
 
 def build_model_and_examples(cfg: SFTConfig) -> tuple[torch.nn.Module, Any, list[Example]]:
@@ -156,6 +157,7 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "config.yaml")
     log = JsonlWriter(out / "metrics.jsonl", truncate_after_step=-1)
+    start_tracking(cfg, out, log)
     t_start = time.monotonic()
 
     model, tok, examples = build_model_and_examples(cfg)
@@ -258,5 +260,6 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
         text = eval_table({"step": 0, **results["before"]}, {"step": step, **results["after"]})
         (out / "eval_table.md").write_text(text + "\n", encoding="utf-8")
         print(text)
+    close_tracking(out)
     print(f"[agentgym sft] model saved to {model_dir} ({results['seconds']:.0f}s)", file=sys.stderr)
     return results
