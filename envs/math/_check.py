@@ -37,9 +37,10 @@ from typing import Any
 import sympy
 from math_verify import parse, verify
 
-from agentgym.envs.math._evaluate import equal_by_value, to_radians
+from agentgym.envs.math._evaluate import equal_by_value, same_equation, to_radians
 from agentgym.envs.math._fastparse import read
 from agentgym.envs.math.fastcheck import Num, parse_value
+from agentgym.envs.math.normalize import top_level_equals
 
 logging.getLogger("math_verify").setLevel(logging.CRITICAL)
 logging.getLogger("latex2sympy2_extended").setLevel(logging.CRITICAL)
@@ -59,8 +60,23 @@ def _read_gold(gold: str) -> Any | None:
     return read(gold)
 
 
+def _moved_left(equation: str) -> Any | None:
+    """``a = b`` read as ``a - b`` (plain sides only), or None."""
+    sides = top_level_equals(equation)
+    if len(sides) != 2:
+        return None
+    left, right = read(sides[0]), read(sides[1])
+    return None if left is None or right is None else left - right
+
+
 def _plain_verdict(gold: str, pred: str, degrees: bool) -> bool | None:
-    """Both answers are plain expressions (:mod:`._fastparse`) and evaluation decides."""
+    """Both answers are plain expressions (:mod:`._fastparse`), or plain equations, and
+    evaluation decides."""
+    if "=" in gold and "=" in pred:
+        g_eq, p_eq = _moved_left(gold), _moved_left(pred)
+        if g_eq is not None and p_eq is not None:
+            return same_equation(g_eq, p_eq)
+        return None
     g = _read_gold(gold)
     if g is None:
         return None

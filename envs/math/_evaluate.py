@@ -13,6 +13,8 @@ module evaluates both sides instead:
   for ``\\sin^2x + \\cos^2x`` = 1, ``2\\sin x\\cos x`` = ``\\sin 2x``, ``(x+1)^2`` =
   ``x^2+2x+1``; a clear difference at one point means different;
 * matrices and tuples compare entry by entry;
+* **equations** ``a = b`` and ``c = d`` are the same when ``a - b`` is a constant nonzero
+  multiple of ``c - d`` (:func:`same_equation`: ``2x + y = 5`` and ``y = 5 - 2x``);
 * **degrees**: when the gold carries a degree sign, an answer in radians is also
   accepted (``\\frac{\\pi}{3}`` for ``60^\\circ``).
 
@@ -28,7 +30,7 @@ from typing import Any
 
 import sympy
 
-__all__ = ["equal_by_value", "to_radians"]
+__all__ = ["equal_by_value", "same_equation", "to_radians"]
 
 #: Generic evaluation points: irrational-looking, away from the usual singular points.
 _POINTS = (
@@ -124,6 +126,33 @@ def _all(verdicts: Any) -> bool | None:
         if v is None:
             out = None
     return out
+
+
+def same_equation(g: Any, p: Any) -> bool | None:
+    """``g = 0`` and ``p = 0`` (both sides moved left) are the same equation: ``g / p`` is
+    the same nonzero constant at three generic points. None when it cannot tell."""
+    if not (_plain(g) and _plain(p)):
+        return None
+    g, p = _imaginary(g), _imaginary(p)
+    if {s.name for s in g.free_symbols} != {s.name for s in p.free_symbols} or not g.free_symbols:
+        return None
+    symbols = sorted(g.free_symbols | p.free_symbols, key=lambda s: s.name)
+    ratios = []
+    for k, point in enumerate(_POINTS):
+        values = {s: point + sympy.Rational(j, 7) * (k + 1) for j, s in enumerate(symbols)}
+        try:
+            vg, vp = _number(g.xreplace(values)), _number(p.xreplace(values))
+        except Exception:
+            continue
+        if vg is None or vp is None or abs(vp) < _DIFFERENT:
+            continue
+        ratios.append(sympy.N(vg / vp, _DIGITS))
+    if len(ratios) < 2:
+        return None
+    first = ratios[0]
+    if abs(first) < _DIFFERENT:
+        return None
+    return all(_compare_numbers(first, r) is True for r in ratios[1:])
 
 
 def to_radians(g: Any) -> Any | None:

@@ -10,6 +10,9 @@ they relate, read as a careful reviewer would:
 * **correction**: the text has a correction cue (wait, hmm, actually, mistake, wrong,
   recheck, let me, however, but, ...): the second replaces the first
   (``\\boxed{14}. Hmm, I dropped a sign; the answer is \\boxed{-14}``).
+* **conclusion**: otherwise, a cue that draws a conclusion (so, thus, therefore, hence,
+  "the answer is", finally): the second replaces the first, which was a step
+  (``\\boxed{12} and \\boxed{14}, so the answer is \\boxed{26}``).
 * **hedge**: otherwise, a cue that offers alternatives (or, maybe, perhaps, possibly,
   either, alternatively, "could be", "might be"): both are candidates of one answer
   (``\\boxed{5} or maybe \\boxed{6}``).
@@ -63,9 +66,17 @@ _CORRECTION_RE = re.compile(
     r"instead|however|but|no[,.!;:]|dropped|missed|forgot|fix\w*|let me|let's|verif\w*|"
     r"check\w*|mis\w+|typo|scratch that)(?![a-z])"
 )
+_CONCLUSION_RE = re.compile(
+    r"(?i)(?<![a-z])(?:so|thus|therefore|hence|finally|overall|in (?:total|conclusion|summary)|"
+    r"the (?:final )?(?:answer|result) (?:is|=))(?![a-z])|\\therefore"
+)
 _HEDGE_RE = re.compile(
     r"(?i)(?<![a-z\\])(?:or|maybe|perhaps|possibly|either|alternatively|otherwise|"
     r"(?:could|might|may) (?:also )?be|not sure|unsure)(?![a-z])|\?"
+)
+_HEDGE_START_RE = re.compile(
+    r"(?i)[\s.,;:!]*(?:or|alternatively|another (?:possible )?answer|it (?:could|might|may) "
+    r"also be|maybe|perhaps|possibly)(?![a-z])"
 )
 _REJECT_END_RE = re.compile(
     r"(?i)(?:(?<![a-z])(?:not|rather than|instead of|and not|but not)|\\neq?|\\not=|≠)"
@@ -85,19 +96,25 @@ def link(between: str) -> str:
     """How two consecutive statements relate, from the text between them.
 
     Returns ``"rejected"``, ``"correction"``, ``"hedge"``, ``"together"`` or
-    ``"sequence"`` (see the module docstring).
+    ``"sequence"`` (a conclusion, or reasoning; see the module docstring).
     """
     if len(between) > 4 * MAX_CONNECTIVE_CHARS:
-        # long reasoning: only a correction cue near the end changes the verdict
+        # long reasoning: a negation at its end, an alternative announced at its start
+        # ("Alternatively, ..."), or a correction cue decide; otherwise it is a sequence
         tail = between[-MAX_CONNECTIVE_CHARS:]
         if _REJECT_END_RE.search(tail):
             return "rejected"
+        head = _MATH_NOISE_RE.sub(" ", between[: MAX_CONNECTIVE_CHARS // 2])
+        if _HEDGE_START_RE.match(head):
+            return "hedge"
         return "correction" if _CORRECTION_RE.search(between) else "sequence"
     if _REJECT_END_RE.search(between):
         return "rejected"
     if _CORRECTION_RE.search(between):
         return "correction"
     cleaned = _MATH_NOISE_RE.sub(" ", between)
+    if _CONCLUSION_RE.search(cleaned):
+        return "sequence"
     if _HEDGE_RE.search(cleaned):
         return "hedge"
     cleaned = _LABEL_RE.sub(" ", cleaned)

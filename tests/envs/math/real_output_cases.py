@@ -199,6 +199,27 @@ CASES: list[Case] = [
         True,
         "an answer declared wrong is replaced",
     ),
+    C(
+        "self_correction",
+        r"The area is \boxed{12} and the perimeter \boxed{14}, so the answer is \boxed{26}.",
+        "26",
+        True,
+        "boxed intermediate steps, then the conclusion",
+    ),
+    C(
+        "self_correction",
+        r"The area is \boxed{12} and the perimeter \boxed{14}, so the answer is \boxed{26}.",
+        "12",
+        False,
+        "an intermediate step is not the answer",
+    ),
+    C(
+        "multi_box",
+        r"$x = \boxed{2}$, so $y = \boxed{3}$",
+        "(2,3)",
+        True,
+        "labelled parts joined by 'so'",
+    ),
     # ------------------------------------------------------------------ hedging
     C(
         "hedging",
@@ -238,6 +259,20 @@ CASES: list[Case] = [
         r"\frac{1}{2}",
         True,
         "'or equivalently' restates an equal value",
+    ),
+    C(
+        "hedging",
+        "The answer is $\\boxed{5}$.\n\nAlternatively, " + _LONG_WORK + "we get $\\boxed{6}$.",
+        "6",
+        False,
+        "a second answer offered as an alternative after long work",
+    ),
+    C(
+        "hedging",
+        "The answer is $\\boxed{5}$.\n\nAlternatively, " + _LONG_WORK + "we get $\\boxed{5}$.",
+        "5",
+        True,
+        "another method confirming the same answer",
     ),
     # ------------------------------------------------------------------ evaluation
     C("evaluation", r"\boxed{\cos(\pi)}", "-1", True, "a trigonometric value"),
