@@ -1,0 +1,41 @@
+"""agentgym meets other tools: TRL's trainers and Hugging Face datasets.
+
+* :class:`TRLEnvAdapter` (:mod:`.trl`): any registered agentgym env as TRL
+  ``GRPOTrainer`` data, ``rollout_func`` and reward function (multi-turn and
+  multi-conversation episodes included);
+* episodes as Parquet / ``datasets`` with the conversation structure kept, and back
+  (:mod:`.episodes`): :func:`write_episodes_parquet`, :func:`read_episodes_parquet`,
+  :func:`episodes_to_dataset`, :func:`episodes_from_dataset`, :func:`episodes_to_table`,
+  :func:`episodes_from_table`, :func:`episode_schema`; the episode files of a run folder:
+  :func:`find_episode_files`, :func:`iter_run_episodes`.
+
+See docs/integrations.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: public name -> the module that defines it (loaded on first use)
+_LAZY = {
+    "TRLEnvAdapter": "agentgym.trainers.integrations.trl",
+    "episode_schema": "agentgym.trainers.integrations.episodes",
+    "episodes_to_table": "agentgym.trainers.integrations.episodes",
+    "episodes_from_table": "agentgym.trainers.integrations.episodes",
+    "write_episodes_parquet": "agentgym.trainers.integrations.episodes",
+    "read_episodes_parquet": "agentgym.trainers.integrations.episodes",
+    "episodes_to_dataset": "agentgym.trainers.integrations.episodes",
+    "episodes_from_dataset": "agentgym.trainers.integrations.episodes",
+    "find_episode_files": "agentgym.trainers.integrations.episodes",
+    "iter_run_episodes": "agentgym.trainers.integrations.episodes",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'agentgym.trainers.integrations' has no attribute {name!r}")
+
+
+__all__ = sorted(_LAZY)
