@@ -271,9 +271,9 @@ def grade(
     raw = not inline or any(len(st.text) > MAX_INLINE_CHARS for st in sel.parts)
     degrees = has_degrees(gold) if inline else False
     gold_eq = None
-    if (inline and "=" in gold_n) or "=" in gold:
-        full = normalize(strip_boxed(gold), keep_label=True) if inline else None
-        gold_eq = full if full and full != gold_n else None
+    if inline and "=" in gold:  # "y = 5 - 2x" is also compared as an equation
+        full = normalize(strip_boxed(gold), keep_label=True)
+        gold_eq = full if full != gold_n else None
     claims = build_claims(
         sel, gold if raw else gold_n, raw=raw, gold_equation=gold_eq, gold_degrees=degrees
     )

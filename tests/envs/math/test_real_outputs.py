@@ -70,3 +70,21 @@ def test_hedging_reasons_and_the_final_answer_are_reported():
     assert combined.extracted == "(4, 1), (1, 4)" and combined.final == ("(4, 1)", "(1, 4)")
     with pytest.raises(ValueError, match="hedging"):
         grade(r"\boxed{1}", "1", hedging="first")
+
+
+def test_the_env_grades_with_its_hedging_argument(tmp_path):
+    import json
+
+    import gymnasium as gym
+
+    data = tmp_path / "one.jsonl"
+    data.write_text(json.dumps({"problem": "Compute 7 * (-2).", "answer": "-14"}) + "\n")
+    reply = r"So \boxed{14}. Hmm, I dropped a sign; the answer is \boxed{-14}."
+    rewards = {}
+    for hedging in ("last", "reject"):
+        env = gym.make("agentgym/BalancedMath-v0", source=str(data), hedging=hedging).unwrapped
+        env.reset(seed=0)
+        _, rewards[hedging], *_, info = env.step(reply)
+        expected = "correct" if hedging == "last" else "hedged"
+        assert info["reward_breakdown"]["grade_reason"] == expected
+    assert rewards == {"last": 1.0, "reject": 0.0}
