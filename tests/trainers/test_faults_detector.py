@@ -19,6 +19,7 @@ from agentgym.trainers.health import (
     HIGH_BAD,
     LOW_BAD,
     RANK_RULES,
+    WORKER_RULES,
     CollectiveClock,
     Detector,
     DetectorSettings,
@@ -115,6 +116,22 @@ def test_drifting_collects_every_metric_of_a_straggler():
     assert [d.metric for d in got["rank1"]] == ["wait_share", "demand_share", "tokens_per_gen_s"]
     # 0.45 / 0.02 = 22.5; 1.9 / 0.2 = 9.5; 420 / 110 = 3.82
     assert [round(d.ratio, 2) for d in got["rank1"]] == [22.5, 9.5, 3.82]
+
+
+def test_a_slow_ray_worker_drifts_on_call_time_and_its_oldest_call():
+    rates = {
+        "worker0": {"call_s": 0.10, "oldest_call_s": 0.3, "rss_mb": 300.0},
+        "worker1": {"call_s": 0.12, "oldest_call_s": 0.2, "rss_mb": 310.0},
+        "worker2": {"call_s": 0.90, "oldest_call_s": 6.0, "rss_mb": 320.0},
+    }
+    got = drifting(rates, WORKER_RULES, factor=2.0)
+    assert list(got) == ["worker2"]
+    # peers' medians: call_s median(0.10, 0.12) = 0.11 -> 0.9 / 0.11 = 8.18;
+    # oldest_call_s median(0.3, 0.2) = 0.25 -> 6.0 / 0.25 = 24 (gap 5.75 >= 2 s)
+    assert [(d.metric, round(d.ratio, 2)) for d in got["worker2"]] == [
+        ("call_s", 8.18),
+        ("oldest_call_s", 24.0),
+    ]
 
 
 # ----------------------------------------------------------------------------- judges

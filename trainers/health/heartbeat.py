@@ -143,7 +143,8 @@ def guard_parent() -> None:
     parent = os.getppid()
     die_with_parent(signal.SIGKILL)
     launcher = os.environ.get(LAUNCHER_ENV, "")
-    orphan = parent == 1 or os.getppid() != parent
+    # (a parent of pid 1 may be legitimate: torchrun as a container's first process)
+    orphan = os.getppid() != parent
     if launcher.isdigit() and not alive(int(launcher)):
         orphan = True
     if orphan:
