@@ -53,12 +53,14 @@ def _old_step(model: Any, items: list[tuple[list[int], list[int]]], pad: int) ->
 
 
 def run(
-    steps: int = 24,
+    quick: bool = False,
+    steps: int | None = None,
     groups: int | None = None,
     threads: int = 2,
     group_by_length: int | None = None,
 ) -> dict[str, Any]:
     """Time ``steps`` steps of each kind (after one warm-up each); see the module doc."""
+    steps = steps or (6 if quick else 24)
     import torch
 
     from agentgym.trainers import encode_prompt
@@ -139,12 +141,14 @@ def run(
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--groups", type=int, default=None, help="micro-batches per batch")
     ap.add_argument("--group-by-length", type=int, default=None, help="batches per sorted group")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
-    print(json.dumps(run(args.steps, args.groups, args.threads, args.group_by_length), indent=2))
+    result = run(args.quick, args.steps, args.groups, args.threads, args.group_by_length)
+    print(json.dumps(result, indent=2))
     return 0
 
 
