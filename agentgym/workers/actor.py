@@ -288,9 +288,15 @@ def _node_id() -> str:
 
 def _register_stacks() -> tuple[str, Any]:
     """Register faulthandler on :data:`STACKS_SIGNAL`, writing to a file of this process
-    (so that a monitor on this host can read a hung worker's Python stacks)."""
-    folder = os.path.join(tempfile.gettempdir(), "agentgym-stacks")
-    path = os.path.join(folder, f"worker-{os.getpid()}.txt")
+    (so that a monitor on this host can read a hung worker's Python stacks): in the Ray
+    session's log folder, which goes with a local Ray, else in the temp dir."""
+    try:
+        import ray
+
+        folder = os.path.join(ray._private.worker._global_node.get_session_dir_path(), "logs")
+    except Exception:  # no public API gives the session dir
+        folder = os.path.join(tempfile.gettempdir(), "agentgym-stacks")
+    path = os.path.join(folder, f"agentgym-stacks-worker-{os.getpid()}.txt")
     try:
         os.makedirs(folder, exist_ok=True)
         f = open(path, "a", encoding="utf-8")  # noqa: SIM115 (open for the process's life)

@@ -199,21 +199,19 @@ def test_a_non_finite_loss_stops_the_ranks_together(tmp_path):
 
 @pytest.mark.slow
 def test_a_second_trainer_is_refused_and_killing_the_launcher_leaves_nothing(tmp_path):
-    """While a run trains, a second `agentgym train` on its folder (one process, or a
-    launcher) is refused naming the holder; then a kill -9 of the run's launcher takes
-    torchrun and the ranks with it, and frees the folder."""
+    """While a run trains, a second `agentgym train --nproc 2` on its folder is refused
+    naming the holder (a one-process trainer too: test_faults_detector); then a kill -9 of
+    the run's launcher takes torchrun and the ranks with it, and frees the folder."""
     out = tmp_path / "run"
     proc = _launch(out, _args(out, 500))
     try:
         ranks = [_heartbeat(out, r, min_step=1)["pid"] for r in (0, 1)]
-        for flags in (["--nproc", "2"], []):
-            extra = [] if flags else ["distributed.strategy=none"]
-            cmd = [sys.executable, "-m", "agentgym", "train", *_args(out, 2, *extra), *flags]
-            r = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=120)
-            assert r.returncode == 2, r.stderr[-3000:]
-            assert f"in use by pid {proc.pid} on host {socket.gethostname()}" in r.stderr
-            assert "(launcher)" in r.stderr and "run.output_dir" in r.stderr
-            assert "launching" not in r.stderr  # refused before torchrun started
+        cmd = [sys.executable, "-m", "agentgym", "train", *_args(out, 2), "--nproc", "2"]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=120)
+        assert r.returncode == 2, r.stderr[-3000:]
+        assert f"in use by pid {proc.pid} on host {socket.gethostname()}" in r.stderr
+        assert "(launcher)" in r.stderr and "run.output_dir" in r.stderr
+        assert "launching" not in r.stderr  # refused before torchrun started
         os.kill(proc.pid, signal.SIGKILL)  # no clean-up runs in the launcher
         proc.wait(timeout=10)
         left = _wait_gone(out, 20.0)

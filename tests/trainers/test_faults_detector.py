@@ -288,6 +288,15 @@ def test_the_run_lock_names_its_holder_and_dies_with_it(tmp_path):
         assert owner["pid"] == holder.pid and owner["role"] == "holder test"
         with pytest.raises(RunLockedError, match=rf"pid {holder.pid} on host .*kill {holder.pid}"):
             RunLock(tmp_path).acquire()
+        # a one-process trainer is refused before it builds anything
+        from agentgym import load_config
+        from agentgym.trainers.config import TrainConfig
+        from agentgym.trainers.loop import DAPOTrainer
+
+        cfg = load_config(TrainConfig, None, [f"run.output_dir={tmp_path}"])
+        with pytest.raises(RunLockedError, match="holder test"):
+            DAPOTrainer(cfg)
+        assert not (tmp_path / "config.yaml").exists()
     finally:
         holder.kill()  # SIGKILL: no clean-up ran, the kernel dropped the lock
         holder.wait()
