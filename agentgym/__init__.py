@@ -33,7 +33,7 @@ from agentgym.errors import (
     did_you_mean,
 )
 from agentgym.memory import MemoryConfig
-from agentgym.metrics import episode_accuracy, episode_tokens
+from agentgym.metrics import episode_accuracy, episode_solved, episode_tokens
 from agentgym.progress import Progress
 from agentgym.registration import (
     agentgym_env_ids,
@@ -143,6 +143,7 @@ __all__ = [
     "derive_seed",
     "did_you_mean",
     "episode_accuracy",
+    "episode_solved",
     "episode_tokens",
     "iter_episodes",
     "load_config",

@@ -7,6 +7,8 @@ the same questions; the answers live here so that they cannot drift apart.
   ``reward_breakdown["correct"]``: a bool (maths: the final answer is right, whatever
   the token cost did to the reward), or a count over ``asked`` / ``total`` (MemoryRecall:
   facts recalled of those asked).
+* :func:`episode_solved`: whether the episode counts as a correct one (VAPO's
+  positive examples).
 * :func:`episode_tokens`: the tokens the policy generated, over every turn of every
   conversation.
 """
@@ -35,6 +37,13 @@ def episode_accuracy(ep: Episode) -> float | None:
             return float(c) / float(denom)
         return float(c)
     return None
+
+
+def episode_solved(ep: Episode) -> bool:
+    """Whether the episode solved its task: full :func:`episode_accuracy`, or, for an env
+    that reports no correctness, a positive reward."""
+    acc = episode_accuracy(ep)
+    return acc >= 1.0 if acc is not None else ep.reward > 0
 
 
 def episode_tokens(ep: Episode) -> int:

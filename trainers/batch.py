@@ -43,6 +43,8 @@ class Sample:
         sampler_logprobs: the engine's log-probs of ``response_ids`` (diagnostics).
         routing: MoE models with router replay: the engine's expert choices at every
             position it ran, ``[layers, len(prompt) + len(response) - 1, k]``.
+        reward: the episode's (shaped) reward: GAE puts it on the episode's last token.
+        positive: the episode was correct (VAPO's positive-example NLL trains on it).
     """
 
     prompt_ids: tuple[int, ...]
@@ -51,6 +53,8 @@ class Sample:
     episode: int
     sampler_logprobs: tuple[float, ...] = ()
     routing: Any = field(default=None, compare=False, repr=False)
+    reward: float = 0.0
+    positive: bool = False
 
     @property
     def length(self) -> int:
@@ -63,6 +67,8 @@ def episodes_to_samples(
     tokenizer: Any,
     *,
     trainable: Sequence[bool] | None = None,
+    rewards: Sequence[float] | None = None,
+    positive: Sequence[bool] | None = None,
 ) -> list[Sample]:
     """One :class:`Sample` per policy turn, carrying its episode's advantage.
 
@@ -71,6 +77,8 @@ def episodes_to_samples(
         advantages: one per episode.
         tokenizer: the tokenizer the engine used (for the prompt).
         trainable: per episode; ``False`` leaves the episode out (overlong masking).
+        rewards / positive: per episode, the shaped reward and correctness (value-based
+            RL: GAE and the positive-example NLL).
     """
     if len(advantages) != len(episodes):
         raise DataError(f"{len(episodes)} episodes but {len(advantages)} advantages.")
@@ -95,6 +103,8 @@ def episodes_to_samples(
                     episode=i,
                     sampler_logprobs=tuple(t.completion.logprobs),
                     routing=t.completion.routing,
+                    reward=float(rewards[i]) if rewards is not None else 0.0,
+                    positive=bool(positive[i]) if positive is not None else False,
                 )
             )
     return out
@@ -128,6 +138,11 @@ class MicroBatch:
     # router replay: the engine's expert choices, -1 where unknown (None: not recorded)
     prompt_routing: torch.Tensor | None = None  # [layers, U, P, k], left-padded
     reply_routing: torch.Tensor | None = None  # [layers, B, R, k]: the choice at each fed token
+    # value-based RL: per-token advantages, the critic's values then and its targets
+    token_advantages: torch.Tensor | None = None  # [B, R]
+    old_values: torch.Tensor | None = None  # [B, R]
+    value_targets: torch.Tensor | None = None  # [B, R]
+    positive: torch.Tensor | None = None  # [B] bool: the sample's episode was correct
 
     @property
     def num_tokens(self) -> int:
@@ -212,6 +227,7 @@ def collate(samples: Sequence[Sample], indices: Sequence[int], pad_id: int) -> M
         sampler_logprobs=sampler,
         has_sampler_logprobs=has_sampler,
         indices=list(indices),
+        positive=torch.tensor([s.positive for s in samples], dtype=torch.bool),
         **_routing(samples, list(distinct), prompt_of, p_width, r_width),
     )
 

@@ -70,6 +70,7 @@ def save_checkpoint(
     keep: int = 2,
     adapter_state: dict[str, torch.Tensor] | None = None,
     dist: DistInfo = SINGLE,
+    extra_tensors: dict[str, dict[str, torch.Tensor]] | None = None,
 ) -> Path:
     """Write ``step_<step>`` atomically, point ``latest`` at it, prune old ones.
 
@@ -81,6 +82,8 @@ def save_checkpoint(
     Args:
         adapter_state: the gathered LoRA weights (peft naming). Required when the
             model is sharded; without it a LoRA model is saved with ``save_pretrained``.
+        extra_tensors: more gathered tensors by name (the critic's), each written by rank
+            0 as ``<name>.safetensors`` (read back with :func:`read_extra_tensors`).
     """
     root = Path(ckpt_dir)
     name = f"step_{step:06d}"
@@ -104,6 +107,12 @@ def save_checkpoint(
             model.save_pretrained(str(tmp / "adapter"), safe_serialization=True)
         else:
             model.save_pretrained(str(tmp / "model"), safe_serialization=True)
+        for extra, tensors in (extra_tensors or {}).items():
+            from safetensors.torch import save_file
+
+            save_file(
+                {k: v.contiguous() for k, v in tensors.items()}, str(tmp / f"{extra}.safetensors")
+            )
         torch.save(rng_state(), tmp / "rng.pt")
         (tmp / "trainer_state.json").write_text(
             json.dumps({**trainer_state, "step": step, "world_size": dist.world_size}, indent=1)
@@ -125,6 +134,20 @@ def save_checkpoint(
             shutil.rmtree(old, ignore_errors=True)
     barrier(dist)
     return final
+
+
+def read_extra_tensors(path: str | Path, name: str) -> dict[str, torch.Tensor]:
+    """The tensors :func:`save_checkpoint` wrote as ``extra_tensors[name]``."""
+    f = Path(path) / f"{name}.safetensors"
+    if not f.is_file():
+        raise ConfigError(
+            f"{path} holds no {name} state ({f.name} is missing): it was written by a run "
+            f"without a {name}; resume it with the config it was written with, or start a "
+            "new run folder."
+        )
+    from safetensors.torch import load_file
+
+    return load_file(str(f))
 
 
 def latest_checkpoint(ckpt_dir: str | Path) -> Path | None:

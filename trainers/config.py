@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from agentgym import UnknownNameError
 from agentgym import config_check as _check
 from agentgym.trainers.algorithm import AlgorithmConfig
+from agentgym.trainers.critic import CriticConfig
 from agentgym.trainers.engines import HFEngineOptions, VLLMEngineOptions, engine_options
 from agentgym.trainers.plan import PlanSettings
 from agentgym.trainers.tracking import check_report_to
@@ -434,6 +435,7 @@ class TrainConfig:
     envs: list[EnvSpec] = field(default_factory=lambda: [EnvSpec()])
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)  # PPO / VAPO (trainers/critic.py)
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
@@ -451,6 +453,11 @@ class TrainConfig:
             f"rollout.group_size must be >= 2 for the group advantage "
             f"{self.algorithm.advantage!r}, got {self.rollout.group_size} (with one sample "
             "per task use algorithm.advantage=reinforce++ or apo).",
+        )
+        _check(
+            not self.algorithm.uses_critic or self.lora.enabled,
+            f"algorithm.advantage={self.algorithm.advantage} needs a critic, which is a second "
+            "LoRA adapter on the policy's base: set lora.enabled=true.",
         )
         _check(
             not self.algorithm.router_replay or self.rollout.engine == "hf",

@@ -29,20 +29,31 @@ from agentgym.trainers.algorithm import (
     importance_weights,
     loss_spec,
     mismatch_stats,
+    positive_nll,
     selected_logprobs,
     token_entropy,
+    value_loss,
 )
 from agentgym.trainers.batch import MicroBatch, Sample, make_microbatches, positions
 from agentgym.trainers.config import AlgorithmConfig, OptimConfig
+from agentgym.trainers.critic import Critic, CriticConfig, attach_advantages
 from agentgym.trainers.distributed import SINGLE, DistInfo, all_gather_objects, all_reduce_sum
 from agentgym.trainers.fused_lora import fused_lora_forward
 from agentgym.trainers.router_replay import RoutingReplay, flat
 
 
-def make_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
-    params = [p for p in model.parameters() if p.requires_grad]
+def make_optimizer(
+    model: torch.nn.Module, cfg: OptimConfig, critic: Critic | None = None
+) -> torch.optim.Optimizer:
+    """AdamW over the trainable parameters; the critic's (if any) in a group of their own
+    with the critic's learning rate (``name: "critic"``)."""
+    theirs = {id(p) for p in critic.parameters()} if critic is not None else set()
+    policy = [p for p in model.parameters() if p.requires_grad and id(p) not in theirs]
+    groups: list[dict[str, Any]] = [{"params": policy, "name": "policy"}]
+    if critic is not None:
+        groups.append({"params": critic.parameters(), "name": "critic", "lr": critic.cfg.lr})
     return torch.optim.AdamW(
-        params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
+        groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
     )
 
 
@@ -59,6 +70,9 @@ class Learner:
         pad_id: padding token id.
         lora: the model is a peft model (the reference is the adapter switched off).
         dist: this process's place in the job (single process by default).
+        critic: the critic section, when the advantages come from a critic (``gae``):
+            a second adapter and a value head are added to the model before the
+            optimizer is made (:mod:`agentgym.trainers.critic`).
     """
 
     def __init__(
@@ -71,6 +85,8 @@ class Learner:
         pad_id: int,
         lora: bool = True,
         dist: DistInfo = SINGLE,
+        critic: CriticConfig | None = None,
+        seed: int = 0,
     ) -> None:
         self.model = model
         self.algo = algo
@@ -86,13 +102,15 @@ class Learner:
         #: MoE router replay (``algorithm.router_replay``): the routers use the engine's
         #: recorded expert choices in every training forward (and their own otherwise)
         self.replay = RoutingReplay(model).__enter__() if algo.router_replay else None
+        #: value-based RL: the critic's adapter and head on the same base
+        self.critic = Critic(model, critic, seed=seed) if critic is not None else None
         self.optimizer = self._setup()
         self.updates = 0
 
     # ------------------------------------------------------------ strategy hooks
     def _setup(self) -> torch.optim.Optimizer:
         """Wrap the model as the strategy needs and return the optimizer."""
-        return make_optimizer(self.model, self.optim_cfg)
+        return make_optimizer(self.model, self.optim_cfg, self.critic)
 
     def _forward_module(self) -> Any:
         """What a training forward pass calls (the model, or a DeepSpeed engine)."""
@@ -102,15 +120,19 @@ class Learner:
         loss.backward()
 
     def _optimizer_step(self) -> float:
-        """Clip, step, zero the gradients; returns the gradient norm before clipping."""
-        params = [p for p in self.model.parameters() if p.requires_grad]
+        """Clip (each parameter group on its own: the policy's, the critic's), step, zero
+        the gradients; returns the policy's gradient norm before clipping."""
         max_norm = self.optim_cfg.max_grad_norm if self.optim_cfg.max_grad_norm > 0 else math.inf
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-        if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
-            norm = norm.full_tensor()
+        norms = []
+        for group in self.optimizer.param_groups:
+            params = [p for p in group["params"] if p.requires_grad]
+            norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+            if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
+                norm = norm.full_tensor()
+            norms.append(float(norm))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(norm)
+        return norms[0]
 
     @contextlib.contextmanager
     def generation(self) -> Iterator[torch.nn.Module]:
@@ -223,18 +245,29 @@ class Learner:
                 outs.append(selected_logprobs(self._logits(mb), mb.targets, self.temperature))
         return outs
 
+    def _set_lr(self) -> None:
+        """The policy's learning rate for this update (warm-up); the critic's is fixed."""
+        for g in self.optimizer.param_groups:
+            if g.get("name", "policy") == "policy":
+                g["lr"] = self._lr()
+
     def _lr(self) -> float:
         w = self.optim_cfg.warmup_steps
         return self.optim_cfg.lr * min(1.0, (self.updates + 1) / w) if w > 0 else self.optim_cfg.lr
 
     # ------------------------------------------------------------------ update
-    def update(self, samples: Sequence[Sample]) -> dict[str, float]:
+    def update(self, samples: Sequence[Sample], *, policy: bool = True) -> dict[str, float]:
         """Policy update(s) on one batch; returns ``losses/`` and ``charts/`` metrics.
 
         The batch is split into ``updates_per_batch`` mini-batches (one optimizer step
         each) and each mini-batch into micro-batches (gradient accumulation). Each
         token's (or sequence's) loss is divided by the token (or sequence) count of its
         whole mini-batch over all ranks, whatever the loss (``algorithm.loss``).
+
+        With a critic, the batch is valued first and the advantages are GAE's, per token
+        (:func:`~agentgym.trainers.critic.attach_advantages`); each optimizer step then
+        trains the critic (clipped value loss) and the policy. ``policy=False`` trains
+        the critic alone (value pretraining).
         """
         algo = self.algo
         n_mini = min(algo.updates_per_batch, len(samples))
@@ -246,12 +279,21 @@ class Learner:
         # token and sequence counts over every rank's share: the losses divide by these
         totals = [sum(mb.num_tokens for mb in mbs) for mbs in full]
         seq_totals = [sum(mb.num_trained_samples for mb in mbs) for mbs in full]
+        critic_stats: dict[str, float] = {}
+        if self.critic is not None:
+            full, critic_stats = attach_advantages(
+                self.critic, self._forward_module(), samples, minis, full, algo, self._device()
+            )
+        # VAPO's positive-example NLL divides by the tokens of correct samples
+        pos_totals = [
+            sum(int((mb.loss_mask * mb.positive[:, None]).sum()) for mb in mbs) for mbs in full
+        ]
         all_mbs = [self._my_microbatches(mbs) for mbs in full]
         scale = float(self.dist.world_size)  # strategies average gradients over ranks
         # old log-probs: with one update per batch the policy has not moved since
         # sampling, so old = current (detached) and needs no extra pass
-        old = [self.logprobs(mbs) for mbs in all_mbs] if n_mini > 1 else None
-        need_ref = algo.kl_coef > 0 or self.loss.needs_reference
+        old = [self.logprobs(mbs) for mbs in all_mbs] if n_mini > 1 and policy else None
+        need_ref = policy and (algo.kl_coef > 0 or self.loss.needs_reference)
         ref = [self.logprobs(mbs, reference=True) for mbs in all_mbs] if need_ref else None
 
         sums: dict[str, float] = {
@@ -270,35 +312,43 @@ class Learner:
             "dual_clip": 0.0,
             "tis_truncated": 0.0,
             "tis_masked": 0.0,
+            "value_loss": 0.0,
+            "nll": 0.0,
         }
         mismatch_max = 0.0
         grad_norms = []
         if not self.model.training:
             self.model.train()
-        # LoRA layers as one matmul each while training (same loss and gradients)
-        fused = fused_lora_forward(self.model) if self.lora else contextlib.nullcontext(0)
-        with fused:
-            for m, mbs in enumerate(all_mbs):
-                if totals[m] == 0:
-                    continue
-                for g in self.optimizer.param_groups:
-                    g["lr"] = self._lr()
-                self.optimizer.zero_grad(set_to_none=True)
-                for j, mb in enumerate(mbs):
+        for m, mbs in enumerate(all_mbs):
+            if totals[m] == 0:
+                continue
+            self._set_lr()
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.critic is not None:
+                with self.critic.active():
+                    for mb in mbs:
+                        sums["value_loss"] += self._critic_backward(
+                            mb.to(self._device()), totals[m], scale
+                        )
+            # LoRA layers as one matmul each while training (same loss and gradients)
+            fused = fused_lora_forward(self.model) if self.lora else contextlib.nullcontext(0)
+            with fused:
+                for j, mb in enumerate(mbs if policy else ()):
                     mismatch_max = max(
                         mismatch_max,
                         self._accumulate(
                             mb.to(self._device()),
                             totals[m],
                             seq_totals[m],
+                            pos_totals[m],
                             scale,
                             old[m][j] if old is not None else None,
                             ref[m][j] if ref is not None else None,
                             sums,
                         ),
                     )
-                grad_norms.append(self._optimizer_step())
-                self.updates += 1
+            grad_norms.append(self._optimizer_step())
+            self.updates += 1
         if self.dist.world_size > 1:  # each rank summed over its own micro-batches
             keys = sorted(sums)
             sums = dict(zip(keys, all_reduce_sum([sums[k] for k in keys], self.dist), strict=True))
@@ -323,11 +373,33 @@ class Learner:
             "charts/logprob_mismatch_k3": sums["mismatch_k3"] / known,
             "charts/tis_truncated_share": sums["tis_truncated"] / known,
             "charts/tis_masked_share": sums["tis_masked"] / known,
+            **(
+                {"losses/value": sums["value_loss"] / steps, **critic_stats}
+                if self.critic is not None
+                else {}
+            ),
+            **({"losses/nll_positive": sums["nll"] / steps} if algo.nll_coef > 0 else {}),
             **self._replay_metrics(),
             "charts/train_tokens": sums["tokens"],
             "charts/lr": self._lr(),
             "charts/optimizer_steps": float(len(grad_norms)),
         }
+
+    def _critic_backward(self, mb: MicroBatch, total_tokens: int, scale: float) -> float:
+        """The critic's clipped value loss on one micro-batch, backward; returns it."""
+        assert self.critic is not None and mb.old_values is not None
+        cfg = self.critic.cfg
+        values = self.critic.values(self._forward_module(), mb)
+        loss = cfg.value_coef * value_loss(
+            values,
+            mb.old_values.to(values.device),
+            mb.value_targets.to(values.device),
+            mb.loss_mask,
+            total_tokens=total_tokens,
+            clip=cfg.value_clip,
+        )
+        self._backward(loss * scale if scale != 1.0 else loss)
+        return float(loss.detach())
 
     def _replay_metrics(self) -> dict[str, float]:
         """Router replay's counts since the last update: positions replayed, and the share
@@ -348,6 +420,7 @@ class Learner:
         mb: MicroBatch,
         total_tokens: int,
         total_sequences: int,
+        positive_tokens: int,
         scale: float,
         old_logp: torch.Tensor | None,
         ref_logp: torch.Tensor | None,
@@ -370,10 +443,11 @@ class Learner:
             cap=algo.tis_cap,
             band=(algo.tis_band[0], algo.tis_band[1]),
         )
+        advantages = mb.token_advantages if mb.token_advantages is not None else mb.advantages
         terms = self.loss.fn(
             logp,
             sampled_by,
-            mb.advantages,
+            advantages,
             mb.loss_mask,
             total_tokens=total_tokens,
             total_sequences=total_sequences,
@@ -385,7 +459,12 @@ class Learner:
             beta=algo.apo_beta,
             weights=weights if algo.tis != "off" else None,
         )
-        self._backward(terms.loss * scale if scale != 1.0 else terms.loss)
+        loss = terms.loss
+        if algo.nll_coef > 0 and positive_tokens > 0:  # VAPO's positive-example LM loss
+            nll = positive_nll(logp, mb.loss_mask, mb.positive, total_tokens=positive_tokens)
+            loss = loss + algo.nll_coef * nll
+            sums["nll"] += float(nll.detach())
+        self._backward(loss * scale if scale != 1.0 else loss)
         with torch.no_grad():
             ent = token_entropy(logits.detach(), self.temperature)
             sums["entropy"] += float((ent * mb.loss_mask).sum())
@@ -421,6 +500,24 @@ class Learner:
     def load_optimizer_state(self, states: Sequence[dict[str, Any]]) -> None:
         """Restore from every rank's saved :meth:`optimizer_state` (rank order)."""
         self.optimizer.load_state_dict(states[self.dist.rank])
+
+    def _gathered(self, params: list[torch.nn.Parameter], modify: bool = False) -> Any:
+        """A context in which ``params`` are whole (ZeRO-3 gathers them; ``modify``:
+        what rank 0 writes is scattered back). Other strategies need nothing."""
+        return contextlib.nullcontext()
+
+    def critic_state(self) -> dict[str, torch.Tensor] | None:
+        """The critic's adapter and head (full tensors), or None without a critic."""
+        if self.critic is None:
+            return None
+        with self._gathered(self.critic.parameters()):
+            return self.critic.state_dict()
+
+    def load_critic_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Put a :meth:`critic_state` back."""
+        assert self.critic is not None
+        with self._gathered(self.critic.parameters(), modify=True):
+            self.critic.load_state_dict(state)
 
     def load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
         """Put saved LoRA weights back into the (possibly sharded) model."""

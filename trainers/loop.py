@@ -59,24 +59,24 @@ from agentgym import (
     RayEnvWorkers,
     SamplingParams,
     derive_seed,
+    episode_solved,
     save_config,
 )
 from agentgym.trainers import apo, failures
-from agentgym.trainers.algorithm import (
-    group_advantages,
-)
+from agentgym.trainers.algorithm import group_advantages
 from agentgym.trainers.batch import episodes_to_samples
-from agentgym.trainers.checkpoint import latest_checkpoint, read_checkpoint, save_checkpoint
+from agentgym.trainers.checkpoint import (
+    latest_checkpoint,
+    read_checkpoint,
+    read_extra_tensors,
+    save_checkpoint,
+)
 from agentgym.trainers.config import TrainConfig
+from agentgym.trainers.critic_pretrain import pretrain_critic
 from agentgym.trainers.distributed import all_gather_objects, start_distributed
 from agentgym.trainers.engines import RolloutEngine, make_engine
 from agentgym.trainers.env_setup import env_corpus, env_kwargs, resolve_envs
-from agentgym.trainers.evaluation import (
-    episode_summary,
-    eval_metrics,
-    eval_table,
-    evaluate_async,
-)
+from agentgym.trainers.evaluation import episode_summary, eval_metrics, eval_table, evaluate_async
 from agentgym.trainers.health import (
     LAUNCHER_ENV,
     IntervalTotal,
@@ -173,6 +173,8 @@ class DAPOTrainer:
             lora=cfg.lora.enabled,
             dist=self.dist,
             zero_stage=cfg.distributed.zero_stage,
+            critic=cfg.critic if cfg.algorithm.uses_critic else None,
+            seed=derive_seed("critic", cfg.run.seed),
         )
         self.engine = engine or make_engine(
             cfg.rollout.engine,
@@ -224,6 +226,8 @@ class DAPOTrainer:
                         raise ConfigError(
                             f"checkpoint weights do not fit the model: {unexpected[:5]}"
                         )
+                if self.learner.critic is not None:
+                    self.learner.load_critic_state(read_extra_tensors(ckpt, "critic"))
                 self.learner.load_optimizer_state(optim_states)
                 self.step = int(state["step"])
                 self.rollouts.load_state_dict(state)
@@ -343,14 +347,21 @@ class DAPOTrainer:
                         self.apo_values.values_for(batch) if self.apo_values is not None else None
                     ),
                 )
-                if batch
-                else torch.zeros(0)
+                if batch and not algo.uses_critic
+                else torch.zeros(len(batch))  # gae: per token, from the critic (learner)
             )
             trainable = [
                 not (algo.overlong_mask and any(t.completion.truncated for t in ep.turns))
                 for ep in batch
             ]
-            samples = episodes_to_samples(batch, adv.tolist(), self.tokenizer, trainable=trainable)
+            samples = episodes_to_samples(
+                batch,
+                adv.tolist(),
+                self.tokenizer,
+                trainable=trainable,
+                rewards=rewards.tolist(),
+                positive=[episode_solved(ep) for ep in batch],
+            )
 
         train_metrics: dict[str, float] = {}
         skip = not samples or (capped and algo.on_cap == "skip")
@@ -472,6 +483,9 @@ class DAPOTrainer:
             adapter_state=self.learner.adapter_state() if self.cfg.lora.enabled else None,
             dist=self.dist,
             trainer_state={**self.rollouts.state_dict(), "updates": self.learner.updates},
+            extra_tensors=(
+                {"critic": critic} if (critic := self.learner.critic_state()) is not None else None
+            ),
             lora=self.cfg.lora.enabled,
             keep=self.cfg.run.keep_checkpoints,
         )
@@ -488,6 +502,8 @@ class DAPOTrainer:
         )
         eval_rows = []
         try:
+            if self.step == 0 and self.learner.critic is not None and cfg.critic.pretrain_steps:
+                pretrain_critic(self)  # VAPO's value pretraining
             if cfg.eval.at_ends and self.step == 0:
                 tl = Timeline()
                 with tl.phase("eval"):

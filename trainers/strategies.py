@@ -100,7 +100,7 @@ class DeepSpeedLearner(Learner):
             "steps_per_print": 10**9,
             "wall_clock_breakdown": False,
         }
-        optimizer = make_optimizer(self.model, self.optim_cfg)
+        optimizer = make_optimizer(self.model, self.optim_cfg, self.critic)
         engine, ds_optimizer, _, _ = deepspeed.initialize(
             model=self.model, optimizer=optimizer, config=config, dist_init_required=False
         )
@@ -146,6 +146,13 @@ class DeepSpeedLearner(Learner):
         with GatheredParameters([p for _, p in _lora_params(self.model)], modifier_rank=0):
             super().load_adapter_state(state)
 
+    def _gathered(self, params: list[torch.nn.Parameter], modify: bool = False) -> Any:
+        if self.zero_stage < 3:
+            return contextlib.nullcontext()
+        from deepspeed.runtime.zero import GatheredParameters
+
+        return GatheredParameters(params, modifier_rank=0 if modify else None)
+
     def optimizer_state(self) -> dict[str, Any]:
         return self.optimizer.state_dict()
 
@@ -174,9 +181,11 @@ class FSDP2Learner(Learner):
         root = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
         for layer in _decoder_layers(root):
             fully_shard(layer, mesh=mesh)
+        if self.critic is not None:  # called outside the root's forward: a unit of its own
+            fully_shard(self.critic.head, mesh=mesh)
         fully_shard(root, mesh=mesh)
         self._root = root
-        return make_optimizer(self.model, self.optim_cfg)
+        return make_optimizer(self.model, self.optim_cfg, self.critic)
 
     def _units(self) -> list[Any]:
         """The FSDP units, root first (unsharding the root first initialises them all)."""

@@ -13,6 +13,7 @@ to every token the policy produced in it.
 | ``reinforce++`` | ``(r_i - mean_batch) / (std_batch + eps)`` over the whole batch | REINFORCE++, arXiv 2501.03262 |
 | ``apo`` | ``r_i - V*(x)``, ``V*`` estimated offline from the reference policy | A*PO, arXiv 2505.20686 |
 | ``apo_group`` | ``r_i - max_g r_j`` (the best of the group stands in for ``V*``) | A*PO's beta -> 0 limit, on-policy |
+| ``gae`` | per token, GAE over the critic's values (:mod:`.values`) | PPO; VAPO, arXiv 2504.05118 |
 
 Group estimators give a group of one sample (nothing to compare with) advantage 0;
 ``reinforce++`` and ``apo`` need no group.
@@ -41,11 +42,14 @@ class EstimatorSpec:
         fn: ``fn(rewards, group_ids, *, normalize_std, eps, values) -> advantages``.
         needs_groups: it compares samples of a task (``rollout.group_size >= 2``).
         needs_values: it needs ``values`` (``V*`` per sample, from the ``apo`` value stage).
+        needs_critic: its advantages are per token, from a critic's values (``gae``): the
+            learner computes them, not :func:`group_advantages`.
     """
 
     fn: Estimator
     needs_groups: bool = True
     needs_values: bool = False
+    needs_critic: bool = False
 
 
 #: name -> :class:`EstimatorSpec`, filled by :func:`advantage_estimator`
@@ -53,14 +57,14 @@ ADVANTAGE_ESTIMATORS: dict[str, EstimatorSpec] = {}
 
 
 def advantage_estimator(
-    name: str, *, needs_groups: bool = True, needs_values: bool = False
+    name: str, *, needs_groups: bool = True, needs_values: bool = False, needs_critic: bool = False
 ) -> Callable[[Estimator], Estimator]:
     """Register ``fn`` as the estimator ``name`` (a decorator)."""
 
     def register(fn: Estimator) -> Estimator:
         if name in ADVANTAGE_ESTIMATORS:
             raise ConfigError(f"advantage estimator {name!r} is registered twice.")
-        ADVANTAGE_ESTIMATORS[name] = EstimatorSpec(fn, needs_groups, needs_values)
+        ADVANTAGE_ESTIMATORS[name] = EstimatorSpec(fn, needs_groups, needs_values, needs_critic)
         return fn
 
     return register
@@ -170,6 +174,16 @@ def apo_group(r: Tensor, group_ids: Tensor, **_: object) -> Tensor:
     """``r - max_g r``: the best sample of a task gets 0, the others fall short of it."""
     _mean, _std, size = group_stats(r, group_ids)
     return _only_groups(r - group_max(r, group_ids), size)
+
+
+@advantage_estimator("gae", needs_groups=False, needs_critic=True)
+def gae_from_critic(r: Tensor, group_ids: Tensor, **_: object) -> Tensor:
+    """GAE: per token, from the critic's values (:func:`~.values.gae`); the learner
+    computes it once the critic has valued the batch, so there is no per-episode value."""
+    raise ConfigError(
+        "the gae advantages are per token and come from the critic: the learner computes "
+        "them (algorithm.advantage=gae needs the critic section); group_advantages cannot."
+    )
 
 
 def optimal_value(rewards: Tensor, beta: float) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agentgym import UnknownNameError
+from agentgym import ConfigError, UnknownNameError
 from agentgym import config_check as _check
 from agentgym.trainers.algorithm.advantages import ADVANTAGE_ESTIMATORS
 from agentgym.trainers.algorithm.correction import TIS_MODES
@@ -17,6 +17,15 @@ class AlgorithmConfig:
     """The RL algorithm: loss, advantage estimator, DAPO's switches, mismatch correction.
 
     Attributes:
+        name: a preset that sets the algorithm's pieces together (``null``, the default:
+            every field as given; the fields' defaults are DAPO's): ``dapo`` (loss
+            ``dapo``, advantage ``grpo``), ``ppo`` (loss ``ppo``, advantage ``gae``
+            with ``lam_policy = lam_critic = 0.95``, a critic), ``vapo`` (loss ``dapo``,
+            advantage ``gae`` decoupled: ``lam_critic = 1``, length-adaptive
+            ``lam_policy`` with ``lam_alpha = 0.05``; positive-example NLL ``nll_coef =
+            0.1``; group sampling with dynamic sampling; set ``critic.pretrain_steps``
+            for value pretraining). A preset sets only fields left at their defaults and
+            refuses one set to something else.
         loss: the policy loss by name (``dapo``, ``ppo``, ``gspo``, ``cispo``,
             ``reinforce``, ``apo``; see docs/trainer.md's table and
             :data:`~agentgym.trainers.algorithm.POLICY_LOSSES`).
@@ -37,6 +46,13 @@ class AlgorithmConfig:
             ``sequence`` (the same from the sequence's summed log-ratio) or ``mask``
             (drop tokens whose ratio leaves ``tis_band``).
         tis_cap / tis_band: the truncation ``C`` and the kept ratio band.
+        gamma: GAE's discount (``gae``).
+        lam_policy / lam_critic: GAE's lambda for the policy's advantages and for the
+            critic's targets (decoupled GAE when they differ).
+        lam_alpha: VAPO's length-adaptive ``lam_policy = 1 - 1 / (lam_alpha * length)``
+            per episode (``null``: the fixed ``lam_policy``).
+        nll_coef: weight of VAPO's positive-example LM loss (``-logp`` on the tokens of
+            correct episodes); 0: off.
         router_replay: MoE models: the rollout engine records the experts each router
             chose for every token, and the learner's forward uses those choices instead
             of recomputing its own top-k (the gate's weights are still computed and
@@ -75,6 +91,12 @@ class AlgorithmConfig:
     tis_cap: float = 2.0
     tis_band: list[float] = field(default_factory=lambda: [0.5, 2.0])
     router_replay: bool = False
+    name: str | None = None
+    gamma: float = 1.0
+    lam_policy: float = 0.95
+    lam_critic: float = 0.95
+    lam_alpha: float | None = None
+    nll_coef: float = 0.0
     dynamic_sampling: bool = True
     max_generation_rounds: int = 3
     on_cap: str = "train"
@@ -87,6 +109,7 @@ class AlgorithmConfig:
     updates_per_batch: int = 1
 
     def __post_init__(self) -> None:
+        self._apply_preset()
         if self.advantage not in ADVANTAGE_ESTIMATORS:
             raise UnknownNameError("algorithm.advantage", self.advantage, ADVANTAGE_ESTIMATORS)
         if self.loss not in POLICY_LOSSES:
@@ -112,3 +135,45 @@ class AlgorithmConfig:
         _check(self.length_reward_coef >= 0, "algorithm.length_reward_coef must be >= 0.")
         _check(self.micro_batch_size >= 1, "algorithm.micro_batch_size must be >= 1.")
         _check(self.updates_per_batch >= 1, "algorithm.updates_per_batch must be >= 1.")
+        _check(0 < self.gamma <= 1, f"algorithm.gamma must be in (0, 1], got {self.gamma}.")
+        for name in ("lam_policy", "lam_critic"):
+            value = getattr(self, name)
+            _check(0 <= value <= 1, f"algorithm.{name} must be in [0, 1], got {value}.")
+        _check(self.lam_alpha is None or self.lam_alpha > 0, "algorithm.lam_alpha must be > 0.")
+        _check(self.nll_coef >= 0, "algorithm.nll_coef must be >= 0.")
+
+    @property
+    def uses_critic(self) -> bool:
+        """Whether the advantages come from a critic (the ``critic`` section is used)."""
+        return ADVANTAGE_ESTIMATORS[self.advantage].needs_critic
+
+    def _apply_preset(self) -> None:
+        """Set the fields ``name``'s preset governs that were left at their defaults."""
+        if self.name is None:
+            return
+        if self.name not in PRESETS:
+            raise UnknownNameError("algorithm.name", self.name, PRESETS)
+        defaults = AlgorithmConfig.__dataclass_fields__
+        for key, value in PRESETS[self.name].items():
+            current, default = getattr(self, key), defaults[key].default
+            if current == default:
+                setattr(self, key, value)
+            elif current != value:
+                raise ConfigError(
+                    f"algorithm.name={self.name} sets algorithm.{key}={value!r}, but the config "
+                    f"sets {current!r}: drop one of them (or leave algorithm.name unset)."
+                )
+
+
+#: what each ``algorithm.name`` sets (fields left at their defaults only)
+PRESETS: dict[str, dict[str, object]] = {
+    "dapo": {"loss": "dapo", "advantage": "grpo"},
+    "ppo": {"loss": "ppo", "advantage": "gae", "lam_policy": 0.95, "lam_critic": 0.95},
+    "vapo": {
+        "loss": "dapo",
+        "advantage": "gae",
+        "lam_critic": 1.0,
+        "lam_alpha": 0.05,
+        "nll_coef": 0.1,
+    },
+}

@@ -1,0 +1,204 @@
+"""Value-based RL (PPO, VAPO): the critic is a second adapter and a value head on the
+policy's frozen base; its values give per-token GAE advantages; it checkpoints and resumes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import TINY_QWEN
+
+from agentgym import ConfigError, load_config
+from agentgym.trainers.batch import Sample, make_microbatches
+from agentgym.trainers.config import TrainConfig
+from agentgym.trainers.critic import ADAPTER, Critic, CriticConfig, episode_advantages
+from agentgym.trainers.logging import read_jsonl
+from agentgym.trainers.loop import DAPOTrainer
+
+
+def _args(tmp_path, *extra: str) -> list[str]:
+    return [
+        f"run.output_dir={tmp_path / 'run'}",
+        "run.max_steps=2",
+        "run.threads=1",
+        "run.progress=false",
+        "run.plots=false",
+        "envs=[{id: agentgym-test/EvenChars-v0}]",
+        f"model.preset_overrides={json.dumps(TINY_QWEN)}",
+        "rollout.group_size=4",
+        "rollout.batch_tasks=2",
+        "rollout.max_tokens=8",
+        "algorithm.max_generation_rounds=1",
+        "algorithm.on_cap=train",
+        "optim.lr=0.01",
+        "critic.lr=0.01",
+        *extra,
+    ]
+
+
+def _tiny_peft(tokenizer):
+    from agentgym.trainers.config import LoraSettings, ModelConfig
+    from agentgym.trainers.models import apply_lora, build_model_and_tokenizer
+
+    model, _ = build_model_and_tokenizer(ModelConfig(preset_overrides=dict(TINY_QWEN)))
+    return apply_lora(model, LoraSettings(), seed=0)
+
+
+def test_presets_set_the_pieces_and_refuse_a_contradiction():
+    vapo = load_config(TrainConfig, None, ["algorithm.name=vapo"])
+    a = vapo.algorithm
+    assert (a.loss, a.advantage, a.lam_critic, a.lam_alpha, a.nll_coef) == (
+        "dapo",
+        "gae",
+        1.0,
+        0.05,
+        0.1,
+    )
+    assert a.uses_critic
+    ppo = load_config(TrainConfig, None, ["algorithm.name=ppo"]).algorithm
+    assert (ppo.loss, ppo.advantage, ppo.lam_policy, ppo.lam_critic) == ("ppo", "gae", 0.95, 0.95)
+    assert not load_config(TrainConfig, None, []).algorithm.uses_critic
+    with pytest.raises(ConfigError, match=r"algorithm\.name=ppo sets algorithm\.loss='ppo'"):
+        load_config(TrainConfig, None, ["algorithm.name=ppo", "algorithm.loss=gspo"])
+    with pytest.raises(ConfigError, match=r"lora\.enabled=true"):
+        load_config(TrainConfig, None, ["algorithm.name=vapo", "lora.enabled=false"])
+    with pytest.raises(ConfigError, match="share_base"):
+        CriticConfig(share_base=False)
+
+
+def test_episode_advantages_chain_the_turns_and_credit_the_terminal_reward():
+    # two turns, critic says 0 everywhere: with gamma = lambda = 1 every token's
+    # advantage and target is the episode's reward
+    adv, tgt = episode_advantages(
+        [torch.zeros(2), torch.zeros(3)],
+        1.0,
+        gamma=1.0,
+        lam_policy=1.0,
+        lam_critic=1.0,
+        lam_alpha=None,
+    )
+    assert [a.tolist() for a in adv] == [[1.0, 1.0], [1.0, 1.0, 1.0]]
+    assert [t.tolist() for t in tgt] == [[1.0, 1.0], [1.0, 1.0, 1.0]]
+    # lambda = 0: one-step TD; values 0.5 everywhere, the reward on the last token
+    adv, tgt = episode_advantages(
+        [torch.full((2,), 0.5), torch.full((1,), 0.5)],
+        1.0,
+        gamma=1.0,
+        lam_policy=0.0,
+        lam_critic=0.0,
+        lam_alpha=None,
+    )
+    assert torch.cat(adv).tolist() == pytest.approx([0.0, 0.0, 0.5])  # 0.5 + 0 - 0.5, then 1 - 0.5
+    assert torch.cat(tgt).tolist() == pytest.approx([0.5, 0.5, 1.0])
+    # VAPO's length-adaptive lambda: 1 - 1 / (alpha * 3 tokens) with alpha = 1/3 is 0
+    adv_a, _ = episode_advantages(
+        [torch.full((2,), 0.5), torch.full((1,), 0.5)],
+        1.0,
+        gamma=1.0,
+        lam_policy=0.9,
+        lam_critic=1.0,
+        lam_alpha=1 / 3,
+    )
+    assert torch.cat(adv_a).tolist() == pytest.approx([0.0, 0.0, 0.5])
+
+
+def test_the_critic_is_a_second_adapter_with_a_zero_head(tokenizer):
+    model = _tiny_peft(tokenizer)
+    policy_before = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
+    critic = Critic(model, CriticConfig(r=4), seed=1)
+    names = [n for n, _ in critic.named_parameters()]
+    assert any(f".{ADAPTER}." in n for n in names) and any("value_head" in n for n in names)
+    assert not any(".default." in n for n in names)
+    # the policy's adapter is untouched and still the active, trainable one
+    assert model.active_adapter == "default"
+    for n, p in model.named_parameters():
+        if n in policy_before:
+            assert torch.equal(p, policy_before[n]) and p.requires_grad
+    # the value head starts at 0: every value is 0 until the critic trains
+    s = Sample((5, 6, 7), (8, 9), 0.0, 0, reward=1.0)
+    mb = make_microbatches([s], 4, 0)[0]
+    with critic.active():
+        assert model.active_adapter == ADAPTER
+        assert torch.equal(critic.values(model, mb), torch.zeros(1, 2))
+    assert model.active_adapter == "default"
+    # a state dict round-trips, and refuses another critic's shape
+    state = critic.state_dict()
+    with torch.no_grad():
+        critic.head.weight.fill_(3.0)
+    critic.load_state_dict(state)
+    assert torch.equal(critic.head.weight, torch.zeros_like(critic.head.weight))
+    with pytest.raises(ConfigError, match="does not fit"):
+        critic.load_state_dict({k: v for k, v in state.items() if "value_head" not in k})
+
+
+@pytest.mark.parametrize("preset", ["vapo", "ppo"])
+def test_a_value_based_run_trains_both_adapters_and_not_the_base(
+    tmp_path, toy_envs_registered, preset
+):
+    cfg = load_config(
+        TrainConfig,
+        None,
+        _args(tmp_path, f"algorithm.name={preset}", "critic.pretrain_steps=2"),
+    )
+    trainer = DAPOTrainer(cfg)
+    params = dict(trainer.model.named_parameters())
+    before = {n: p.detach().clone() for n, p in params.items()}
+    history = trainer.train()
+    changed = {n for n, p in params.items() if not torch.equal(before[n], p.detach())}
+    assert any(".default." in n for n in changed), "the policy adapter did not move"
+    assert any(f".{ADAPTER}." in n for n in changed), "the critic adapter did not move"
+    assert any("value_head" in n for n in changed), "the value head did not move"
+    assert not any("lora_" not in n and "value_head" not in n for n in changed), "base moved"
+    for m in history:
+        assert m["losses/value"] > 0 and "critic/explained_variance" in m
+        assert "charts/update_skipped" in m
+    if preset == "vapo":
+        assert all("losses/nll_positive" in m for m in history)
+    pre = read_jsonl(tmp_path / "run" / "critic_pretrain.jsonl")
+    assert 1 <= len(pre) <= 2 and all(r["losses/value"] > 0 for r in pre)
+    # value pretraining left the policy's learning-rate warm-up alone
+    assert trainer.learner.updates == 2
+
+
+def test_value_pretraining_trains_only_the_critic(tmp_path, toy_envs_registered):
+    from agentgym.trainers.critic_pretrain import pretrain_critic
+
+    cfg = load_config(
+        TrainConfig,
+        None,
+        _args(
+            tmp_path,
+            "algorithm.name=vapo",
+            "critic.pretrain_steps=3",
+            "critic.pretrain_explained_variance=2.0",  # never reached: all 3 rounds run
+        ),
+    )
+    trainer = DAPOTrainer(cfg)
+    params = dict(trainer.model.named_parameters())
+    before = {n: p.detach().clone() for n, p in params.items()}
+    rows = pretrain_critic(trainer)
+    assert [r["pretrain_step"] for r in rows] == [1, 2, 3]
+    changed = {n for n, p in params.items() if not torch.equal(before[n], p.detach())}
+    assert changed and all(f".{ADAPTER}." in n or "value_head" in n for n in changed)
+    trainer.close()
+
+
+def test_a_resumed_value_based_run_restores_the_critic(tmp_path, toy_envs_registered):
+    args = _args(tmp_path, "algorithm.name=vapo", "run.save_every=1")
+    first = DAPOTrainer(load_config(TrainConfig, None, args))
+    first.train()
+    saved = first.learner.critic_state()
+    first.close()
+    assert (tmp_path / "run" / "checkpoints" / "step_000002" / "critic.safetensors").is_file()
+    resumed = DAPOTrainer(load_config(TrainConfig, None, args), resume=True)
+    assert resumed.step == 2
+    now = resumed.learner.critic_state()
+    assert set(now) == set(saved)
+    assert all(torch.equal(now[k], saved[k]) for k in saved)
+    resumed.close()
+    # a run written without a critic cannot be resumed as one
+    plain = _args(tmp_path / "plain", "run.save_every=1")
+    DAPOTrainer(load_config(TrainConfig, None, plain)).train()
+    with pytest.raises(ConfigError, match=r"critic\.safetensors is missing"):
+        DAPOTrainer(load_config(TrainConfig, None, [*plain, "algorithm.name=vapo"]), resume=True)

@@ -1,0 +1,74 @@
+"""VAPO's value pretraining: the critic learns the warm-start policy's values before the
+policy's first update, so that its first advantages are not those of a critic that says
+0 everywhere (:func:`pretrain_critic`; the critic itself is :mod:`.critic`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from agentgym import episode_solved
+from agentgym.trainers.batch import episodes_to_samples
+from agentgym.trainers.logging import JsonlWriter
+from agentgym.trainers.rollout_phase import group_episodes, shaped_rewards
+
+
+def pretrain_critic(trainer: Any) -> list[dict[str, float]]:
+    """VAPO's value pretraining, before the first policy update: up to
+    ``critic.pretrain_steps`` rounds of rollouts from the warm-start policy, each training
+    the critic alone (``Learner.update(policy=False)``) on every episode generated (all of
+    a group's episodes, informative or not: the critic learns from solved and failed tasks
+    alike). Stops early once the critic's explained variance on a round reaches
+    ``critic.pretrain_explained_variance``. Writes one metrics row per round to the run's
+    ``critic_pretrain.jsonl``, says why it stopped, and returns the rows.
+
+    The rounds draw tasks from the run's task stream (the policy then trains on the tasks
+    after them) and leave the policy and its learning-rate warm-up untouched.
+    """
+    cfg, learner = trainer.cfg, trainer.learner
+    log = JsonlWriter(  # a restarted pretraining starts the file again
+        trainer.out / "critic_pretrain.jsonl", truncate_after_step=-1, enabled=trainer.dist.is_main
+    )
+    updates = learner.updates
+    rows: list[dict[str, float]] = []
+    for i in range(cfg.critic.pretrain_steps):
+        with learner.generation():
+            got = trainer.rollouts.collect(trainer.policy, 0)
+        episodes = [ep for g in group_episodes(got.episodes) for ep in g]
+        if not episodes:
+            continue
+        group_ids = torch.tensor(
+            [i for i, g in enumerate(group_episodes(episodes)) for _ in g], dtype=torch.long
+        )
+        rewards = shaped_rewards(episodes, group_ids, cfg)
+        samples = episodes_to_samples(
+            episodes,
+            [0.0] * len(episodes),
+            trainer.tokenizer,
+            rewards=rewards.tolist(),
+            positive=[episode_solved(ep) for ep in episodes],
+        )
+        m = learner.update(samples, policy=False)
+        row = {
+            "pretrain_step": i + 1,
+            "episodes": len(episodes),
+            "reward": float(rewards.mean()),
+            **{k: v for k, v in m.items() if k.startswith(("critic/", "losses/value"))},
+        }
+        rows.append(row)
+        log.write(row)
+        if row["critic/explained_variance"] >= cfg.critic.pretrain_explained_variance:
+            break
+    learner.updates = updates  # the policy's warm-up has not started
+    ev = rows[-1]["critic/explained_variance"] if rows else float("nan")
+    why = (
+        "reached critic.pretrain_explained_variance"
+        if ev >= cfg.critic.pretrain_explained_variance
+        else "ran critic.pretrain_steps"
+    )
+    trainer._say(
+        f"[agentgym train] value pretraining: {len(rows)} round(s), explained variance "
+        f"{ev:.3f} ({why})"
+    )
+    return rows
