@@ -64,7 +64,13 @@ def run(
     import torch
 
     from agentgym.trainers import encode_prompt
-    from agentgym.trainers.sft import SFTConfig, batch_loss, build_model_and_examples, epoch_batches
+    from agentgym.trainers.sft import (
+        SFTConfig,
+        batch_loss,
+        build_model_and_examples,
+        epoch_batches,
+        length_groups,
+    )
 
     torch.set_num_threads(threads)
     cfg = load_config(SFTConfig, "configs/quickstart_sft.yaml", ["data.num_tasks=2000"])
@@ -122,14 +128,16 @@ def run(
         for kind in v
     }
     return {
-        "title": "SFT step: one padded batch (old) vs length-sorted micro-batches (new)",
+        "title": "SFT step: one padded batch (old) vs agentgym sft's step (new)",
         "steps": steps,
         "batch_size": cfg.train.batch_size,
         "group_by_length": grouping,
         "length_groups": groups,
         "threads": threads,
         "padding_share_old": padding(old_batches[1 : steps + 1]),
-        "padding_share_new": padding(new_batches[:steps]),
+        "padding_share_new": padding(
+            [part for b in new_batches[:steps] for part in length_groups(b, groups)]
+        ),
         "loss_old": round(old_loss, 6),
         "loss_new": round(new_loss, 6),
         "max_grad_difference": grad_gap,
