@@ -118,6 +118,17 @@ class PoolReply:
     cpu_s: float | None = None
 
 
+class _Idle(queue.Queue):
+    """Idle workers, the most recently used first (``queue[0]`` is taken next).
+
+    A caller that grades one answer at a time keeps reusing one worker, whose sympy and
+    parser caches are warm; a burst of callers spreads over the rest.
+    """
+
+    def _put(self, item: _Worker) -> None:
+        self.queue.appendleft(item)
+
+
 def _env_int(name: str) -> int | None:
     env = os.environ.get(name)
     if not env:
@@ -181,7 +192,7 @@ class GradingPool:
         self._grow_lock = threading.Lock()
         self._lock = threading.Lock()  # start/stop
         self._ctrl_lock = threading.Lock()  # one control request at a time
-        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._idle: queue.Queue[_Worker] = _Idle()
         self._zygote: subprocess.Popen | None = None
         self._ctrl: socket.socket | None = None
         self._closed = False
@@ -229,7 +240,7 @@ class GradingPool:
                 )
             parent.settimeout(30.0)
             self._ctrl = parent
-            self._idle = queue.Queue()
+            self._idle = _Idle()
             for _ in range(self.size):
                 self._idle.put(self._spawn())
             for _ in range(self.warm_size - self.size):
