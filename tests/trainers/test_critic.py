@@ -202,3 +202,67 @@ def test_a_resumed_value_based_run_restores_the_critic(tmp_path, toy_envs_regist
     DAPOTrainer(load_config(TrainConfig, None, plain)).train()
     with pytest.raises(ConfigError, match=r"critic\.safetensors is missing"):
         DAPOTrainer(load_config(TrainConfig, None, [*plain, "algorithm.name=vapo"]), resume=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["fsdp2", "deepspeed"])
+def test_vapo_in_two_processes_matches_one(tmp_path, toy_envs_registered, strategy):
+    """FSDP2 and ZeRO-3: the critic's values, GAE and both updates on two ranks equal the
+    one-process run (every rank values the whole batch; the critic's head is sharded)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    helpers = Path(__file__).resolve().parents[1] / "helpers"
+    env = "envs=[{id: 'trainer_toy_envs:agentgym-test/EvenChars-v0'}]"
+    common = [
+        *(a for a in _args(tmp_path) if not a.startswith(("envs=", "run.output_dir"))),
+        env,
+        "algorithm.name=vapo",
+        "algorithm.micro_batch_size=3",
+        "critic.pretrain_steps=1",
+        "run.save_every=2",
+    ]
+    single = tmp_path / "single"
+    DAPOTrainer(load_config(TrainConfig, None, [*common, f"run.output_dir={single}"])).train()
+    out = tmp_path / "two"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentgym",
+            "train",
+            *common,
+            f"run.output_dir={out}",
+            f"distributed.strategy={strategy}",
+            "--nproc",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(helpers), os.environ.get("PYTHONPATH")])
+            ),
+        },
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for name in ("critic_pretrain.jsonl", "metrics.jsonl"):
+        got, want = read_jsonl(out / name), read_jsonl(single / name)
+        assert len(got) == len(want) >= 1
+        for a, b in zip(got, want, strict=True):
+            for key in ("losses/value", "critic/explained_variance", "critic/advantage_mean"):
+                assert a[key] == pytest.approx(b[key], abs=1e-5), (name, key)
+            if "losses/total" in b:
+                assert a["charts/reward"] == pytest.approx(b["charts/reward"], abs=1e-9)
+                assert a["losses/total"] == pytest.approx(b["losses/total"], abs=1e-5)
+    ckpt = Path("checkpoints") / "step_000002" / "critic.safetensors"
+    a, b = load_file(str(out / ckpt)), load_file(str(single / ckpt))
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-4, rtol=1e-4, msg=k)
