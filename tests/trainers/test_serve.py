@@ -280,6 +280,34 @@ def test_unloading_every_adapter_gives_back_the_base_model(trained):
         served.close()
 
 
+def test_an_adapter_for_another_model_is_refused_and_leaves_the_base_alone(trained, tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    from agentgym.trainers import build_preset, build_tokenizer
+    from agentgym.trainers.serve import APIError, load_served_models
+
+    other = build_preset(
+        "tiny-qwen2", build_tokenizer(), overrides={**TINY_QWEN, "hidden_size": 64}
+    )
+    get_peft_model(other, LoraConfig(r=4, target_modules=["q_proj", "v_proj"])).save_pretrained(
+        str(tmp_path / "other")
+    )
+    base, adapter = trained
+    served = load_served_models(str(base))
+    try:
+        for _ in range(2):  # first adapter (wraps the base), then with one loaded
+            with pytest.raises(APIError) as e:
+                served.load_adapter("other", tmp_path / "other")
+            assert e.value.param == "lora_path" and "does not fit" in e.value.message
+            assert "other" not in served.names()
+            served.load_adapter("good", adapter) if "good" not in served.names() else None
+        served.unload_adapter("good")
+        assert served.model is served.base
+        assert not any("lora" in n for n, _ in served.base.named_parameters())
+    finally:
+        served.close()
+
+
 def test_a_client_that_hangs_up_mid_stream_does_not_hurt_the_server(client, server):
     body = {"model": "base", "messages": HI, "max_tokens": 200, "stream": True, "seed": 1}
     with httpx.stream("POST", f"{server.url}/chat/completions", json=body, timeout=30) as r:

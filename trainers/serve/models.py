@@ -215,9 +215,13 @@ class ServedModels:
                 self.model = PeftModel.from_pretrained(self.base, str(folder), adapter_name=name)
             else:
                 self.model.load_adapter(str(folder), adapter_name=name)
-        except (RuntimeError, ValueError, KeyError) as e:
-            if self.model is not self.base and not self.adapters:
-                self.model = self.model.unload()
+            _check_loaded(self.model, folder, name)
+        except (RuntimeError, ValueError, KeyError, OSError) as e:
+            # put things back as they were: peft injects its layers before it loads weights
+            if self.model is self.base:
+                _strip_lora(self.base)
+            elif name in getattr(self.model, "peft_config", {}):
+                self.model.delete_adapter(name)
             raise APIError(
                 f"The adapter at {str(folder)!r} does not fit the served model "
                 f"{self.base_name!r}: {str(e).splitlines()[0][:300]}",
@@ -356,6 +360,37 @@ class _View:
     def generate(self, requests: Sequence[Any]) -> list[Completion]:
         with self.served._active(self.name):
             return self.served._engine(self.name, self.kind).generate(requests)
+
+
+def _check_loaded(model: Any, folder: Path, name: str) -> None:
+    """Raise ``ValueError`` unless every tensor of the adapter file went into the model
+    with its shape (peft can skip tensors that do not fit, with a warning only)."""
+    from peft.utils import get_peft_model_state_dict, load_peft_weights
+
+    saved = load_peft_weights(str(folder), device="cpu")
+    loaded = get_peft_model_state_dict(model, adapter_name=name)
+    missing = [k for k in saved if k not in loaded]
+    wrong = [
+        f"{k}: {tuple(v.shape)} in the file, {tuple(loaded[k].shape)} in the model"
+        for k, v in saved.items()
+        if k in loaded and tuple(v.shape) != tuple(loaded[k].shape)
+    ]
+    if missing or wrong:
+        what = wrong[:2] or [f"{k} has no place in the model" for k in missing[:2]]
+        raise ValueError("; ".join(what))
+
+
+def _strip_lora(model: Any) -> None:
+    """Replace every peft LoRA wrapper inside ``model`` by the layer it wraps."""
+    from peft.tuners.lora import LoraLayer
+
+    for parent in list(model.modules()):
+        for child_name, child in list(parent.named_children()):
+            if isinstance(child, LoraLayer):
+                base = child.get_base_layer()
+                while isinstance(base, LoraLayer):
+                    base = base.get_base_layer()
+                setattr(parent, child_name, base)
 
 
 def load_served_models(
