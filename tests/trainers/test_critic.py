@@ -266,3 +266,62 @@ def test_vapo_in_two_processes_matches_one(tmp_path, toy_envs_registered, strate
     assert a.keys() == b.keys()
     for k in a:
         torch.testing.assert_close(a[k], b[k], atol=1e-4, rtol=1e-4, msg=k)
+
+
+def test_each_conversation_is_valued_from_what_it_sees_and_the_reward_crosses_them(
+    tokenizer, toy_envs_registered
+):
+    """A new conversation is a new state: its turns are valued from their own context
+    (the task and the memory summary), and GAE still credits the one terminal reward to
+    every token of every conversation."""
+    from agentgym.rollouts import rollout
+    from agentgym.trainers.algorithm import AlgorithmConfig
+    from agentgym.trainers.batch import episodes_to_samples
+    from agentgym.trainers.critic import attach_advantages
+    from agentgym.trainers.engines import HFEngine
+    from agentgym.types import SamplingParams
+
+    model = _tiny_peft(tokenizer)
+    critic = Critic(model, CriticConfig(), seed=0)
+    with torch.no_grad():  # a critic with an opinion: values differ by token
+        critic.head.weight.normal_(0, 0.5)
+        critic.head.bias.fill_(0.1)
+    policy = HFEngine(model, tokenizer).as_policy()
+    episodes = rollout(
+        "agentgym-test/TwoPart-v0",
+        policy,
+        seeds=[0],
+        group_size=2,
+        sampling=SamplingParams(max_tokens=6, seed=3),
+    )
+    policy.close()
+    ep = episodes[0]
+    assert [t.conversation for t in ep.turns] == [0, 0, 1]
+    first_reply = ep.turns[0].completion.text
+    if first_reply.strip():  # the new conversation holds the summary, not the first turn
+        assert first_reply not in "".join(m.content for m in ep.turns[2].messages)
+    samples = episodes_to_samples(
+        episodes, [0.0] * len(episodes), tokenizer, rewards=[1.0, 0.0], positive=[True, False]
+    )
+    algo = AlgorithmConfig(advantage="gae", gamma=1.0, lam_policy=1.0, lam_critic=1.0)
+    minis = [list(range(len(samples)))]
+    full = [make_microbatches(samples, 2, tokenizer.pad_token_id)]
+    model.eval()
+    out, stats = attach_advantages(critic, model, samples, minis, full, algo, torch.device("cpu"))
+    by_sample = {}
+    for mb in out[0]:
+        for row, i in enumerate(mb.indices):
+            n = len(samples[i].response_ids)
+            by_sample[i] = (mb.old_values[row, :n], mb.token_advantages[row, :n])
+    for i, s in enumerate(samples):
+        # valued alone, from its own prompt: the same values as in the batch
+        alone = make_microbatches([s], 1, tokenizer.pad_token_id)[0]
+        with critic.active(), torch.no_grad():
+            v = critic.values(model, alone)[0, : len(s.response_ids)]
+        torch.testing.assert_close(by_sample[i][0], v, atol=1e-5, rtol=1e-5)
+        # gamma = lambda = 1: every token's advantage is the episode's reward minus its value
+        torch.testing.assert_close(
+            by_sample[i][1], torch.full_like(v, s.reward) - v, atol=1e-5, rtol=1e-5
+        )
+    assert {s.reward for s in samples if s.episode == 0} == {1.0}
+    assert stats["critic/value_mean"] != 0.0
