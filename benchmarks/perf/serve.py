@@ -2,10 +2,11 @@
 
 A real server (:class:`agentgym.trainers.serve.ServerThread` on 127.0.0.1, the HF engine
 batching concurrent requests with the trainer's ``BatchingPolicy``) and real HTTP
-clients (``httpx.AsyncClient``, one connection per client) in the same process. Each of
+clients (``httpx.AsyncClient``, one connection per client) in a separate process, so
+that the clients do not compete with the server for the interpreter lock. Each of
 ``C`` clients sends chat completions one after another (a fixed reply length:
 ``max_tokens`` new tokens, ``temperature`` 1, a seed per request) until the level's
-request budget is spent; the level's wall time gives requests/s and completion tokens/s
+request budget is spent (``--requests``, at least 4 per client); the level's wall time gives requests/s and completion tokens/s
 (from each response's ``usage``), with the median latency and the engine's mean batch
 size. The model is the ``tiny-qwen2`` preset (random weights, byte-level tokenizer: a
 reply is ``max_tokens`` tokens unless an eos is sampled), so the numbers measure the
@@ -64,6 +65,24 @@ async def _level(url: str, clients: int, total: int, max_tokens: int) -> dict[st
     }
 
 
+def _client_process(url: str, clients: int, total: int, max_tokens: int, out: Any) -> None:
+    """One concurrency level, in a child process; puts the result on ``out``."""
+    out.put(asyncio.run(_level(url, clients, total, max_tokens)))
+
+
+def _measure(url: str, clients: int, total: int, max_tokens: int) -> dict[str, Any]:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_client_process, args=(url, clients, total, max_tokens, out))
+    proc.start()
+    try:
+        return out.get(timeout=1800)
+    finally:
+        proc.join(timeout=60)
+
+
 def run(
     quick: bool = False,
     clients: tuple[int, ...] = LEVELS,
@@ -82,12 +101,12 @@ def run(
     levels: dict[str, Any] = {}
     try:
         with ServerThread(served) as server:
-            asyncio.run(_level(server.url, 1, 2, max_tokens))  # warm-up
+            _measure(server.url, 1, 2, max_tokens)  # warm-up
             for c in clients:
                 policy = served.policy("tiny-qwen2", "chat")
                 before = len(policy.batch_sizes)
-                n = max(total, c)
-                levels[str(c)] = asyncio.run(_level(server.url, c, n, max_tokens))
+                n = max(total, 4 * c)  # every client sends several requests
+                levels[str(c)] = _measure(server.url, c, n, max_tokens)
                 sizes = policy.batch_sizes[before:]
                 levels[str(c)]["engine_batch_mean"] = round(sum(sizes) / max(1, len(sizes)), 1)
     finally:
@@ -106,7 +125,7 @@ def run(
         "figures": figures,
         "notes": (
             f"tiny-qwen2 preset (random weights), {max_tokens} new tokens a request, "
-            f"{threads} torch threads, clients and server in one process over loopback HTTP."
+            f"{threads} torch threads in the server, clients in another process, loopback HTTP."
         ),
     }
 
