@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, ClassVar
 
@@ -18,6 +19,7 @@ from agentgym import (
 )
 from agentgym.envs.appgen import protocol
 from agentgym.envs.appgen.grading import MAX_FILE_BYTES, MAX_PROJECT_FILES, drop_reason, grade
+from agentgym.envs.appgen.prompts import stage_done_text, task_prompt
 from agentgym.envs.appgen.sandboxes import DEFAULT_POOL_SIZE, check_sandbox_backend, get_pool
 from agentgym.envs.appgen.taskset import VISIBLE_TESTS_DIR, AppTask, load_tasks
 from agentgym.sandbox import Sandbox, SandboxLimits, SandboxPool
@@ -214,13 +216,15 @@ class AppGenEnv(ConversationEnv):
         self.max_turns = self._user_max_turns or app.limits.max_turns
         self._oracle_state = {"explored": False, "written": [], "tested": False}
         self._commands_seconds = 0.0
+        self._stage = 0
+        self._stage_pending = False
         start = time.monotonic()
         self._pool = get_pool(self.sandbox_backend, self._limits(), self.pool_size)
         self._sandbox = self._pool.acquire()
         self._sandbox.write_files(app.initial_files())
         self._refresh_tree()
         acquire_seconds = time.monotonic() - start
-        prompt = f"# Task: {app.title}\n\n{app.spec.strip()}"
+        prompt = task_prompt(app, 0)
         first = (
             "## Project\nYour project starts with these files (visible example tests are in "
             f"{VISIBLE_TESTS_DIR}/; run them with `{VISIBLE_TEST_COMMAND}`):\n"
@@ -238,7 +242,8 @@ class AppGenEnv(ConversationEnv):
         return obs, info
 
     def _limits(self) -> dict[str, Any]:
-        limits = {"timeout": float(self.app_task.limits.command_timeout)}
+        limits: dict[str, Any] = {"timeout": float(self.app_task.limits.command_timeout)}
+        limits.update(self.app_task.limits.sandbox())
         limits.update(self.sandbox_limits)
         return limits
 
@@ -246,17 +251,21 @@ class AppGenEnv(ConversationEnv):
     def _act(self, action: str) -> ActResult:
         actions = protocol.parse_actions(action)
         lines: list[str] = []
-        submitted = False
+        submitted = advanced = False
         for i, act in enumerate(actions, start=1):
             if submitted:
                 lines.append(f"[{i}] ignored: it comes after <submit/>")
                 continue
             if isinstance(act, protocol.Submit):
                 submitted = True
+                if self._stage + 1 < len(self.app_task.stages):
+                    advanced = True
+                    lines.append(f"[{i}] submit: " + self._next_stage())
+                    continue
                 lines.append(f"[{i}] submit: the project will now be graded")
                 continue
             lines.append(f"[{i}] " + self._do(act))
-        if submitted:
+        if submitted and not advanced:
             return ActResult(done=True)
         if not actions:
             lines.append(
@@ -267,6 +276,26 @@ class AppGenEnv(ConversationEnv):
         turn_line = f"Turn {self._turns} of {self.max_turns} done."
         feedback = "\n".join(lines) + f"\n\n## Files\n{self._tree_text()}\n\n{turn_line}"
         return ActResult(feedback=feedback)
+
+    def _next_stage(self) -> str:
+        """The agent finished a stage that is not the last: the next request comes in a
+        new conversation (or, with memory off, in the next message)."""
+        app = self.app_task
+        finished = self._stage
+        self._stage += 1
+        self._task = dataclasses.replace(self.task, prompt=task_prompt(app, self._stage))
+        self._stage_pending = True
+        text = stage_done_text(app, finished)
+        if not self.memory.enabled:
+            self._stage_pending = False
+            text += "\n\n" + task_prompt(app, self._stage)
+        return text
+
+    def _needs_summary(self, conv: Any, feedback: str) -> bool:
+        if self._stage_pending and self.memory.enabled:
+            self._stage_pending = False
+            return True
+        return super()._needs_summary(conv, feedback)
 
     def _do(self, act: protocol.Action) -> str:
         sb = self._sandbox
@@ -433,6 +462,10 @@ class AppGenEnv(ConversationEnv):
             "task": app.name,
             "task_hash": app.content_hash,
             "difficulty": app.difficulty,
+            "requirements": result.requirements,
+            "lost_requirements": result.lost_requirements,
+            "stages_submitted": self._stage + (1 if end_reason == "done" else 0),
+            "stages": max(1, len(app.stages)),
             "end_reason": end_reason,
             "turns": self._turns,
             "conversations": len(self._conversations),
@@ -464,15 +497,20 @@ class AppGenEnv(ConversationEnv):
         """
         app = self.app_task
         st = self._oracle_state
-        todo = [p for p in app.oracle_order if p not in st["written"]]
+        last_stage = self._stage + 1 >= len(app.stages)
+        staged_now = app.staged and not last_stage
+        now = app.stages[self._stage].oracle if staged_now else app.oracle_order
+        todo = [p for p in now if p not in st["written"]]
         if self.next_turn_kind == "summary":
             done = ", ".join(st["written"]) or "nothing yet"
             rest = ", ".join(todo) or "nothing"
             after = "run the visible tests and submit" if not st["tested"] else "submit"
+            asked = [r.text for r in app.requirements if r.stage <= self._stage + 1]
+            keep = (" Requirements the user stated: " + "; ".join(asked) + ".") if asked else ""
             return (
                 f"Working on: {app.title}. I read the scaffold and the example tests. "
                 f"Files written so far, following the specification: {done}. "
-                f"Still to write, in this order: {rest}. Then {after}."
+                f"Still to write, in this order: {rest}. Then {after}.{keep}"
             )
         if not st["explored"]:
             st["explored"] = True
@@ -483,6 +521,8 @@ class AppGenEnv(ConversationEnv):
             st["written"].append(path)
             content = app.solution[path].decode("utf-8")
             return f'Next I write {path}.\n<write path="{path}">\n{content}</write>'
+        if not last_stage:
+            return "This request is done.\n<submit/>"
         if not st["tested"]:
             st["tested"] = True
             return f"All files are written; let me run the example tests.\n<run>{VISIBLE_TEST_COMMAND}</run>"
@@ -495,7 +535,7 @@ class AppGenEnv(ConversationEnv):
             return
         worst = None
         for app in self.tasks:
-            prompt = f"# Task: {app.title}\n\n{app.spec.strip()}"
+            prompt = max((task_prompt(app, i) for i in range(max(1, len(app.stages)))), key=len)
             tree = "\n".join(
                 f"{p} ({len(d)} bytes)" for p, d in sorted(app.reference_files().items())
             )

@@ -180,6 +180,19 @@ class GradeResult:
     timed_out: bool = False
     dropped: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    requirements: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: test id -> the first lines of its failure (only with ``grade(..., details=True)``:
+    #: for task authors; never in the reward breakdown, as they may hold expected values)
+    details: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def lost_requirements(self) -> list[str]:
+        """``"name (stage N): text"`` of every requirement with a failing test."""
+        return [
+            f"{name} (stage {r['stage']}): {r['text']}"
+            for name, r in self.requirements.items()
+            if not r["met"]
+        ]
 
     @property
     def score(self) -> float:
@@ -188,7 +201,10 @@ class GradeResult:
         return self.passed / self.total
 
 
-INI = "[pytest]\naddopts =\n"
+INI = (
+    "[pytest]\naddopts =\nmarkers =\n"
+    "    requirement(name): the user's requirement this test checks (task.toml [requirements])\n"
+)
 
 _CANARY = """\
 def {fail}():
@@ -235,7 +251,9 @@ def top_level_names(paths: list[str]) -> list[str]:
     return sorted(names)
 
 
-def grade(task: AppTask, files: Mapping[str, bytes], sandbox: Sandbox) -> GradeResult:
+def grade(
+    task: AppTask, files: Mapping[str, bytes], sandbox: Sandbox, *, details: bool = False
+) -> GradeResult:
     """Run ``task``'s hidden tests against ``files`` (the agent's project) in ``sandbox``.
 
     ``sandbox`` must be fresh (empty workspace); it is not closed here. With a sandbox
@@ -293,6 +311,8 @@ def grade(task: AppTask, files: Mapping[str, bytes], sandbox: Sandbox) -> GradeR
         "grade_timeout": float(limits.grade_timeout),
         "reserve": RESERVE_SECONDS,
         "hashes": {p: hashlib.sha256(hidden[p]).hexdigest() for p in run_order},
+        "app": _app_settings(task),
+        "services": {s.name: {"fixture": f"hidden/{s.fixture}"} for s in task.services},
     }
     result = sandbox.run(
         ["python3", "-I", "-c", BOOT],
@@ -312,11 +332,31 @@ def grade(task: AppTask, files: Mapping[str, bytes], sandbox: Sandbox) -> GradeR
             if tail:
                 out.errors.append(f"runner: {tail}")
         out.per_test = {t.test_id: "not run" for t in task.expected_tests}
+        out.requirements = requirement_report(task, out.per_test)
         out.seconds = time.monotonic() - start
         return out
     _apply_report(out, report, task, (first, last))
+    if details and isinstance(report.get("details"), dict):
+        files = {f"hidden/{t.file}::" for t in task.expected_tests}
+        out.details = {
+            str(k).removeprefix("hidden/"): _mask(v)
+            for k, v in report["details"].items()
+            if any(str(k).startswith(f) for f in files)
+        }
     out.seconds = time.monotonic() - start
     return out
+
+
+def _app_settings(task: AppTask) -> dict[str, Any] | None:
+    """What the grader's ``app`` fixture needs of the task's ``[app]`` and ``[services]``."""
+    if task.app is None:
+        return None
+    return {
+        "command": task.app.command,
+        "ready_path": task.app.ready_path,
+        "startup_timeout": task.app.startup_timeout,
+        "service_env": {s.name: s.env for s in task.services},
+    }
 
 
 def _read_report(
@@ -387,6 +427,32 @@ def _apply_report(
         for i in range(exp.count - len(cases)):
             out.per_test[f"{exp.test_id}[#{len(cases) + i}]"] = "not run"
     out.passed = 0 if out.tampered else sum(v == "passed" for v in out.per_test.values())
+    out.requirements = requirement_report(task, out.per_test, out.tampered)
+
+
+def requirement_report(
+    task: AppTask, per_test: Mapping[str, str], tampered: bool = False
+) -> dict[str, dict[str, Any]]:
+    """Per requirement of ``task``: its stage and text, and how many of its tests passed
+    (``met`` when all did)."""
+    out: dict[str, dict[str, Any]] = {}
+    for req in task.requirements:
+        cases = [
+            outcome
+            for exp in task.expected_tests
+            if req.name in exp.requirements
+            for key, outcome in per_test.items()
+            if key == exp.test_id or key.startswith(exp.test_id + "[")
+        ]
+        passed = 0 if tampered else sum(o == "passed" for o in cases)
+        out[req.name] = {
+            "stage": req.stage,
+            "text": req.text,
+            "passed": passed,
+            "total": len(cases),
+            "met": bool(cases) and passed == len(cases),
+        }
+    return out
 
 
 _HEX = re.compile(r"0x[0-9a-fA-F]{6,}")

@@ -9,6 +9,9 @@ A task is a directory; authors add one without writing code::
       tests_visible/   example tests the agent can read and run (copied to tests/)
       tests_hidden/    the tests that decide the reward (never shown to the agent)
       solution/        the reference solution: files written on top of the scaffold
+      stages/          staged tasks: the user's requests, one file per stage (optional)
+      forgetful/       staged tasks: files of a solution that forgot the early stages'
+                       preferences (optional; check-task proves the hidden tests notice)
 
 ``task.toml``::
 
@@ -30,6 +33,13 @@ Hidden tests run with the project directory as the working directory and the pro
 function counts once, a ``pytest.mark.parametrize`` test once per parameter set (its
 values must be a literal list so that the count is known without running anything).
 
+Full-stack tasks add ``[app]`` (the command that starts the server, ``PORT`` and
+``DATA_DIR`` in its environment), ``[services.NAME]`` (mock external services from hidden
+fixtures), ``[[stages]]`` (a spec that arrives over several conversations),
+``[requirements.NAME]`` (what ``@pytest.mark.requirement("NAME")`` tests check, and the
+stage that asked for it) and ``[visible]`` (which hidden tests cover each visible test);
+``docs/envs/appgen-tasks.md`` documents every field.
+
 The *content hash* is a SHA-256 over every file of the directory (paths and bytes); it
 identifies the task version and is part of ``task_id``.
 """
@@ -45,6 +55,13 @@ from pathlib import Path
 from typing import Any
 
 from agentgym import DataError, UnknownNameError
+from agentgym.envs.appgen.taskextras import (
+    AppSettings,
+    Requirement,
+    ServiceSpec,
+    Stage,
+    parse_extras,
+)
 
 #: Where the built-in tasks live (shipped as package data).
 BUILTIN_TASKS_DIR = Path(__file__).resolve().parent / "tasks"
@@ -53,7 +70,16 @@ DIFFICULTIES = ("easy", "medium", "hard")
 VISIBLE_TESTS_DIR = "tests"
 #: Files and directories that never count as task content.
 _IGNORED_PARTS = {"__pycache__", ".pytest_cache", ".DS_Store"}
-_DEFAULT_LIMITS = {"max_turns": 40, "command_timeout": 30, "grade_timeout": 150, "test_timeout": 30}
+_DEFAULT_LIMITS = {
+    "max_turns": 40,
+    "command_timeout": 30,
+    "grade_timeout": 150,
+    "test_timeout": 30,
+    "memory_mb": 512,
+    "pids": 128,
+}
+#: ``[limits]`` keys that are sandbox limits (they apply to the episode and the grading)
+SANDBOX_LIMIT_KEYS = ("memory_mb", "pids")
 _MIN_SOLUTION_FILES = 3
 
 
@@ -70,6 +96,7 @@ class ExpectedTest:
     file: str
     name: str
     count: int = 1
+    requirements: tuple[str, ...] = ()
 
     @property
     def test_id(self) -> str:
@@ -84,6 +111,12 @@ class TaskLimits:
     command_timeout: float = _DEFAULT_LIMITS["command_timeout"]
     grade_timeout: float = _DEFAULT_LIMITS["grade_timeout"]
     test_timeout: float = _DEFAULT_LIMITS["test_timeout"]
+    memory_mb: int = _DEFAULT_LIMITS["memory_mb"]
+    pids: int = _DEFAULT_LIMITS["pids"]
+
+    def sandbox(self) -> dict[str, Any]:
+        """The sandbox limits this task asks for (``SandboxLimits`` fields)."""
+        return {"memory_mb": int(self.memory_mb), "pids": int(self.pids)}
 
 
 @dataclass(frozen=True)
@@ -111,6 +144,16 @@ class AppTask:
     oracle_order: tuple[str, ...]
     content_hash: str
     expected_tests: tuple[ExpectedTest, ...] = field(default=())
+    app: AppSettings | None = None
+    services: tuple[ServiceSpec, ...] = ()
+    stages: tuple[Stage, ...] = ()
+    requirements: tuple[Requirement, ...] = ()
+    visible_covers: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    forgetful: dict[str, bytes] = field(default_factory=dict)
+
+    @property
+    def staged(self) -> bool:
+        return len(self.stages) > 1
 
     @property
     def task_id(self) -> str:
@@ -187,19 +230,54 @@ def _tests_in(source: bytes, file: str) -> list[ExpectedTest]:
                 n *= k
         return n
 
+    def test(fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str, outer=()) -> ExpectedTest:
+        reqs = tuple(
+            r for dec in [*outer, *fn.decorator_list] if (r := _requirement(dec)) is not None
+        )
+        return ExpectedTest(file, name, count(fn), reqs)
+
     found = []
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith(
             "test"
         ):
-            found.append(ExpectedTest(file, node.name, count(node)))
+            found.append(test(node, node.name))
         elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
             for sub in node.body:
                 if isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef) and sub.name.startswith(
                     "test"
                 ):
-                    found.append(ExpectedTest(file, f"{node.name}::{sub.name}", count(sub)))
+                    found.append(test(sub, f"{node.name}::{sub.name}", node.decorator_list))
     return found
+
+
+def _ids(source: bytes, file: str) -> list[str]:
+    """Test ids of a visible test file (any parametrize allowed; unparsable: none)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    out = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith(
+            "test"
+        ):
+            out.append(f"{file}::{node.name}")
+    return out
+
+
+def _requirement(decorator: ast.expr) -> str | None:
+    """The name in a ``pytest.mark.requirement("NAME")`` decorator, else None."""
+    if (
+        isinstance(decorator, ast.Call)
+        and isinstance(decorator.func, ast.Attribute)
+        and decorator.func.attr == "requirement"
+        and decorator.args
+        and isinstance(decorator.args[0], ast.Constant)
+        and isinstance(decorator.args[0].value, str)
+    ):
+        return decorator.args[0].value
+    return None
 
 
 def is_test_file(path: str) -> bool:
@@ -266,10 +344,16 @@ def _load_task_cached(root: Path, digest: str) -> AppTask:
             f"{root / 'solution'}: the reference solution must have at least "
             f"{_MIN_SOLUTION_FILES} files (it has {len(solution)})."
         )
+    visible = _read_tree(root / "tests_visible")
+    visible_ids = {t for rel, data in visible.items() if is_test_file(rel) for t in _ids(data, rel)}
+    extras = parse_extras(root, meta, hidden, solution, expected, visible_ids)
     order = list(meta.get("oracle", {}).get("order", []))
+    if extras["stages"]:
+        order = [p for st in extras["stages"] for p in st.oracle] + order
     missing = [p for p in order if p not in solution]
     if missing:
         raise DataError(f"{toml_path}: [oracle] order names files not in solution/: {missing}.")
+    order = list(dict.fromkeys(order))
     order += [p for p in sorted(solution) if p not in order]
     return AppTask(
         name=name,
@@ -279,13 +363,15 @@ def _load_task_cached(root: Path, digest: str) -> AppTask:
         tags=tuple(meta.get("tags", ())),
         spec=spec_path.read_text(encoding="utf-8"),
         scaffold=_read_tree(root / "scaffold"),
-        visible_tests=_read_tree(root / "tests_visible"),
+        visible_tests=visible,
         hidden_tests=hidden,
         solution=solution,
         limits=limits,
         oracle_order=tuple(order),
         content_hash=digest,
         expected_tests=tuple(expected),
+        forgetful=_read_tree(root / "forgetful"),
+        **extras,
     )
 
 

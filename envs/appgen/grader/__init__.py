@@ -5,7 +5,10 @@
   the worker processes that run the project's code;
 * :mod:`.apptest`: the grader's side of the boundary, which hidden tests import: proxies
   of the project's modules and objects, mirrored exceptions, the import hook;
-* :mod:`.apptest_runner`: the grader's process: pytest, outcomes, limits, the report.
+* :mod:`.apptest_runner`: the grader's process: pytest, outcomes, limits, the report;
+* :mod:`.apptest_fullstack`: fixtures of full-stack tasks (the app as a running server,
+  mock services, a browser page); :mod:`.apptest_services` the mock services and
+  :mod:`.apptest_browser` the headless Chromium driven over the DevTools pipe.
 
 They run with the sandbox's ``python3`` (standard library and pytest, Python 3.8+), not
 with agentgym's interpreter; :func:`source` hands their text to
@@ -20,7 +23,14 @@ from pathlib import Path
 __all__ = ["GRADER_MODULES", "WORKER_MODULES", "source"]
 
 #: modules the grader's process needs (in its private directory)
-GRADER_MODULES = ("apptest.py", "apptest_runner.py", "apptest_wire.py")
+GRADER_MODULES = (
+    "apptest.py",
+    "apptest_browser.py",
+    "apptest_fullstack.py",
+    "apptest_runner.py",
+    "apptest_services.py",
+    "apptest_wire.py",
+)
 #: modules the project's processes need (the spawner and its workers)
 WORKER_MODULES = ("apptest_worker.py", "apptest_wire.py")
 

@@ -43,6 +43,8 @@ def _digests(here: str, hashes: dict) -> dict:
     return out
 
 
+#: set while the grader starts its own browser, the one process allowed in this process
+_LAUNCHING = [False]
 _PROCESS_EVENTS = frozenset(
     {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork"}
 )
@@ -51,11 +53,22 @@ _PROCESS_EVENTS = frozenset(
 def _no_processes(event: str, args) -> None:
     """No process starts in the grader's process once the tests run: one started here would
     run as the grader. Hidden tests run the project's commands with ``apptest.subprocess``."""
-    if event in _PROCESS_EVENTS:
+    if event in _PROCESS_EVENTS and not _LAUNCHING[0]:
         raise RuntimeError(
             f"hidden tests may not start processes in the grader ({event}); run the project's "
             "commands with apptest.subprocess, which starts them in its own process"
         )
+
+
+def _launch_browser(timeout: float):
+    """Start the grader's headless Chromium (see :mod:`apptest_browser`)."""
+    import apptest_browser
+
+    _LAUNCHING[0] = True
+    try:
+        return apptest_browser.Browser(timeout=timeout)
+    finally:
+        _LAUNCHING[0] = False
 
 
 def _project_names(candidates) -> list:
@@ -168,6 +181,10 @@ def _recorder(here: str, project: str, cfg: dict, state: dict):
             if prev == "failed" and outcome == "error":
                 outcome = "failed"
             tests[report.nodeid] = outcome
+            if report.failed and report.nodeid not in state["details"]:
+                lines = [ln for ln in str(report.longrepr).splitlines() if ln.startswith("E ")]
+                text = " | ".join(ln[1:].strip() for ln in lines[:3]) or "failed"
+                state["details"][report.nodeid] = scrub(text)[:400]
 
     return Recorder()
 
@@ -194,6 +211,7 @@ def main(here: str, cfg: dict) -> None:
     state = {
         "tests": {},
         "collect_errors": {},
+        "details": {},
         "source_ok": _digests(here, cfg["hashes"]) == cfg["hashes"],
         "source_ok_after_collection": None,
     }
@@ -211,6 +229,18 @@ def main(here: str, cfg: dict) -> None:
         cfg["socket"], _project_names(cfg["names"]), cfg["test_timeout"], kill=bool(worker)
     )
     apptest.install()
+    import apptest_fullstack
+
+    def read_hidden(rel: str) -> bytes:
+        with open(os.path.join(here, rel), "rb") as f:
+            return f.read()
+
+    apptest_fullstack.configure(
+        cfg.get("app"),
+        cfg.get("services") or {},
+        lambda: _launch_browser(float(cfg["test_timeout"])),
+        read_hidden,
+    )
     sys.addaudithook(_no_processes)
     try:
         import pytest
@@ -231,12 +261,17 @@ def main(here: str, cfg: dict) -> None:
             os.path.join(scratch, "b"),
         ]
         args += [os.path.join(here, f) for f in cfg["files"]]
-        pytest.main(args, plugins=[_recorder(here, project, cfg, state)])
+        plugins = [_recorder(here, project, cfg, state), apptest_fullstack.FullStack()]
+        pytest.main(args, plugins=plugins)
     except BaseException as e:
         text = f"{type(e).__name__}: {e}"
         state["crash"] = text.replace(here, "<grader>").replace(project, "<project>")[:300]
     try:
         apptest.end_scope()
+    except BaseException:
+        pass
+    try:
+        apptest_fullstack.shutdown()
     except BaseException:
         pass
     if spawner is not None:
