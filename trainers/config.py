@@ -460,6 +460,14 @@ class TrainConfig:
             "LoRA adapter on the policy's base: set lora.enabled=true.",
         )
         _check(
+            not self.algorithm.uses_critic
+            or self.critic.updates_per_batch == 1
+            or self.distributed.strategy != "deepspeed",
+            "critic.updates_per_batch > 1 is not available with distributed.strategy="
+            "deepspeed (its optimizer would move the policy on the critic's extra steps); "
+            "use fsdp2, or 1.",
+        )
+        _check(
             not self.algorithm.router_replay or self.rollout.engine == "hf",
             "algorithm.router_replay needs rollout.engine=hf: vLLM does not report the "
             "experts its routers chose.",

@@ -54,10 +54,15 @@ class CriticConfig:
         lr: the critic's learning rate (the adapter and the head).
         value_clip: PPO's value clip (``null``: no clip).
         value_coef: weight of the value loss in the critic's update.
+        updates_per_batch: optimizer steps the critic takes on each mini-batch (the
+            policy takes one); more than 1 fits the values faster (PPO's epochs).
+            DeepSpeed: 1 only (its optimizer would move the policy on the extra steps
+            through Adam's momentum).
         pretrain_steps: VAPO's value pretraining: before any policy update, train the
             critic alone for up to this many steps on rollouts of the warm-start policy
             (0: off; the critic then starts from a value of 0 everywhere, and its first
             advantages are biased: the docs say what that risks).
+        pretrain_updates: the critic's optimizer steps on each pretraining round's batch.
         pretrain_explained_variance: stop value pretraining early once the critic's
             explained variance on a step reaches this.
     """
@@ -70,7 +75,9 @@ class CriticConfig:
     lr: float = 1e-3
     value_clip: float | None = 0.2
     value_coef: float = 1.0
+    updates_per_batch: int = 1
     pretrain_steps: int = 0
+    pretrain_updates: int = 4
     pretrain_explained_variance: float = 0.6
 
     def __post_init__(self) -> None:
@@ -87,6 +94,8 @@ class CriticConfig:
         )
         _check(self.value_coef > 0, "critic.value_coef must be > 0.")
         _check(self.pretrain_steps >= 0, "critic.pretrain_steps must be >= 0.")
+        _check(self.updates_per_batch >= 1, "critic.updates_per_batch must be >= 1.")
+        _check(self.pretrain_updates >= 1, "critic.pretrain_updates must be >= 1.")
 
 
 class Critic:

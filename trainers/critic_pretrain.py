@@ -49,7 +49,7 @@ def pretrain_critic(trainer: Any) -> list[dict[str, float]]:
             rewards=rewards.tolist(),
             positive=[episode_solved(ep) for ep in episodes],
         )
-        m = learner.update(samples, policy=False)
+        m = learner.update(samples, policy=False, critic_updates=cfg.critic.pretrain_updates)
         row = {
             "pretrain_step": i + 1,
             "episodes": len(episodes),

@@ -256,7 +256,9 @@ class Learner:
         return self.optim_cfg.lr * min(1.0, (self.updates + 1) / w) if w > 0 else self.optim_cfg.lr
 
     # ------------------------------------------------------------------ update
-    def update(self, samples: Sequence[Sample], *, policy: bool = True) -> dict[str, float]:
+    def update(
+        self, samples: Sequence[Sample], *, policy: bool = True, critic_updates: int | None = None
+    ) -> dict[str, float]:
         """Policy update(s) on one batch; returns ``losses/`` and ``charts/`` metrics.
 
         The batch is split into ``updates_per_batch`` mini-batches (one optimizer step
@@ -267,7 +269,10 @@ class Learner:
         With a critic, the batch is valued first and the advantages are GAE's, per token
         (:func:`~agentgym.trainers.critic.attach_advantages`); each optimizer step then
         trains the critic (clipped value loss) and the policy. ``policy=False`` trains
-        the critic alone (value pretraining).
+        the critic alone (value pretraining). ``critic_updates`` (default
+        ``critic.updates_per_batch``) optimizer steps train the critic on each
+        mini-batch: the extra ones come first and move the critic alone (its values are
+        clipped against those it gave before the first).
         """
         algo = self.algo
         n_mini = min(algo.updates_per_batch, len(samples))
@@ -325,11 +330,14 @@ class Learner:
             self._set_lr()
             self.optimizer.zero_grad(set_to_none=True)
             if self.critic is not None:
-                with self.critic.active():
-                    for mb in mbs:
-                        sums["value_loss"] += self._critic_backward(
-                            mb.to(self._device()), totals[m], scale
-                        )
+                extra = (critic_updates or self.critic.cfg.updates_per_batch) - 1
+                for k in range(extra + 1):
+                    if k:  # the previous pass's critic-only step
+                        self._optimizer_step()
+                    with self.critic.active():
+                        for mb in mbs:
+                            loss = self._critic_backward(mb.to(self._device()), totals[m], scale)
+                            sums["value_loss"] += loss / (extra + 1)
             # LoRA layers as one matmul each while training (same loss and gradients)
             fused = fused_lora_forward(self.model) if self.lora else contextlib.nullcontext(0)
             with fused:

@@ -65,6 +65,16 @@ def test_presets_set_the_pieces_and_refuse_a_contradiction():
         load_config(TrainConfig, None, ["algorithm.name=vapo", "lora.enabled=false"])
     with pytest.raises(ConfigError, match="share_base"):
         CriticConfig(share_base=False)
+    with pytest.raises(ConfigError, match="deepspeed"):
+        load_config(
+            TrainConfig,
+            None,
+            [
+                "algorithm.name=ppo",
+                "critic.updates_per_batch=2",
+                "distributed.strategy=deepspeed",
+            ],
+        )
 
 
 def test_episode_advantages_chain_the_turns_and_credit_the_terminal_reward():
