@@ -25,7 +25,7 @@ the base model as a submodule (``agentgym_value_head``) so that sharded strategi
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,18 +164,9 @@ class Critic:
         finally:
             self._activate("default")
 
-    def values(self, module: Any, mb: Any) -> Tensor:
-        """``[B, R]`` values of each reply token's state (call inside :meth:`active`)."""
-        input_ids, attention, position_ids = mb.sequences()
-        out = module(
-            input_ids=input_ids,
-            attention_mask=attention,
-            position_ids=position_ids,
-            use_cache=False,
-            output_hidden_states=True,
-            logits_to_keep=1,  # the head reads hidden states: skip the vocabulary projection
-        )
-        hidden = mb.reply_logits(out.hidden_states[-1])  # the positions that predict targets
+    def values(self, hidden: Tensor) -> Tensor:
+        """``[B, R]`` values from the last hidden states ``[B, R, H]`` of the critic's
+        passes (the learner computes them with the critic adapter active)."""
         return self.head(hidden.to(self.head.weight.dtype)).squeeze(-1).float()
 
     def state_dict(self) -> dict[str, Tensor]:
@@ -244,16 +235,16 @@ def episode_advantages(
 
 
 def attach_advantages(
-    critic: Critic,
-    module: Any,
+    value_fn: Callable[[Any], Tensor],
     samples: Sequence[Any],
     minis: Sequence[Sequence[int]],
     full: Sequence[Sequence[Any]],
     algo: Any,
     device: torch.device,
 ) -> tuple[list[list[Any]], dict[str, float]]:
-    """Value the whole batch with the critic, run (decoupled) GAE per episode, and return
-    the micro-batches with ``token_advantages``, ``old_values`` and ``value_targets`` set,
+    """Value the whole batch with ``value_fn`` (micro-batch -> ``[B, R]`` values: the
+    learner's critic pass), run (decoupled) GAE per episode, and return the
+    micro-batches with ``token_advantages``, ``old_values`` and ``value_targets`` set,
     plus the critic's statistics (explained variance, means).
 
     Every rank values every micro-batch (``full``, all ranks' shares), so that GAE, which
@@ -264,10 +255,10 @@ def attach_advantages(
     from agentgym.trainers.algorithm import explained_variance
 
     values: dict[int, Tensor] = {}
-    with critic.active(), torch.no_grad():
+    with torch.no_grad():
         for m, mbs in enumerate(full):
             for mb in mbs:
-                v = critic.values(module, mb.to(device)).cpu()
+                v = value_fn(mb.to(device)).cpu()
                 for b, j in enumerate(mb.indices):
                     n = len(samples[minis[m][j]].response_ids)
                     values[minis[m][j]] = v[b, :n]

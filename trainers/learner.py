@@ -145,7 +145,24 @@ class Learner:
 
     # ------------------------------------------------------------------ forward
     def _logits(self, mb: MicroBatch) -> torch.Tensor:
-        """Logits predicting each sampled token: ``[B, R, V]``, aligned with ``mb.targets``.
+        """Logits predicting each sampled token: ``[B, R, V]``, aligned with ``mb.targets``
+        (:meth:`_replies`)."""
+        return self._replies(mb, hidden=False)
+
+    def _values(self, mb: MicroBatch) -> torch.Tensor:
+        """The critic's ``[B, R]`` values of the states that predict each sampled token,
+        from its own adapter (:meth:`_replies`' last hidden states through the head)."""
+        assert self.critic is not None
+        with self.critic.active():
+            # the critic's LoRA layers as one matmul each (fused reads the active adapter)
+            fused = fused_lora_forward(self.model) if self.lora else contextlib.nullcontext(0)
+            with fused:
+                return self.critic.values(self._replies(mb, hidden=True))
+
+    def _replies(self, mb: MicroBatch, *, hidden: bool) -> torch.Tensor:
+        """The model's output at the positions that predict each sampled token: logits
+        ``[B, R, V]`` (float32), or with ``hidden`` the last hidden states ``[B, R, H]``
+        (the vocabulary projection is then skipped).
 
         With :attr:`share_prompts`, each distinct prompt of the micro-batch runs through
         the model once, filling a KV cache; the cache rows are then copied to the samples
@@ -156,6 +173,13 @@ class Learner:
         """
         module = self._forward_module()
         replay = self.replay if self.replay is not None and mb.reply_routing is not None else None
+        extra: dict[str, Any] = (
+            {"output_hidden_states": True, "logits_to_keep": 1} if hidden else {}
+        )
+
+        def pick(out: Any) -> torch.Tensor:
+            return out.hidden_states[-1] if hidden else out.logits.float()
+
         if not (self.share_prompts and mb.num_prompts < mb.num_samples):
             input_ids, attention, position_ids = mb.sequences()
             if replay is not None:
@@ -169,11 +193,12 @@ class Learner:
                     attention_mask=attention,
                     position_ids=position_ids,
                     use_cache=False,
+                    **extra,
                 )
             finally:
                 if replay is not None:
                     replay.set(None)
-            return mb.reply_logits(out.logits).float()
+            return mb.reply_logits(pick(out))
         from transformers import DynamicCache
 
         prompt_pos = positions(mb.prompt_mask)
@@ -182,18 +207,18 @@ class Learner:
             assert mb.prompt_routing is not None
             replay.set(flat(mb.prompt_routing))
         try:
-            first = module(
+            out = module(
                 input_ids=mb.prompt_ids,
                 attention_mask=mb.prompt_mask,
                 position_ids=prompt_pos,
                 past_key_values=cache,
                 use_cache=True,
-                logits_to_keep=1,
-            ).logits[:, -1:]
+                **({**extra, "logits_to_keep": 1}),
+            )
         finally:
             if replay is not None:
                 replay.set(None)
-        first = first.index_select(0, mb.prompt_of).float()  # predicts each reply's token 0
+        first = pick(out)[:, -1:].index_select(0, mb.prompt_of)  # predicts each reply's token 0
         r = mb.targets.shape[1]
         if r == 1:
             return first
@@ -213,11 +238,12 @@ class Learner:
                 position_ids=start + torch.arange(r - 1, device=start.device),
                 past_key_values=cache,
                 use_cache=True,
-            ).logits
+                **extra,
+            )
         finally:
             if replay is not None:
                 replay.set(None)
-        return torch.cat([first, rest.float()], dim=1)
+        return torch.cat([first, pick(rest)], dim=1)
 
     def _device(self) -> torch.device:
         return next(self.model.parameters()).device
@@ -286,8 +312,9 @@ class Learner:
         seq_totals = [sum(mb.num_trained_samples for mb in mbs) for mbs in full]
         critic_stats: dict[str, float] = {}
         if self.critic is not None:
+            self.model.eval()
             full, critic_stats = attach_advantages(
-                self.critic, self._forward_module(), samples, minis, full, algo, self._device()
+                self._values, samples, minis, full, algo, self._device()
             )
         # VAPO's positive-example NLL divides by the tokens of correct samples
         pos_totals = [
@@ -334,10 +361,9 @@ class Learner:
                 for k in range(extra + 1):
                     if k:  # the previous pass's critic-only step
                         self._optimizer_step()
-                    with self.critic.active():
-                        for mb in mbs:
-                            loss = self._critic_backward(mb.to(self._device()), totals[m], scale)
-                            sums["value_loss"] += loss / (extra + 1)
+                    for mb in mbs:
+                        loss = self._critic_backward(mb.to(self._device()), totals[m], scale)
+                        sums["value_loss"] += loss / (extra + 1)
             # LoRA layers as one matmul each while training (same loss and gradients)
             fused = fused_lora_forward(self.model) if self.lora else contextlib.nullcontext(0)
             with fused:
@@ -397,7 +423,7 @@ class Learner:
         """The critic's clipped value loss on one micro-batch, backward; returns it."""
         assert self.critic is not None and mb.old_values is not None
         cfg = self.critic.cfg
-        values = self.critic.values(self._forward_module(), mb)
+        values = self._values(mb)
         loss = cfg.value_coef * value_loss(
             values,
             mb.old_values.to(values.device),

@@ -113,10 +113,28 @@ def test_episode_advantages_chain_the_turns_and_credit_the_terminal_reward():
     assert torch.cat(adv_a).tolist() == pytest.approx([0.0, 0.0, 0.5])
 
 
+def _learner(model, tokenizer, *, share: bool = True, **algo: object):
+    from agentgym.trainers.algorithm import AlgorithmConfig
+    from agentgym.trainers.config import OptimConfig
+    from agentgym.trainers.learner import Learner
+
+    return Learner(
+        model,
+        AlgorithmConfig(advantage="gae", share_prompts=share, **algo),
+        OptimConfig(),
+        temperature=1.0,
+        pad_id=tokenizer.pad_token_id,
+        critic=CriticConfig(r=4),
+        seed=1,
+    )
+
+
 def test_the_critic_is_a_second_adapter_with_a_zero_head(tokenizer):
     model = _tiny_peft(tokenizer)
     policy_before = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
-    critic = Critic(model, CriticConfig(r=4), seed=1)
+    learner = _learner(model, tokenizer)
+    critic = learner.critic
+    assert isinstance(critic, Critic)
     names = [n for n, _ in critic.named_parameters()]
     assert any(f".{ADAPTER}." in n for n in names) and any("value_head" in n for n in names)
     assert not any(".default." in n for n in names)
@@ -130,7 +148,8 @@ def test_the_critic_is_a_second_adapter_with_a_zero_head(tokenizer):
     mb = make_microbatches([s], 4, 0)[0]
     with critic.active():
         assert model.active_adapter == ADAPTER
-        assert torch.equal(critic.values(model, mb), torch.zeros(1, 2))
+    assert model.active_adapter == "default"
+    assert torch.equal(learner._values(mb), torch.zeros(1, 2))
     assert model.active_adapter == "default"
     # a state dict round-trips, and refuses another critic's shape
     state = critic.state_dict()
@@ -140,6 +159,33 @@ def test_the_critic_is_a_second_adapter_with_a_zero_head(tokenizer):
     assert torch.equal(critic.head.weight, torch.zeros_like(critic.head.weight))
     with pytest.raises(ConfigError, match="does not fit"):
         critic.load_state_dict({k: v for k, v in state.items() if "value_head" not in k})
+
+
+def test_shared_prompt_values_equal_the_plain_layout(tokenizer):
+    """The critic's pass shares each prompt among its samples like the policy's: the
+    values (and their gradients) are those of one full row per sample."""
+    samples = [
+        Sample((5, 6, 7, 8), tuple(range(9, 9 + n)), 0.0, i, reward=1.0)
+        for i, n in enumerate((3, 1, 4, 2))
+    ] + [Sample((20, 21), (22, 23), 0.0, 4)]
+    out = {}
+    for share in (True, False):
+        model = _tiny_peft(tokenizer)
+        learner = _learner(model, tokenizer, share=share)
+        with torch.no_grad():
+            learner.critic.head.weight.normal_(0, 1, generator=torch.Generator().manual_seed(0))
+        (mb,) = make_microbatches(samples, 8, tokenizer.pad_token_id)
+        assert mb.num_prompts == 2
+        values = learner._values(mb)
+        (values * mb.loss_mask).sum().backward()
+        grads = {
+            n: p.grad.clone() for n, p in learner.critic.named_parameters() if p.grad is not None
+        }
+        out[share] = (values * mb.loss_mask, grads)
+    torch.testing.assert_close(out[True][0], out[False][0], atol=1e-5, rtol=1e-5)
+    assert out[True][1].keys() == out[False][1].keys() and len(out[True][1]) > 2
+    for n in out[True][1]:
+        torch.testing.assert_close(out[True][1][n], out[False][1][n], atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("preset", ["vapo", "ppo"])
@@ -292,7 +338,8 @@ def test_each_conversation_is_valued_from_what_it_sees_and_the_reward_crosses_th
     from agentgym.types import SamplingParams
 
     model = _tiny_peft(tokenizer)
-    critic = Critic(model, CriticConfig(), seed=0)
+    learner = _learner(model, tokenizer)
+    critic = learner.critic
     with torch.no_grad():  # a critic with an opinion: values differ by token
         critic.head.weight.normal_(0, 0.5)
         critic.head.bias.fill_(0.1)
@@ -317,7 +364,7 @@ def test_each_conversation_is_valued_from_what_it_sees_and_the_reward_crosses_th
     minis = [list(range(len(samples)))]
     full = [make_microbatches(samples, 2, tokenizer.pad_token_id)]
     model.eval()
-    out, stats = attach_advantages(critic, model, samples, minis, full, algo, torch.device("cpu"))
+    out, stats = attach_advantages(learner._values, samples, minis, full, algo, torch.device("cpu"))
     by_sample = {}
     for mb in out[0]:
         for row, i in enumerate(mb.indices):
@@ -326,8 +373,8 @@ def test_each_conversation_is_valued_from_what_it_sees_and_the_reward_crosses_th
     for i, s in enumerate(samples):
         # valued alone, from its own prompt: the same values as in the batch
         alone = make_microbatches([s], 1, tokenizer.pad_token_id)[0]
-        with critic.active(), torch.no_grad():
-            v = critic.values(model, alone)[0, : len(s.response_ids)]
+        with torch.no_grad():
+            v = learner._values(alone)[0, : len(s.response_ids)]
         torch.testing.assert_close(by_sample[i][0], v, atol=1e-5, rtol=1e-5)
         # gamma = lambda = 1: every token's advantage is the episode's reward minus its value
         torch.testing.assert_close(
