@@ -18,8 +18,9 @@ current, the sampling and the reference policy; ``mask`` is 1 on tokens the poli
   sampling;
 * :mod:`.shaping`: dynamic sampling's filter, DAPO's overlong punishment, Kimi's length
   reward;
-* :mod:`.values`: GAE (per-sequence and length-adaptive lambda, decoupled), the clipped
-  value loss, VAPO's positive-example NLL, explained variance;
+* :mod:`.values`: GAE (per-sequence and length-adaptive lambda, decoupled, bootstrapped
+  after a cut), T-PPO's Extended GAE, the clipped value loss, VAPO's positive-example
+  NLL, explained variance;
 * :mod:`.tokens`: log-probs of sampled tokens, entropy, masked means.
 
 Which loss and estimator to use when: docs/trainer.md ("Losses and estimators").
@@ -63,8 +64,10 @@ from agentgym.trainers.algorithm.shaping import informative_groups, length_rewar
 from agentgym.trainers.algorithm.tokens import masked_mean, selected_logprobs, token_entropy
 from agentgym.trainers.algorithm.values import (
     decoupled_gae,
+    egae,
     explained_variance,
     gae,
+    last_masked,
     length_adaptive_lambda,
     positive_nll,
     terminal_rewards,
@@ -88,6 +91,7 @@ __all__ = [
     "cispo_policy_loss",
     "dapo_policy_loss",
     "decoupled_gae",
+    "egae",
     "estimator_spec",
     "explained_variance",
     "gae",
@@ -96,6 +100,7 @@ __all__ = [
     "gspo_policy_loss",
     "importance_weights",
     "informative_groups",
+    "last_masked",
     "length_adaptive_lambda",
     "length_reward",
     "loss_spec",

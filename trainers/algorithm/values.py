@@ -12,7 +12,11 @@ Conventions (those of the PPO paper and verl's ``compute_gae_advantage_return``)
 * ``lam`` may be one number or one per sequence (``[B]``): VAPO's length-adaptive rule
   is :func:`length_adaptive_lambda`;
 * decoupled GAE (VAPO): the critic's targets come from ``lam_critic = 1`` (Monte-Carlo
-  returns), the policy's advantages from ``lam_policy`` (:func:`decoupled_gae`).
+  returns), the policy's advantages from ``lam_policy`` (:func:`decoupled_gae`);
+* a sequence that does not end with its episode (T-PPO's window cut a response that goes
+  on next step) bootstraps after its last token from a value instead of ending there:
+  ``last_value``, and T-PPO's Extended GAE (:func:`egae`), which takes that value to be
+  the last token's own (``V(s_l) := V(s_{l-1})``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ def gae(
     *,
     gamma: float = 1.0,
     lam: float | Tensor = 1.0,
+    last_value: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Generalised advantage estimation over the masked tokens of each sequence.
 
@@ -39,6 +44,10 @@ def gae(
         mask: ``[B, T]`` 1 on policy tokens.
         gamma: the discount.
         lam: GAE's lambda, a number or a ``[B]`` tensor (one per sequence).
+        last_value: ``[B]`` the value of the state after each sequence's last policy
+            token, which its TD error bootstraps from (``None``: 0 for every sequence,
+            the episode ended there). A sequence cut before its episode's end (PPO's
+            truncated GAE) passes the critic's value of the state where it was cut.
 
     Returns:
         ``(advantages, returns)``, both ``[B, T]`` float32 and zero off the mask;
@@ -60,7 +69,15 @@ def gae(
             f"lam must be a number or one per sequence ([{b}]), got {tuple(lam_b.shape)}."
         )
     adv = torch.zeros_like(r)
-    next_value = torch.zeros(b, dtype=torch.float64)
+    if last_value is None:
+        next_value = torch.zeros(b, dtype=torch.float64)
+    else:
+        next_value = last_value.detach().to(torch.float64).reshape(-1)
+        if next_value.shape != (b,):
+            raise ConfigError(
+                f"last_value must hold one value per sequence ([{b}]), got "
+                f"{tuple(last_value.shape)}."
+            )
     running = torch.zeros(b, dtype=torch.float64)
     for t in reversed(range(t_len)):
         delta = r[:, t] + gamma * next_value - v[:, t]
@@ -72,6 +89,46 @@ def gae(
     adv = adv * m
     returns = (adv + v) * m
     return adv.to(torch.float32), returns.to(torch.float32)
+
+
+def last_masked(values: Tensor, mask: Tensor) -> Tensor:
+    """``[B]`` each sequence's value at its last masked position (0 where none is masked)."""
+    on = mask > 0
+    has = on.any(-1)
+    last = torch.where(has, mask.shape[1] - 1 - on.flip(-1).to(torch.int64).argmax(-1), 0)
+    picked = values.detach().gather(1, last[:, None]).squeeze(1)
+    return torch.where(has, picked, torch.zeros_like(picked))
+
+
+def egae(
+    token_rewards: Tensor,
+    values: Tensor,
+    mask: Tensor,
+    truncated: Tensor,
+    *,
+    gamma: float = 1.0,
+    lam: float | Tensor = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """T-PPO's Extended GAE (arXiv 2506.15050): GAE over the tokens of a window.
+
+    A sequence with ``truncated`` set was cut by the window and goes on next step: the
+    state after its last token ``s_l`` has no value of its own yet, so EGAE sets
+    ``V(s_l) := V(s_{l-1})``, the critic's value of the last token's state. With
+    ``gamma = 1`` and no reward inside the window the last TD error is then 0, and
+    ``A_t = sum_{k=0}^{l-2-t} (gamma lam)^k delta_{t+k}``: PPO's truncated GAE over the
+    first ``l - 1`` tokens bootstrapped from ``V(s_{l-1})``. A sequence that ended (its
+    episode's reward on its last token) gets ordinary GAE.
+
+    Args:
+        token_rewards / values / mask / gamma / lam: as :func:`gae`.
+        truncated: ``[B]`` bool, the sequence was cut by the window.
+
+    Returns:
+        ``(advantages, returns)`` as :func:`gae`.
+    """
+    cut = truncated.to(torch.bool).reshape(-1)
+    boot = torch.where(cut, last_masked(values, mask).to(torch.float64), 0.0)
+    return gae(token_rewards, values, mask, gamma=gamma, lam=lam, last_value=boot)
 
 
 def length_adaptive_lambda(lengths: Tensor, alpha: float = 0.05) -> Tensor:
@@ -94,11 +151,15 @@ def decoupled_gae(
     gamma: float = 1.0,
     lam_policy: float | Tensor = 0.95,
     lam_critic: float = 1.0,
+    last_value: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """VAPO's decoupled GAE: policy advantages with ``lam_policy``, critic targets with
-    ``lam_critic`` (1: Monte-Carlo returns). Returns ``(advantages, value_targets)``."""
-    adv, _ = gae(token_rewards, values, mask, gamma=gamma, lam=lam_policy)
-    _, targets = gae(token_rewards, values, mask, gamma=gamma, lam=lam_critic)
+    ``lam_critic`` (1: Monte-Carlo returns). Returns ``(advantages, value_targets)``.
+    ``last_value``: as :func:`gae` (a sequence cut before its episode's end)."""
+    adv, _ = gae(token_rewards, values, mask, gamma=gamma, lam=lam_policy, last_value=last_value)
+    _, targets = gae(
+        token_rewards, values, mask, gamma=gamma, lam=lam_critic, last_value=last_value
+    )
     return adv, targets
 
 

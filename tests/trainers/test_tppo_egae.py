@@ -1,0 +1,70 @@
+"""T-PPO's Extended GAE on tensors small enough to compute by hand, and its equivalence
+with PPO's truncated GAE."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentgym import ConfigError
+from agentgym.trainers.algorithm import egae, gae, last_masked
+
+V = torch.tensor([[0.5, 0.6, 0.8]])
+M = torch.ones(1, 3)
+NO_REWARD = torch.zeros(1, 3)
+CUT = torch.tensor([True])
+
+
+def test_a_cut_sequence_bootstraps_from_its_last_tokens_value():
+    # V(s_3) := V(s_2) = 0.8; deltas (gamma 1): 0.6 - 0.5, 0.8 - 0.6, 0.8 - 0.8
+    adv, ret = egae(NO_REWARD, V, M, CUT, gamma=1.0, lam=1.0)
+    assert adv.tolist()[0] == pytest.approx([0.3, 0.2, 0.0])
+    assert ret.tolist()[0] == pytest.approx([0.8, 0.8, 0.8])
+    # lambda 0.5: A1 = 0.2, A0 = 0.1 + 0.5 * 0.2
+    adv, _ = egae(NO_REWARD, V, M, CUT, gamma=1.0, lam=0.5)
+    assert adv.tolist()[0] == pytest.approx([0.2, 0.2, 0.0])
+
+
+def test_with_discounting_the_last_td_error_is_not_zero():
+    # gamma 0.5: delta2 = 0.5 * 0.8 - 0.8 = -0.4, delta1 = 0.4 - 0.6, delta0 = 0.3 - 0.5
+    adv, _ = egae(NO_REWARD, V, M, CUT, gamma=0.5, lam=1.0)
+    assert adv.tolist()[0] == pytest.approx([-0.4, -0.4, -0.4])
+
+
+def test_an_ended_sequence_gets_ordinary_gae_with_its_reward():
+    r = torch.tensor([[0.0, 0.0, 1.0]])
+    adv, ret = egae(r, V, M, torch.tensor([False]), gamma=1.0, lam=1.0)
+    assert adv.tolist()[0] == pytest.approx([0.5, 0.4, 0.2])  # as plain GAE
+    assert ret.tolist()[0] == pytest.approx([1.0, 1.0, 1.0])
+
+
+def test_cut_and_ended_rows_in_one_batch_and_padding_is_skipped():
+    # row 0 cut with one padding position at the end, row 1 ended with reward 1
+    values = torch.tensor([[0.5, 0.6, 0.8, 9.0], [0.5, 0.6, 0.8, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0]])
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]])
+    adv, _ = egae(rewards, values, mask, torch.tensor([True, False]), gamma=1.0, lam=1.0)
+    assert adv.tolist()[0] == pytest.approx([0.3, 0.2, 0.0, 0.0])  # 9.0 on padding unused
+    assert adv.tolist()[1] == pytest.approx([0.5, 0.4, 0.2, 0.0])
+    assert last_masked(values, mask).tolist() == pytest.approx([0.8, 0.8])
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.6, 0.95, 1.0])
+def test_egae_equals_truncated_gae_over_all_but_the_last_token(lam):
+    """With gamma 1 and no reward inside the window, EGAE over l tokens is PPO's truncated
+    GAE over the first l - 1 tokens bootstrapped from V(s_{l-1}), and 0 on the last."""
+    g = torch.Generator().manual_seed(3)
+    values = torch.rand(4, 7, generator=g)
+    mask = torch.ones(4, 7)
+    zeros = torch.zeros(4, 7)
+    adv, _ = egae(zeros, values, mask, torch.ones(4, dtype=torch.bool), gamma=1.0, lam=lam)
+    head, _ = gae(
+        zeros[:, :6], values[:, :6], mask[:, :6], gamma=1.0, lam=lam, last_value=values[:, 6]
+    )
+    torch.testing.assert_close(adv[:, :6], head)
+    assert adv[:, 6].abs().max() == 0
+
+
+def test_last_value_needs_one_value_per_sequence():
+    with pytest.raises(ConfigError, match="one value per sequence"):
+        gae(NO_REWARD, V, M, last_value=torch.tensor([1.0, 2.0]))
