@@ -91,7 +91,14 @@ class ImageRecipe:
     """
 
     suite: str = "bookworm"
-    packages: tuple[str, ...] = ("python3", "python3-pytest", "sqlite3")
+    packages: tuple[str, ...] = (
+        "python3",
+        "python3-pytest",
+        "sqlite3",
+        "chromium",
+        "fonts-dejavu-core",
+        "dbus-x11",
+    )
     user: str = "sandbox"
     uid: int = 1000
 

@@ -131,6 +131,8 @@ class App:
         self.log_path = os.path.join(workdir, "app.log")
         self.services = services
         self.proc = None
+        #: more environment variables for the next start() (a test's own settings)
+        self.extra_env: dict = {}
         self.port = 0
         self.url = ""
         self.starts = 0
@@ -139,6 +141,7 @@ class App:
         osmod = apptest.remote_module("os")
         env = dict(osmod.environ.copy())
         env.update({k: str(v) for k, v in self.settings.get("env", {}).items()})
+        env.update({k: str(v) for k, v in self.extra_env.items()})
         env["PORT"] = str(self.port)
         env["DATA_DIR"] = self.data_dir
         for name, spec in self.settings.get("service_env", {}).items():

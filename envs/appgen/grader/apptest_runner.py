@@ -208,6 +208,7 @@ def main(here: str, cfg: dict) -> None:
         os.environ.pop(var, None)
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     sys.dont_write_bytecode = True
+    sys.path.insert(0, os.path.join(here, "hidden"))  # helper modules of the hidden tests
     state = {
         "tests": {},
         "collect_errors": {},

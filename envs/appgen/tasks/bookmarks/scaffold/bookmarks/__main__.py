@@ -1,0 +1,1 @@
+raise SystemExit("bookmarks: not written yet (see the specification)")

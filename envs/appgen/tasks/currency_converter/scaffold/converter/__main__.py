@@ -1,0 +1,1 @@
+raise SystemExit("converter: not written yet (see the specification)")

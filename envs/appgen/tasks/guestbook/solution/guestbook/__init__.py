@@ -1,0 +1,1 @@
+"""Guestbook web app."""

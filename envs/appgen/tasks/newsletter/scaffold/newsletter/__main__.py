@@ -1,0 +1,1 @@
+raise SystemExit("newsletter: not written yet (see the specification)")

@@ -1,0 +1,1 @@
+raise SystemExit("outfits: not written yet (see the specification)")

@@ -1,0 +1,1 @@
+"""Polls web app."""
