@@ -18,7 +18,16 @@ attribute access, so ``import agentgym.trainers`` is cheap.
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any
+
+# Libraries that print on import what no run needs: torchao (a dependency of the
+# quantized base, imported by peft) lists the GPU kernels it cannot load on this machine,
+# and torch's pytree warns about enums torchao registers. Their loggers are set to
+# errors before anything imports them; a user's own logging config can lower it again.
+for _name in ("torchao", "torch.utils._pytree"):
+    if logging.getLogger(_name).level == logging.NOTSET:
+        logging.getLogger(_name).setLevel(logging.ERROR)
 
 #: public name -> the module that defines it (imported on first use)
 _LAZY = {
