@@ -297,6 +297,7 @@ class DAPOTrainer:
         cfg, algo, r = self.cfg, self.cfg.algorithm, self.cfg.rollout
         tl = Timeline()
         busy_before = len(self.engine.busy)
+        decode_before = self.engine.decode_stats.copy()
         batches_before = len(self.policy.batch_sizes)
         if self.heartbeat is not None:
             self.heartbeat.step_started()
@@ -305,6 +306,7 @@ class DAPOTrainer:
         with tl.phase("rollout"), self.learner.generation():
             got = self.rollouts.collect(self.policy, self.step)
         tl.generate = list(self.engine.busy[busy_before:])
+        tl.decode = self.engine.decode_stats.since(decode_before)
         kept, all_episodes, rounds = got.kept, got.episodes, got.rounds
         groups_seen, groups_dropped = got.groups_seen, got.groups_dropped
         if got.failed:

@@ -7,6 +7,15 @@ inside the ``rollout`` and ``reward`` phases when the engine was not generating:
 model sat idle waiting for environments (resets, steps, graders) or for rewards.
 
 ``idle share = bubble seconds / step seconds``.
+
+The bubble does not see the other waste of an all-sync rollout: the engine is busy, but
+with a batch that shrinks as replies end, so the longest reply holds the step while most
+rows sit finished. Its companions come from the engine's decode statistics over the
+step (:attr:`Timeline.decode`, a :class:`~agentgym.trainers.engines.DecodeStats`):
+
+* ``decode utilization = tokens decoded / (decode steps x rows each call started with)``;
+* ``tail share = seconds decoding with fewer than half of a call's rows still
+  generating / rollout seconds``.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 STEP_PHASES = ("rollout", "reward", "train", "sync")
 WAITING_PHASES = ("rollout", "reward")
@@ -53,6 +63,8 @@ class Timeline:
 
     spans: list[Span] = field(default_factory=list)
     generate: list[tuple[float, float]] = field(default_factory=list)
+    #: the engine's decode statistics over the step (``DecodeStats.since``), or None
+    decode: Any = None
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -89,6 +101,11 @@ class Timeline:
         out["time/step_s"] = step
         out["time/bubble_s"] = self.bubble_seconds()
         out["charts/idle_share"] = self.bubble_seconds() / step if step > 0 else 0.0
+        if self.decode is not None:
+            rollout = self.seconds("rollout")
+            out["charts/decode_utilization"] = float(self.decode.utilization)
+            out["time/tail_s"] = float(self.decode.tail_s)
+            out["charts/tail_share"] = self.decode.tail_s / rollout if rollout > 0 else 0.0
         return out
 
     def to_records(self, step: int, origin: float) -> list[dict[str, float | str | int]]:

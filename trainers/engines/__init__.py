@@ -3,7 +3,8 @@
 What the rest of agentgym takes from here; the modules inside are the package's own:
 
 * the interface and its batching front-end (:mod:`.base`): :class:`RolloutEngine`,
-  :class:`GenerationRequest`, :class:`BatchingPolicy`; how a reply ends
+  :class:`GenerationRequest`, :class:`BatchingPolicy`, :class:`DecodeStats` (how full
+  the decode batches were); how a reply ends
   (:func:`finish_completion`, :mod:`.completion`);
 * the engines: :class:`HFEngine` (embedded, the trainer's own model: :mod:`.hf`, with
   :mod:`.sampling`, :mod:`.lean`, :mod:`.fast_attention`, :mod:`.fused` and
@@ -35,6 +36,7 @@ _LAZY = {
     "vllm_lora_rank": "agentgym.trainers.engines.adapters",
     "write_peft_adapter": "agentgym.trainers.engines.adapters",
     "BatchingPolicy": "agentgym.trainers.engines.base",
+    "DecodeStats": "agentgym.trainers.engines.base",
     "GenerationRequest": "agentgym.trainers.engines.base",
     "RolloutEngine": "agentgym.trainers.engines.base",
     "finish_completion": "agentgym.trainers.engines.completion",

@@ -23,6 +23,10 @@ engine; the loop calls these and nothing else:
 * ``busy``: the wall-clock intervals in which the engine was generating; the loop turns
   them into its timeline and measures the "bubbles" (time in a rollout when the model
   sat idle waiting for environments).
+* ``decode_stats``: how full its decode batches were (:class:`DecodeStats`): tokens
+  decoded against decode steps times the rows each ``generate`` call started with
+  (*decode utilization*), and the decode time spent with fewer than half of a call's
+  rows still generating (the long tail of an all-sync rollout).
 * ``as_policy(...)``: a :class:`~agentgym.Policy` whose concurrent calls are batched
   (:class:`BatchingPolicy`).
 
@@ -51,6 +55,7 @@ flight is waiting for it); envs already stepping in their thread pool keep runni
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shutil
 import threading
 import time
@@ -68,10 +73,72 @@ from agentgym import Completion, ConfigError, Message, SamplingParams
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """One chat request: the prompt messages and how to sample the reply."""
+    """One chat request: the prompt messages and how to sample the reply.
+
+    ``prefix``: token ids of the reply so far (T-PPO continues a response cut by its
+    window): they follow the encoded prompt as context, and the completion holds only the
+    tokens sampled after them (``sampling.max_tokens`` of them at most).
+    """
 
     messages: tuple[Message, ...]
     sampling: SamplingParams
+    prefix: tuple[int, ...] = ()
+
+
+@dataclass
+class DecodeStats:
+    """What an engine's decoding computed, summed over its ``generate`` calls.
+
+    Attributes:
+        decode_steps: decode steps the model ran.
+        row_steps_used: row-steps that produced a token (tokens decoded).
+        row_steps_total: row-steps computed for every row still in the batch (a row
+            that finished may stay a few steps before it leaves).
+        slot_steps: decode steps times the rows their call started with: what a batch
+            that never shrank would have decoded. ``row_steps_used / slot_steps`` is the
+            decode utilization (1: every row generated until the call's last step).
+        decode_s: seconds spent in decode steps (prefill not included).
+        tail_s: of those, seconds spent while fewer than half of the call's rows were
+            still generating.
+    """
+
+    decode_steps: int = 0
+    row_steps_used: int = 0
+    row_steps_total: int = 0
+    slot_steps: int = 0
+    decode_s: float = 0.0
+    tail_s: float = 0.0
+
+    @property
+    def utilization(self) -> float:
+        """Tokens decoded / (decode steps x rows each call started with); 0 with none."""
+        return self.row_steps_used / self.slot_steps if self.slot_steps else 0.0
+
+    def since(self, earlier: DecodeStats) -> DecodeStats:
+        """What was decoded after ``earlier`` (a copy taken before)."""
+        return DecodeStats(
+            *(getattr(self, f) - getattr(earlier, f) for f in DecodeStats.__dataclass_fields__)
+        )
+
+    def copy(self) -> DecodeStats:
+        return dataclasses.replace(self)
+
+    def add_lengths(self, lengths: Sequence[int], seconds: float) -> None:
+        """Account one call from its replies' lengths alone (an engine that does not see
+        its own decode steps, like vLLM): one step per token of the longest reply, a row
+        generating until its length, the tail time a share of ``seconds`` by steps."""
+        n, steps = len(lengths), max(lengths, default=0)
+        if n == 0 or steps == 0:
+            return
+        used = sum(lengths)
+        # steps at which fewer than half the rows were still generating
+        tail = sum(1 for t in range(steps) if 2 * sum(1 for x in lengths if x > t) < n)
+        self.decode_steps += steps
+        self.row_steps_used += used
+        self.row_steps_total += used
+        self.slot_steps += steps * n
+        self.decode_s += seconds
+        self.tail_s += seconds * tail / steps
 
 
 class RolloutEngine:
@@ -90,6 +157,7 @@ class RolloutEngine:
             (the trainer refuses router replay with them at start-up).
         busy: ``(start, end)`` ``time.monotonic()`` intervals spent generating.
         calls / requests: how many batched calls and requests were served.
+        decode_stats: decode steps, tokens and tail time (:class:`DecodeStats`).
     """
 
     shares_weights: bool = False
@@ -99,6 +167,7 @@ class RolloutEngine:
         self.busy: list[tuple[float, float]] = []
         self.calls = 0
         self.requests = 0
+        self.decode_stats = DecodeStats()
         self._lock = threading.Lock()
         self._owned: list[Path] = []
         # the owned paths go when the engine is garbage-collected, even unclosed

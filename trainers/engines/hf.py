@@ -36,7 +36,7 @@ from torch import nn
 from agentgym import Completion, ConfigError
 from agentgym.trainers.engines.base import GenerationRequest, RolloutEngine
 from agentgym.trainers.engines.completion import finish_completion
-from agentgym.trainers.engines.lean import DecodeStats, lean_decode, left_padded, pad_id
+from agentgym.trainers.engines.lean import lean_decode, left_padded, pad_id
 from agentgym.trainers.engines.lora_fold import merged_lora
 from agentgym.trainers.engines.options import HFEngineOptions
 from agentgym.trainers.engines.sampling import SeededSampler
@@ -59,8 +59,8 @@ class HFEngine(RolloutEngine):
 
     Attributes:
         generated_tokens: tokens generated over all calls.
-        decode_stats: decode steps and row-steps computed (see
-            :class:`~agentgym.trainers.engines.lean.DecodeStats`).
+        decode_stats: decode steps, row-steps, tokens and tail time (see
+            :class:`~agentgym.trainers.engines.base.DecodeStats`).
     """
 
     def __init__(
@@ -80,7 +80,6 @@ class HFEngine(RolloutEngine):
         self._rng = random.Random(seed)
         self.device = next(model.parameters()).device
         self.generated_tokens = 0
-        self.decode_stats = DecodeStats()
         #: attach each router's expert choices to the completions (MoE router replay;
         #: the trainer turns it on with ``algorithm.router_replay``; lean decode only)
         self.record_routing = False
@@ -134,7 +133,8 @@ class HFEngine(RolloutEngine):
 
     def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
         tok = self.tokenizer
-        prompts = [encode_prompt(tok, r.messages) for r in requests]
+        # a request's prefix (the reply so far) is context after its prompt
+        prompts = [list(encode_prompt(tok, r.messages)) + list(r.prefix) for r in requests]
         seeds = [
             r.sampling.seed if r.sampling.seed is not None else self._rng.getrandbits(31)
             for r in requests
@@ -199,7 +199,11 @@ class HFEngine(RolloutEngine):
         steps = len(sampler.logprobs)
         self.decode_stats.decode_steps += steps
         self.decode_stats.row_steps_total += steps * len(requests)
-        self.decode_stats.row_steps_used += steps * len(requests)
+        self.decode_stats.slot_steps += steps * len(requests)
+        # every row runs to the longest; a row's own tokens end at its eos
+        for row, r in zip(new_tokens.tolist(), requests, strict=True):
+            end = next((k + 1 for k, t in enumerate(row) if t == tok.eos_token_id), len(row))
+            self.decode_stats.row_steps_used += min(end, r.sampling.max_tokens)
         logprobs = torch.stack(sampler.logprobs, dim=1) if sampler.logprobs else None
         return (
             [new_tokens[i].tolist() for i in range(len(requests))],

@@ -30,14 +30,14 @@ full text would not show).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from agentgym.trainers.engines.base import GenerationRequest
+from agentgym.trainers.engines.base import DecodeStats, GenerationRequest
 from agentgym.trainers.engines.completion import first_stop
 from agentgym.trainers.engines.fast_attention import (
     DECODE_ATTENTION,
@@ -55,22 +55,6 @@ if TYPE_CHECKING:
 
 #: The lean loop looks for stop strings in unfinished rows every this many steps.
 STOP_CHECK_EVERY = 8
-
-
-@dataclass
-class DecodeStats:
-    """What a decode loop computed, summed over calls.
-
-    Attributes:
-        decode_steps: decode steps the model ran.
-        row_steps_used: row-steps computed for rows still generating.
-        row_steps_total: row-steps computed for all rows in the batch (the ratio of the
-            two says how much of the batch's compute was used).
-    """
-
-    decode_steps: int = 0
-    row_steps_used: int = 0
-    row_steps_total: int = 0
 
 
 def pad_id(tokenizer: Any) -> int:
@@ -200,8 +184,10 @@ def lean_decode(
     attn_ctx = attention_implementation(model, DECODE_ATTENTION) if fast else None
     if fast:
         register_decode_attention()
+    clock = time.perf_counter()
     with attn_ctx if attn_ctx is not None else contextlib.nullcontext():
         while True:
+            active = sum(live)  # rows that generate a token at this step
             scaled = logits.float() / b_temp[:, None]
             nucleus = b_top_p < 1.0
             if bool(nucleus.any()):
@@ -216,6 +202,7 @@ def lean_decode(
             chosen_lp = logp.gather(1, choice[:, None]).squeeze(1)
             t += 1
             stats.decode_steps += 1
+            stats.slot_steps += n
             stats.row_steps_total += len(rows)
             for j, (c, lp) in enumerate(zip(choice.tolist(), chosen_lp.tolist(), strict=True)):
                 if not live[j]:
@@ -232,6 +219,7 @@ def lean_decode(
                         live[j] = False
             alive = sum(live)
             if alive == 0:
+                _time_step(stats, clock, active, n)
                 break
             # finished rows leave once they are 1/8 of the batch: leaving copies the
             # cache, staying costs a row of compute per step
@@ -263,4 +251,15 @@ def lean_decode(
             if recorder is not None:
                 recorder.step(rows, live)
             next_pos = next_pos + 1
+            clock = _time_step(stats, clock, active, n)
     return ids, lps
+
+
+def _time_step(stats: DecodeStats, since: float, active: int, rows: int) -> float:
+    """Add one decode step's seconds to ``stats`` (and to its tail time when fewer than
+    half of the call's ``rows`` generated at it); returns the time now."""
+    now = time.perf_counter()
+    stats.decode_s += now - since
+    if 2 * active < rows:
+        stats.tail_s += now - since
+    return now

@@ -366,7 +366,8 @@ class VLLMEngine(RolloutEngine):
         if self.sleeping:
             self.wake()
         tok = self.tokenizer
-        prompts = [encode_prompt(tok, r.messages) for r in requests]
+        # a request's prefix (the reply so far, T-PPO) is context after its prompt
+        prompts = [list(encode_prompt(tok, r.messages)) + list(r.prefix) for r in requests]
         if self.max_model_len is not None:
             for p in prompts:
                 if len(p) >= self.max_model_len:
@@ -383,11 +384,16 @@ class VLLMEngine(RolloutEngine):
             self._sampling_cls(**vllm_sampling_kwargs(r.sampling, s))
             for r, s in zip(requests, seeds, strict=True)
         ]
+        t0 = time.monotonic()
         outputs = self.llm.generate(
             [{"prompt_token_ids": p} for p in prompts],
             params,
             use_tqdm=False,
             lora_request=self._lora,
+        )
+        # vLLM batches continuously inside the call: its fill is judged from the lengths
+        self.decode_stats.add_lengths(
+            [len(o.outputs[0].token_ids) for o in outputs], time.monotonic() - t0
         )
         if len(outputs) != len(requests):
             raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(requests)}.")
