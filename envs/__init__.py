@@ -24,4 +24,8 @@ ENV_SPECS: tuple[dict[str, Any], ...] = (
         "id": "agentgym/AppGen-v0",
         "entry_point": "agentgym.envs.appgen.env:AppGenEnv",
     },
+    {
+        "id": "agentgym/LongTail-v0",
+        "entry_point": "agentgym.envs.longtail:LongTailEnv",
+    },
 )
