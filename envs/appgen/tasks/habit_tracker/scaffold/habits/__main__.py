@@ -1,0 +1,1 @@
+raise SystemExit("habits: not written yet (see the specification)")

@@ -1,0 +1,15 @@
+"""The week view (the user's second request)."""
+
+import datetime
+
+from . import dates
+
+
+def register(router, store, habit_of, parse):
+    @router.route("GET", "/api/habits/<hid>/week")
+    def week(req):
+        h = habit_of(req)
+        day = parse(req.query["date"]) if "date" in req.query else datetime.date.today()
+        done = set(store.days(h["id"]))
+        days = [{"date": dates.show(d), "done": d.isoformat() in done} for d in dates.week_of(day)]
+        return 200, {"habit": h["name"], "days": days, "count": sum(d["done"] for d in days)}

@@ -1,0 +1,1 @@
+raise SystemExit("weatherboard: not written yet (see the specification)")
