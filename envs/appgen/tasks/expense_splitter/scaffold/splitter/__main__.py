@@ -1,0 +1,1 @@
+raise SystemExit("splitter: not written yet (see the specification)")

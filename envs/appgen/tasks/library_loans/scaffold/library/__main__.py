@@ -1,0 +1,1 @@
+raise SystemExit("library: not written yet (see the specification)")
