@@ -45,6 +45,9 @@ class Sample:
             position it ran, ``[layers, len(prompt) + len(response) - 1, k]``.
         reward: the episode's (shaped) reward: GAE puts it on the episode's last token.
         positive: the episode was correct (VAPO's positive-example NLL trains on it).
+        bootstrap: the episode goes on after this sample's last token (T-PPO trains a
+            response cut by its window): GAE credits no reward there and bootstraps from
+            the value of the last token's state (Extended GAE).
     """
 
     prompt_ids: tuple[int, ...]
@@ -55,6 +58,7 @@ class Sample:
     routing: Any = field(default=None, compare=False, repr=False)
     reward: float = 0.0
     positive: bool = False
+    bootstrap: bool = False
 
     @property
     def length(self) -> int:

@@ -209,6 +209,7 @@ def episode_advantages(
     lam_policy: float | None,
     lam_critic: float,
     lam_alpha: float | None,
+    bootstrap: bool = False,
 ) -> tuple[list[Tensor], list[Tensor]]:
     """Token advantages and value targets of one episode's turns (in order).
 
@@ -216,6 +217,10 @@ def episode_advantages(
     its last token, and decoupled GAE runs over it: advantages with ``lam_policy`` (or,
     with ``lam_alpha``, VAPO's length-adaptive ``1 - 1 / (lam_alpha * tokens)``), targets
     with ``lam_critic``. Returns per-turn tensors of the turns' lengths.
+
+    ``bootstrap``: the chain does not reach the episode's end (T-PPO: the window cut it
+    and the episode goes on): no reward is credited, and the state after the last token
+    takes that token's own value (Extended GAE, ``V(s_l) := V(s_{l-1})``).
     """
     lengths = [int(v.numel()) for v in values]
     total = sum(lengths)
@@ -223,13 +228,19 @@ def episode_advantages(
         return [v.new_zeros(0) for v in values], [v.new_zeros(0) for v in values]
     chain = torch.cat([v.detach().float().flatten() for v in values])[None]
     mask = torch.ones_like(chain)
-    rewards = terminal_rewards(torch.tensor([float(reward)]), mask)
+    rewards = terminal_rewards(torch.tensor([0.0 if bootstrap else float(reward)]), mask)
     if lam_alpha is not None:
         lam: float | Tensor = length_adaptive_lambda(torch.tensor([total]), lam_alpha)
     else:
         lam = 1.0 if lam_policy is None else lam_policy
     adv, targets = decoupled_gae(
-        rewards, chain, mask, gamma=gamma, lam_policy=lam, lam_critic=lam_critic
+        rewards,
+        chain,
+        mask,
+        gamma=gamma,
+        lam_policy=lam,
+        lam_critic=lam_critic,
+        last_value=chain[:, -1] if bootstrap else None,
     )
     return list(adv[0].split(lengths)), list(targets[0].split(lengths))
 
@@ -275,6 +286,7 @@ def attach_advantages(
             lam_policy=algo.lam_policy,
             lam_critic=algo.lam_critic,
             lam_alpha=algo.lam_alpha,
+            bootstrap=samples[turns[-1]].bootstrap,
         )
         adv.update(zip(turns, a, strict=True))
         tgt.update(zip(turns, t, strict=True))

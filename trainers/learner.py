@@ -283,7 +283,12 @@ class Learner:
 
     # ------------------------------------------------------------------ update
     def update(
-        self, samples: Sequence[Sample], *, policy: bool = True, critic_updates: int | None = None
+        self,
+        samples: Sequence[Sample],
+        *,
+        policy: bool = True,
+        critic_updates: int | None = None,
+        train_critic: bool = True,
     ) -> dict[str, float]:
         """Policy update(s) on one batch; returns ``losses/`` and ``charts/`` metrics.
 
@@ -298,7 +303,9 @@ class Learner:
         the critic alone (value pretraining). ``critic_updates`` (default
         ``critic.updates_per_batch``) optimizer steps train the critic on each
         mini-batch: the extra ones come first and move the critic alone (its values are
-        clipped against those it gave before the first).
+        clipped against those it gave before the first). ``train_critic=False``: the
+        critic only values the batch for the advantages (T-PPO trains it on another one,
+        the episodes that ended, :mod:`agentgym.trainers.tppo`).
         """
         algo = self.algo
         n_mini = min(algo.updates_per_batch, len(samples))
@@ -356,7 +363,7 @@ class Learner:
                 continue
             self._set_lr()
             self.optimizer.zero_grad(set_to_none=True)
-            if self.critic is not None:
+            if self.critic is not None and train_critic:
                 extra = (critic_updates or self.critic.cfg.updates_per_batch) - 1
                 for k in range(extra + 1):
                     if k:  # the previous pass's critic-only step
@@ -383,6 +390,7 @@ class Learner:
                     )
             grad_norms.append(self._optimizer_step())
             self.updates += 1
+        trained_critic = self.critic is not None and train_critic
         if self.dist.world_size > 1:  # each rank summed over its own micro-batches
             keys = sorted(sums)
             sums = dict(zip(keys, all_reduce_sum([sums[k] for k in keys], self.dist), strict=True))
@@ -407,11 +415,8 @@ class Learner:
             "charts/logprob_mismatch_k3": sums["mismatch_k3"] / known,
             "charts/tis_truncated_share": sums["tis_truncated"] / known,
             "charts/tis_masked_share": sums["tis_masked"] / known,
-            **(
-                {"losses/value": sums["value_loss"] / steps, **critic_stats}
-                if self.critic is not None
-                else {}
-            ),
+            **({"losses/value": sums["value_loss"] / steps} if trained_critic else {}),
+            **critic_stats,
             **({"losses/nll_positive": sums["nll"] / steps} if algo.nll_coef > 0 else {}),
             **self._replay_metrics(),
             "charts/train_tokens": sums["tokens"],

@@ -296,17 +296,13 @@ class DAPOTrainer:
     def train_step(self) -> dict[str, Any]:
         cfg, algo, r = self.cfg, self.cfg.algorithm, self.cfg.rollout
         tl = Timeline()
-        busy_before = len(self.engine.busy)
-        decode_before = self.engine.decode_stats.copy()
         batches_before = len(self.policy.batch_sizes)
         if self.heartbeat is not None:
             self.heartbeat.step_started()
         with tl.phase("wake"):
             self.engine.wake()  # a colocated engine (vLLM) takes its memory back
-        with tl.phase("rollout"), self.learner.generation():
+        with tl.phase("rollout"), tl.watch(self.engine), self.learner.generation():
             got = self.rollouts.collect(self.policy, self.step)
-        tl.generate = list(self.engine.busy[busy_before:])
-        tl.decode = self.engine.decode_stats.since(decode_before)
         kept, all_episodes, rounds = got.kept, got.episodes, got.rounds
         groups_seen, groups_dropped = got.groups_seen, got.groups_dropped
         if got.failed:

@@ -74,6 +74,17 @@ class Timeline:
         finally:
             self.spans.append(Span(name, t0, time.monotonic()))
 
+    @contextmanager
+    def watch(self, engine: Any) -> Iterator[None]:
+        """Inside the block, record when ``engine`` generated (its ``busy`` intervals) and
+        how full its decode batches were (its ``decode_stats``: :attr:`decode`)."""
+        busy, stats = len(engine.busy), engine.decode_stats.copy()
+        try:
+            yield
+        finally:
+            self.generate.extend(engine.busy[busy:])
+            self.decode = engine.decode_stats.since(stats)
+
     def seconds(self, name: str) -> float:
         return sum(s.seconds for s in self.spans if s.name == name)
 

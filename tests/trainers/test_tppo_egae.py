@@ -68,3 +68,53 @@ def test_egae_equals_truncated_gae_over_all_but_the_last_token(lam):
 def test_last_value_needs_one_value_per_sequence():
     with pytest.raises(ConfigError, match="one value per sequence"):
         gae(NO_REWARD, V, M, last_value=torch.tensor([1.0, 2.0]))
+
+
+def test_an_episode_cut_by_the_window_chains_its_turns_and_bootstraps():
+    from agentgym.trainers.critic import episode_advantages
+
+    # two turns' tokens this step, values 0.5 0.6 | 0.8; the episode goes on: no reward
+    # (the 5.0 is ignored) and V(s_3) := 0.8
+    kw = {"gamma": 1.0, "lam_policy": 1.0, "lam_critic": 1.0, "lam_alpha": None}
+    adv, tgt = episode_advantages(
+        [torch.tensor([0.5, 0.6]), torch.tensor([0.8])], 5.0, bootstrap=True, **kw
+    )
+    assert [a.tolist() for a in adv] == [pytest.approx([0.3, 0.2]), pytest.approx([0.0])]
+    assert torch.cat(tgt).tolist() == pytest.approx([0.8, 0.8, 0.8])
+    # the same chain ending its episode credits the reward
+    adv, _ = episode_advantages([torch.tensor([0.5, 0.6]), torch.tensor([0.8])], 1.0, **kw)
+    assert torch.cat(adv).tolist() == pytest.approx([0.5, 0.4, 0.2])
+
+
+def test_a_policy_update_that_leaves_the_critic_alone():
+    from conftest import TINY_QWEN
+
+    from agentgym.trainers.batch import Sample
+    from agentgym.trainers.config import AlgorithmConfig, LoraSettings, ModelConfig, OptimConfig
+    from agentgym.trainers.critic import CriticConfig
+    from agentgym.trainers.learner import Learner
+    from agentgym.trainers.models import apply_lora, build_model_and_tokenizer
+
+    torch.set_num_threads(1)
+    model, _ = build_model_and_tokenizer(ModelConfig(preset_overrides=dict(TINY_QWEN)))
+    model = apply_lora(model, LoraSettings(), seed=0)
+    learner = Learner(
+        model,
+        AlgorithmConfig(name="vapo"),
+        OptimConfig(lr=0.05),
+        temperature=1.0,
+        pad_id=0,
+        critic=CriticConfig(),
+    )
+    samples = [
+        Sample((5, 6, 7), (8, 9, 10), 0.0, 0, reward=1.0, bootstrap=True),
+        Sample((5, 6, 7), (11, 12), 0.0, 1, reward=1.0),
+    ]
+    critic = {n: p.detach().clone() for n, p in learner.critic.named_parameters()}
+    for _ in range(2):  # lora_B leaves 0 in the first update, lora_A moves in the second
+        m = learner.update(samples, train_critic=False)
+    assert "losses/value" not in m and "critic/advantage_mean" in m
+    assert all(torch.equal(p, critic[n]) for n, p in learner.critic.named_parameters())
+    m = learner.update(samples, policy=False)
+    assert m["losses/value"] > 0
+    assert any(not torch.equal(p, critic[n]) for n, p in learner.critic.named_parameters())
