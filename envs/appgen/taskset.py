@@ -251,7 +251,7 @@ def _tests_in(source: bytes, file: str) -> list[ExpectedTest]:
     return found
 
 
-def _ids(source: bytes, file: str) -> list[str]:
+def visible_test_ids(source: bytes, file: str) -> list[str]:
     """Test ids of a visible test file (any parametrize allowed; unparsable: none)."""
     try:
         tree = ast.parse(source)
@@ -345,7 +345,9 @@ def _load_task_cached(root: Path, digest: str) -> AppTask:
             f"{_MIN_SOLUTION_FILES} files (it has {len(solution)})."
         )
     visible = _read_tree(root / "tests_visible")
-    visible_ids = {t for rel, data in visible.items() if is_test_file(rel) for t in _ids(data, rel)}
+    visible_ids = {
+        t for rel, data in visible.items() if is_test_file(rel) for t in visible_test_ids(data, rel)
+    }
     extras = parse_extras(root, meta, hidden, solution, expected, visible_ids)
     order = list(meta.get("oracle", {}).get("order", []))
     if extras["stages"]:
@@ -390,14 +392,63 @@ def builtin_task_names() -> list[str]:
     return [p.name for p in find_task_dirs(BUILTIN_TASKS_DIR)]
 
 
+#: entry-point group of installed task sets: ``NAME = "package.module"`` (a package whose
+#: directory holds task directories), selected with ``tasks="@NAME"``
+TASK_PLUGIN_GROUP = "agentgym.appgen_tasks"
+
+
+def plugin_dir(name: str) -> Path:
+    """The directory of the installed task set ``name`` (entry point in
+    :data:`TASK_PLUGIN_GROUP`; its value names a package or module, or a callable that
+    returns a path)."""
+    from importlib.metadata import entry_points
+
+    found = {ep.name: ep for ep in entry_points(group=TASK_PLUGIN_GROUP)}
+    if name not in found:
+        raise UnknownNameError(f"AppGen task set (entry point in {TASK_PLUGIN_GROUP})", name, found)
+    target = found[name].load()
+    if callable(target):
+        target = target()
+    if isinstance(target, str | Path):
+        return Path(target)
+    where = getattr(target, "__path__", None) or [Path(getattr(target, "__file__", "")).parent]
+    return Path(next(iter(where)))
+
+
+def _is_path(item: str) -> bool:
+    return "/" in item or "\\" in item or item.startswith((".", "~"))
+
+
+def resolve_sources(items: list[str] | tuple[str, ...]) -> tuple[list[str], list[Path]]:
+    """Split ``tasks`` entries into task names and directories: a path (with a ``/`` or
+    starting with ``.`` or ``~``) is a task directory or a directory of tasks, ``@NAME`` an
+    installed task set, anything else a task name."""
+    names: list[str] = []
+    dirs: list[Path] = []
+    for item in items:
+        if not isinstance(item, str) or not item:
+            raise DataError(f"AppGen tasks: {item!r} is not a task name, a path or @SET.")
+        if item.startswith("@"):
+            dirs.append(plugin_dir(item[1:]))
+        elif _is_path(item):
+            dirs.append(Path(item).expanduser())
+        else:
+            names.append(item)
+    return names, dirs
+
+
 def load_tasks(
-    names: list[str] | tuple[str, ...] | None = None,
+    names: list[str] | tuple[str, ...] | str | None = None,
     task_dirs: list[str | Path] | tuple[str | Path, ...] = (),
 ) -> list[AppTask]:
-    """Load tasks: the built-in ones plus those under ``task_dirs``, sorted by name.
+    """Load tasks, sorted by name: the built-in ones, those under ``task_dirs``, and those
+    ``names`` points at.
 
     Args:
-        names: keep only these task names (unknown names raise with suggestions).
+        names: what to play (default: every built-in task and those of ``task_dirs``). Each
+            entry is a task name (unknown names raise with suggestions), a path to a task
+            directory or a directory of tasks (``./mytasks``: all of them), or ``@SET``, an
+            installed task set (see :data:`TASK_PLUGIN_GROUP`).
         task_dirs: extra directories holding task directories (or task directories).
     """
     dirs = {p.name: p for p in find_task_dirs(BUILTIN_TASKS_DIR)}
@@ -407,8 +458,13 @@ def load_tasks(
     if names is not None:
         if isinstance(names, str):
             names = [names]
-        for n in names:
+        wanted, sources = resolve_sources(list(names))
+        for source in sources:
+            for p in find_task_dirs(source):
+                dirs[p.name] = p
+                wanted.append(p.name)
+        for n in wanted:
             if n not in dirs:
                 raise UnknownNameError("AppGen task", n, dirs)
-        dirs = {n: dirs[n] for n in names}
+        dirs = {n: dirs[n] for n in wanted}
     return [load_task(dirs[n]) for n in sorted(dirs)]
