@@ -64,7 +64,13 @@ def config(path: str | Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for rec in records(path):
         kind = rec.WhichOneof("record_type")
-        items = rec.run.config.update if kind == "run" else rec.config.update if kind == "config" else ()
+        items = (
+            rec.run.config.update
+            if kind == "run"
+            else rec.config.update
+            if kind == "config"
+            else ()
+        )
         for item in items:
             key = item.key or "/".join(item.nested_key)
             out[key] = json.loads(item.value_json)
