@@ -19,7 +19,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "as vLLM does (--lora name=PATH; a request's 'model' picks one) and can be "
             "loaded and unloaded at run time (POST /v1/load_lora_adapter, "
             "/v1/unload_lora_adapter). Needs aiohttp: pip install 'agentgym[serve]'. "
-            "See docs/integrations.md."
+            "With --engine vllm (auto: where vLLM and a CUDA device are present) the same "
+            "arguments start vLLM's own OpenAI server instead. See docs/integrations.md."
         ),
     )
     p.add_argument(
@@ -47,14 +48,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="context length, prompt plus reply (default: the model's)",
     )
-    p.add_argument("--max-batch", type=int, default=64, help="most requests per engine batch")
+    p.add_argument(
+        "--engine",
+        choices=["auto", "hf", "vllm"],
+        default="auto",
+        help="hf: agentgym's server over the HF engine (CPU or GPU); vllm: hand the same "
+        "arguments to vLLM's OpenAI server; auto (default): vllm where vLLM and a CUDA "
+        "device are present, else hf",
+    )
+    p.add_argument(
+        "--max-batch", type=int, default=None, help="most requests per engine batch (hf; 64)"
+    )
     p.add_argument(
         "--gather-window-ms",
         type=float,
-        default=5.0,
-        help="a batch waits this long after the last arrival for more requests",
+        default=None,
+        help="a batch waits this long after the last arrival for more requests (hf; 5)",
     )
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (hf)")
     p.add_argument("--seed", type=int, default=0, help="seed for requests that bring none")
     p.add_argument(
         "--no-runtime-lora",
@@ -77,11 +88,23 @@ def parse_lora(specs: list[str]) -> list[tuple[str, str]]:
     return out
 
 
+#: HF-server options that vLLM has no counterpart for (flag -> argparse attribute)
+HF_ONLY = {
+    "--max-batch": "max_batch",
+    "--gather-window-ms": "gather_window_ms",
+    "--threads": "threads",
+}
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    from agentgym.trainers.serve import resolve_serve_engine
+
+    loras = parse_lora(args.lora)
+    if resolve_serve_engine(args.engine) == "vllm":
+        return _serve_vllm(args, loras)
     from agentgym.trainers.serve import import_aiohttp, load_served_models, serve_forever
 
     import_aiohttp()  # fail before loading a model when the extra is missing
-    loras = parse_lora(args.lora)
     if args.threads is not None:
         import torch
 
@@ -91,8 +114,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         loras=loras,
         served_name=args.served_model_name,
         max_model_len=args.max_model_len,
-        max_batch=args.max_batch,
-        gather_window_s=args.gather_window_ms / 1000.0,
+        max_batch=64 if args.max_batch is None else args.max_batch,
+        gather_window_s=(5.0 if args.gather_window_ms is None else args.gather_window_ms) / 1000.0,
         seed=args.seed,
     )
 
@@ -116,3 +139,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         served.close()
     return 0
+
+
+def _serve_vllm(args: argparse.Namespace, loras: list[tuple[str, str]]) -> int:
+    """Replace this process with vLLM's OpenAI server for the same model and adapters."""
+    from agentgym.trainers.serve import exec_vllm_server, vllm_server_command
+
+    given = [flag for flag, attr in HF_ONLY.items() if getattr(args, attr) is not None]
+    if given:
+        raise ConfigError(
+            f"{', '.join(given)}: options of the HF server only; vLLM batches on its own. "
+            "Drop them, or use --engine hf."
+        )
+    exec_vllm_server(
+        vllm_server_command(
+            args.model,
+            loras=loras,
+            served_name=args.served_model_name,
+            host=args.host,
+            port=args.port,
+            max_model_len=args.max_model_len,
+            seed=args.seed,
+            runtime_lora=not args.no_runtime_lora,
+        )
+    )
+    return 0  # not reached: exec replaces the process

@@ -340,6 +340,8 @@ def test_the_serve_command_and_agentgym_eval_over_http(trained, tmp_path):
             "-m",
             "agentgym",
             "serve",
+            "--engine",
+            "hf",
             "--model",
             str(base),
             "--lora",

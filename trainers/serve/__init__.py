@@ -1,4 +1,4 @@
-"""``agentgym serve``: an OpenAI-compatible HTTP server over the HF engine.
+"""``agentgym serve``: an OpenAI-compatible HTTP server over the HF engine (or vLLM's).
 
 What others take from here (the CLI, the perf benchmark, tests):
 
@@ -8,7 +8,10 @@ What others take from here (the CLI, the perf benchmark, tests):
 * :class:`ServerApp`, :class:`ServerThread`, :func:`start_site`: the aiohttp routes and
   ways to run them (:mod:`.app`); :func:`import_aiohttp` says which extra to install
   when aiohttp is missing;
-* :class:`APIError`: a refused request with OpenAI's error body (:mod:`.protocol`).
+* :class:`APIError`: a refused request with OpenAI's error body (:mod:`.protocol`);
+* :func:`resolve_serve_engine`, :func:`vllm_server_command`, :func:`exec_vllm_server`:
+  ``--engine vllm`` (or ``auto`` where vLLM and CUDA are present) hands the same
+  arguments to vLLM's own OpenAI server (:mod:`.vllm`).
 
 See docs/integrations.md for the routes and what each field does.
 """
@@ -29,6 +32,11 @@ _LAZY = {
     "serve_forever": "agentgym.trainers.serve.app",
     "import_aiohttp": "agentgym.trainers.serve.app",
     "INSTALL_HINT": "agentgym.trainers.serve.app",
+    "SERVE_ENGINES": "agentgym.trainers.serve.vllm",
+    "VLLMServerCommand": "agentgym.trainers.serve.vllm",
+    "resolve_serve_engine": "agentgym.trainers.serve.vllm",
+    "vllm_server_command": "agentgym.trainers.serve.vllm",
+    "exec_vllm_server": "agentgym.trainers.serve.vllm",
 }
 
 
