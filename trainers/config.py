@@ -186,6 +186,14 @@ class RolloutConfig:
             ``failures.jsonl``, and its task is quarantined (skipped on resume).
         max_failed_share: stop the run when more than this share of a step's episodes
             failed (the message names the reasons and what to check).
+        truncate_window: T-PPO (``algorithm.name=tppo``, docs/trainer.md): a pool of
+            ``batch_tasks x group_size`` episodes stays in flight and each step extends
+            every response by at most this many tokens; a response the window cut
+            continues next step from its prefix (``null``: all-sync, every response
+            generated to its end within the step).
+        max_policy_lag: T-PPO: a response that spans this many policy updates is ended
+            at the end of its window (``finish_reason`` ``length``), so no response
+            mixes more than ``max_policy_lag + 1`` policy versions.
     """
 
     group_size: int = 8
@@ -203,8 +211,15 @@ class RolloutConfig:
     ray_address: str | None = None
     episode_retries: int = 1
     max_failed_share: float = 0.25
+    truncate_window: int | None = None
+    max_policy_lag: int = 3
 
     def __post_init__(self) -> None:
+        _check(
+            self.truncate_window is None or self.truncate_window >= 1,
+            "rollout.truncate_window must be >= 1 (tokens per response per step) or null.",
+        )
+        _check(self.max_policy_lag >= 1, "rollout.max_policy_lag must be >= 1.")
         _check(self.group_size >= 1, f"rollout.group_size must be >= 1, got {self.group_size}.")
         _check(self.batch_tasks >= 1, f"rollout.batch_tasks must be >= 1, got {self.batch_tasks}.")
         _check(
@@ -483,3 +498,6 @@ class TrainConfig:
             "train_seed_start and eval.seed_start must be at least 1,000,000 apart so "
             "training never sees held-out tasks.",
         )
+        from agentgym.trainers.tppo.config import check_config
+
+        check_config(self)  # T-PPO's settings (rollout.truncate_window)

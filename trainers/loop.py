@@ -92,6 +92,7 @@ from agentgym.trainers.rollout_phase import RolloutPhase, shaped_rewards
 from agentgym.trainers.runtime import setup_torch
 from agentgym.trainers.strategies import make_learner
 from agentgym.trainers.timeline import Timeline
+from agentgym.trainers.tppo.step import TruncatedSteps
 
 
 class DAPOTrainer:
@@ -204,6 +205,7 @@ class DAPOTrainer:
                 interval_s=cfg.health.heartbeat_s,
                 rank=self.dist.rank,
             )
+        self.tppo = TruncatedSteps(self) if cfg.rollout.truncate_window else None  # T-PPO
         self.step = 0  # with the task stream and the learner, what a checkpoint carries
         self.origin = time.monotonic()
 
@@ -231,6 +233,8 @@ class DAPOTrainer:
                 self.learner.load_optimizer_state(optim_states)
                 self.step = int(state["step"])
                 self.rollouts.load_state_dict(state)
+                if self.tppo is not None:  # the responses in flight
+                    self.tppo.load_state_dict(state)
                 self.rollouts.quarantined.update(
                     failures.read_quarantine(self.out / failures.QUARANTINE_FILE)
                 )
@@ -263,8 +267,8 @@ class DAPOTrainer:
     def _close_parts(self, *, heartbeat: bool = True) -> None:
         if self.worker_monitor is not None:
             self.worker_monitor.close()
-        for part in ("policy", "engine", "rollouts"):
-            if part in self.__dict__:
+        for part in ("policy", "tppo", "engine", "rollouts"):
+            if self.__dict__.get(part) is not None:
                 getattr(self, part).close()
         if heartbeat and self.heartbeat is not None:
             self.heartbeat.close()
@@ -294,6 +298,8 @@ class DAPOTrainer:
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, Any]:
+        if self.tppo is not None:  # truncated rollouts (trainers/tppo)
+            return self.tppo.step()
         cfg, algo, r = self.cfg, self.cfg.algorithm, self.cfg.rollout
         tl = Timeline()
         batches_before = len(self.policy.batch_sizes)
@@ -480,7 +486,8 @@ class DAPOTrainer:
             optimizer_state=self.learner.optimizer_state(),
             adapter_state=self.learner.adapter_state() if self.cfg.lora.enabled else None,
             dist=self.dist,
-            trainer_state={**self.rollouts.state_dict(), "updates": self.learner.updates},
+            trainer_state={**self.rollouts.state_dict(), "updates": self.learner.updates}
+            | (self.tppo.state_dict() if self.tppo is not None else {}),  # T-PPO's pool
             extra_tensors=(
                 {"critic": critic} if (critic := self.learner.critic_state()) is not None else None
             ),

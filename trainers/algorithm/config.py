@@ -24,7 +24,10 @@ class AlgorithmConfig:
             advantage ``gae`` decoupled: ``lam_critic = 1``, length-adaptive
             ``lam_policy`` with ``lam_alpha = 0.05``; positive-example NLL ``nll_coef =
             0.1``; group sampling with dynamic sampling; set ``critic.pretrain_steps``
-            for value pretraining). A preset sets only fields left at their defaults and
+            for value pretraining), ``tppo`` (T-PPO over truncated rollouts, with
+            ``rollout.truncate_window``: loss ``dapo``, advantage ``gae`` with
+            ``lam_policy = 0.95``, ``lam_critic = 1`` (Monte-Carlo returns), no dynamic
+            sampling). A preset sets only fields left at their defaults and
             refuses one set to something else.
         loss: the policy loss by name (``dapo``, ``ppo``, ``gspo``, ``cispo``,
             ``reinforce``, ``apo``; see docs/trainer.md's table and
@@ -175,5 +178,14 @@ PRESETS: dict[str, dict[str, object]] = {
         "lam_critic": 1.0,
         "lam_alpha": 0.05,
         "nll_coef": 0.1,
+    },
+    # T-PPO (arXiv 2506.15050): PPO with clip-higher over truncated rollouts
+    # (rollout.truncate_window); the critic learns Monte-Carlo returns (lam_critic 1)
+    "tppo": {
+        "loss": "dapo",
+        "advantage": "gae",
+        "lam_policy": 0.95,
+        "lam_critic": 1.0,
+        "dynamic_sampling": False,
     },
 }
