@@ -498,6 +498,6 @@ class TrainConfig:
             "train_seed_start and eval.seed_start must be at least 1,000,000 apart so "
             "training never sees held-out tasks.",
         )
-        from agentgym.trainers.tppo.config import check_config
+        from agentgym.trainers.tppo import check_config
 
         check_config(self)  # T-PPO's settings (rollout.truncate_window)

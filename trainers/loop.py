@@ -92,7 +92,7 @@ from agentgym.trainers.rollout_phase import RolloutPhase, shaped_rewards
 from agentgym.trainers.runtime import setup_torch
 from agentgym.trainers.strategies import make_learner
 from agentgym.trainers.timeline import Timeline
-from agentgym.trainers.tppo.step import TruncatedSteps
+from agentgym.trainers.tppo import TruncatedSteps
 
 
 class DAPOTrainer:

@@ -1,13 +1,40 @@
 """T-PPO (arXiv 2506.15050): truncated rollouts that continue across steps, trained with
 Extended GAE; switched on by ``rollout.truncate_window`` (``algorithm.name=tppo``).
 
-* :mod:`.config`: which settings T-PPO works with (checked when a config loads);
+* :mod:`.config`: which settings T-PPO works with (:func:`check_config`, called when a
+  trainer config loads);
 * :mod:`.records`: what a step produced and what a checkpoint keeps of the pool;
-* :mod:`.pool`: :class:`~.pool.TruncatedPool`, the episodes in flight, one window of
-  tokens per response per step;
-* :mod:`.step`: :class:`~.step.TruncatedSteps`, one T-PPO step of the trainer (the
-  policy trains on every response's window, the critic on the episodes that ended).
+* :mod:`.pool`: :class:`TruncatedPool`, the episodes in flight, one window of tokens per
+  response per step;
+* :mod:`.step`: :class:`TruncatedSteps`, one T-PPO step of the trainer (the policy
+  trains on every response's window, the critic on the episodes that ended).
 
-Nothing is imported here, so that :mod:`agentgym.trainers.config` can check a config
-without loading torch.
+Names load on first use, so that :mod:`agentgym.trainers.config` can check a config
+without importing the pool.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "check_config": "agentgym.trainers.tppo.config",
+    "TruncatedPool": "agentgym.trainers.tppo.pool",
+    "TruncatedSteps": "agentgym.trainers.tppo.step",
+    "segment_samples": "agentgym.trainers.tppo.step",
+    "critic_samples": "agentgym.trainers.tppo.step",
+    "lag_metrics": "agentgym.trainers.tppo.step",
+    "Segment": "agentgym.trainers.tppo.records",
+    "RankStep": "agentgym.trainers.tppo.records",
+    "TurnRecord": "agentgym.trainers.tppo.records",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'agentgym.trainers.tppo' has no attribute {name!r}")
+
+
+__all__ = sorted(_LAZY)
