@@ -27,6 +27,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "apo",  # apo-values
     "serve",  # serve (OpenAI-compatible server)
     "episodes",  # episodes export
+    "appgen",  # appgen new-task / check-task
 )
 
 
