@@ -12,7 +12,11 @@ import pytest
 from agentgym.envs.math import grade, warm_up
 
 sys.path.insert(0, str(Path(__file__).parent))
-from real_output_cases import CASES, REJECT_CASES, Case
+from real_output_cases import CASES as ISSUE_CASES
+from real_output_cases import REJECT_CASES, Case
+from real_output_forms import FORM_CASES
+
+CASES = ISSUE_CASES + FORM_CASES
 
 BOUND_S = 2.0
 
