@@ -332,6 +332,12 @@ class DistributedConfig:
             ``--resume`` after a failure (a detected fault with ``on_fault: restart``, a
             crashed or killed rank). ``--max-restarts K`` sets it.
 
+        dp_shard / tp / ep / pp: the device mesh of ``fsdp2`` (docs/distributed.md):
+            FSDP2 shards, tensor-parallel ranks, expert-parallel groups (data parallel
+            for the dense part; routed experts split over ``ep * tp`` ranks) and pipeline
+            stages. Their product must equal the number of processes. All 1 (the
+            default): plain sharded data parallelism over every process.
+
     Generation under ZeRO-3 / FSDP2 gathers the full weights once per rollout, so that
     each rank generates its share of the tasks on its own (as TRL's
     ``ds3_gather_for_generation``).
@@ -343,6 +349,10 @@ class DistributedConfig:
     timeout_s: float = 300.0
     on_fault: str = "restart"
     max_restarts: int = 0
+    dp_shard: int = 1
+    tp: int = 1
+    ep: int = 1
+    pp: int = 1
 
     def __post_init__(self) -> None:
         _check(
@@ -363,6 +373,14 @@ class DistributedConfig:
                 "distributed.on_fault", self.on_fault, ("warn", "stop", "restart")
             )
         _check(self.max_restarts >= 0, "distributed.max_restarts must be >= 0.")
+        from agentgym.trainers.parallel import Layout
+
+        layout = Layout.from_config(self)  # checks the four sizes
+        _check(
+            layout.is_default or self.strategy == "fsdp2",
+            f"distributed {layout.describe()} runs on FSDP2's device mesh: set "
+            "distributed.strategy=fsdp2.",
+        )
 
 
 @dataclass
@@ -501,3 +519,6 @@ class TrainConfig:
         from agentgym.trainers.tppo import check_config
 
         check_config(self)  # T-PPO's settings (rollout.truncate_window)
+        from agentgym.trainers.parallel import check_train_config
+
+        check_train_config(self)  # the device mesh against the model it would split

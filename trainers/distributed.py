@@ -21,6 +21,7 @@ the others wait for is the one that waits least.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import sys
@@ -35,6 +36,7 @@ from agentgym.trainers.health import COLLECTIVES
 
 if TYPE_CHECKING:
     from agentgym.trainers.config import DistributedConfig
+    from agentgym.trainers.parallel import Layout
 
 T = TypeVar("T")
 
@@ -53,12 +55,15 @@ class DistInfo:
         world_size: number of processes.
         local_rank: rank on this node (picks the GPU on CUDA machines).
         backend: ``gloo``, ``nccl`` or ``none`` (single process, no process group).
+        layout: the device mesh's sizes (``distributed: {dp_shard, tp, ep, pp}``), or
+            None for plain sharded data parallelism over every rank.
     """
 
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
     backend: str = "none"
+    layout: Layout | None = None
 
     @property
     def is_main(self) -> bool:
@@ -88,7 +93,8 @@ def start_distributed(config: DistributedConfig, *, lora: bool) -> DistInfo:
 
     ``distributed.strategy: none`` is one process (:data:`SINGLE`); under torchrun with
     more than one process that is a configuration error, as is a sharded strategy
-    without LoRA (full fine-tuning runs on one process).
+    without LoRA (full fine-tuning runs on one process), or a device mesh
+    (``dp_shard * tp * ep * pp``) whose size is not the number of processes.
     """
     if config.strategy == "none":
         if under_torchrun() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -102,7 +108,16 @@ def start_distributed(config: DistributedConfig, *, lora: bool) -> DistInfo:
             f"distributed.strategy {config.strategy} trains LoRA adapters only here: set "
             "lora.enabled=true (full fine-tuning runs on one process)."
         )
-    return init_distributed(timeout_s=config.timeout_s, backend=config.backend)
+    from agentgym.trainers.parallel import Layout
+
+    layout = Layout.from_config(config)
+    if not layout.is_default and under_torchrun():  # before joining: a clear error, no hang
+        layout.check_world(int(os.environ["WORLD_SIZE"]))
+    info = init_distributed(timeout_s=config.timeout_s, backend=config.backend)
+    if layout.is_default:
+        return info
+    layout.check_world(info.world_size)
+    return dataclasses.replace(info, layout=layout)
 
 
 def init_distributed(timeout_s: float = DEFAULT_TIMEOUT_S, backend: str = "auto") -> DistInfo:
@@ -147,12 +162,16 @@ def all_gather_objects(obj: T, info: DistInfo) -> list[T]:
 
 
 def all_reduce_sum(values: Sequence[float], info: DistInfo) -> list[float]:
-    """Element-wise sum over ranks of a list of floats (float64 on the wire)."""
+    """Element-wise sum over ranks of a list of floats (float64 on the wire).
+
+    The tensor is made on the backend's device (:attr:`DistInfo.device`: the rank's GPU
+    under nccl, which reduces CUDA tensors only); the result comes back as floats.
+    """
     if not info.distributed:
         return list(values)
     import torch.distributed as dist
 
-    t = torch.tensor(list(values), dtype=torch.float64)
+    t = torch.tensor(list(values), dtype=torch.float64, device=info.device)
     with COLLECTIVES.track("all_reduce"):
         dist.all_reduce(t)
     return t.tolist()

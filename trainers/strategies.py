@@ -244,11 +244,20 @@ def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 def make_learner(strategy: str, *args: Any, zero_stage: int = 3, **kwargs: Any) -> Learner:
-    """The learner for ``distributed.strategy`` (``none``, ``deepspeed``, ``fsdp2``)."""
+    """The learner for ``distributed.strategy`` (``none``, ``deepspeed``, ``fsdp2``).
+
+    ``fsdp2`` with a device mesh (``distributed: {dp_shard, tp, ep, pp}``, carried by
+    ``dist.layout``) is the :class:`~agentgym.trainers.parallel.ParallelLearner`.
+    """
     if strategy == "none":
         return Learner(*args, **kwargs)
     if strategy == "deepspeed":
         return DeepSpeedLearner(*args, zero_stage=zero_stage, **kwargs)
+    layout = getattr(kwargs.get("dist"), "layout", None)
+    if strategy == "fsdp2" and layout is not None:
+        from agentgym.trainers.parallel import ParallelLearner
+
+        return ParallelLearner(*args, layout=layout, **kwargs)
     if strategy == "fsdp2":
         return FSDP2Learner(*args, **kwargs)
     raise ConfigError(f"unknown distributed.strategy {strategy!r}: use none, deepspeed or fsdp2.")

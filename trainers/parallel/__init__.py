@@ -1,0 +1,43 @@
+"""Tensor, expert and pipeline parallelism with FSDP2 on one device mesh (docs/distributed.md).
+
+``distributed: {dp_shard, tp, ep, pp}`` becomes a :class:`Layout` (pure numbers, read by
+the trainer and by ``agentgym plan`` alike) and, on the ranks, a 4-D ``DeviceMesh``
+(:mod:`.mesh`) on which :class:`ParallelLearner` trains:
+
+* :mod:`.layout` -- the sizes, their checks, a rank's coordinates, the pipeline stages;
+* :mod:`.mesh` -- the mesh and its sub-meshes (tp, dp, dp_shard, expert, pp);
+* :mod:`.tensor_parallel` -- DTensor plans for attention (MLA included), MLPs, shared
+  experts, embedding and head, with LoRA split like the layer it adapts;
+* :mod:`.experts` -- routed experts split over ranks, tokens dispatched and combined by
+  ``all_to_all_single``, expert LoRA living with its expert;
+* :mod:`.pipeline` -- stages and the 1F1B schedule of ``torch.distributed.pipelining``;
+* :mod:`.state` -- whole tensors from the split model and back (checkpoints, generation);
+* :mod:`.learner` -- :class:`ParallelLearner`;
+* :mod:`.quant` -- a weight-only quantized frozen base (torchao) under LoRA.
+
+Names load lazily: reading a config imports no torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "Layout": "agentgym.trainers.parallel.layout",
+    "MESH_DIMS": "agentgym.trainers.parallel.layout",
+    "stage_ranges": "agentgym.trainers.parallel.layout",
+    "check_train_config": "agentgym.trainers.parallel.layout",
+    "ParallelLearner": "agentgym.trainers.parallel.learner",
+    "ParallelMesh": "agentgym.trainers.parallel.mesh",
+    "build_mesh": "agentgym.trainers.parallel.mesh",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'agentgym.trainers.parallel' has no attribute {name!r}")
+
+
+__all__ = sorted(_LAZY)

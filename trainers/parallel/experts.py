@@ -1,0 +1,261 @@
+"""Expert parallelism: routed experts split over ranks, tokens sent to them by all-to-all.
+
+Transformers 5 keeps a MoE layer's routed experts as two fused 3-D parameters
+(``gate_up_proj: [E, 2I, H]``, ``down_proj: [E, H, I]``) on one ``experts`` module, and
+peft adapts them through ``target_parameters`` (a ``ParamWrapper`` per parameter holding
+one rank-``r`` LoRA per expert: ``lora_A: [r E, in]`` with expert ``e`` in rows
+``e r .. (e + 1) r``, ``lora_B: [out, r E]`` with expert ``e`` in columns ``e, E + e, ...``).
+
+:func:`shard_experts` gives each rank of the expert group (the ``ep * tp`` ranks of a
+pipeline stage, :class:`ExpertGroup`) its ``E / (ep * tp)`` experts: the base slices and,
+living with them, their LoRA factors (peft's own layout for ``E_local`` experts, so
+peft's wrappers keep working unchanged), and replaces the experts module's ``forward``
+by :func:`expert_parallel_forward`:
+
+1. with ``tp > 1`` the tokens (replicated over the tensor-parallel ranks) are split
+   between those ranks (a DTensor ``Replicate -> Shard(0)`` redistribution), so each
+   token is dispatched once;
+2. each rank sorts its (token, expert) pairs by expert and sends each expert's tokens to
+   the rank that holds it (``all_to_all_single``, with autograd: the backward pass sends
+   the gradients the other way);
+3. the owner runs each local expert on its tokens (the adapted weight is peft's
+   ``W + s B A``, folded per call) and sends the results back the same way;
+4. the results are weighted by the router and summed per token in expert order, as the
+   unsplit layer does, and (``tp > 1``) gathered back over the tensor-parallel ranks.
+
+The maths is the unsplit layer's; only the order of float additions inside a matmul can
+differ (tested: the multi-process run equals the one-process run to float tolerance).
+:func:`gather_expert_tensor` and :func:`shard_expert_tensor` convert a parameter between
+its full (peft) layout and a rank's share, for checkpoints, generation and resume.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+#: names of the fused expert parameters (transformers 5 MoE layout)
+EXPERT_PARAMS = ("gate_up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class ExpertGroup:
+    """The ranks one stage's routed experts are split over.
+
+    Attributes:
+        group: the process group (``ep * tp`` ranks).
+        size: its size; index: this rank's place in it.
+        tp_mesh: the tensor-parallel mesh (tokens are split over it first), or None.
+    """
+
+    group: Any
+    size: int
+    index: int
+    tp_mesh: Any = None
+
+
+@dataclass(frozen=True)
+class ExpertShard:
+    """How one experts module is split: ``local`` of ``total`` experts from ``offset``."""
+
+    total: int
+    local: int
+    offset: int
+
+
+def find_experts(model: nn.Module) -> list[tuple[str, nn.Module, list[Any]]]:
+    """Each fused-experts module with the peft ``ParamWrapper``s adapting it (outermost
+    first): ``(name of the outermost module, experts module, wrappers)``."""
+    try:
+        from peft.tuners.lora.layer import ParamWrapper
+    except ImportError:  # pragma: no cover - peft is a dependency
+        ParamWrapper = ()
+    found = []
+    for name, module in model.named_modules():
+        if isinstance(module, ParamWrapper) or not all(
+            isinstance(getattr(module, p, None), nn.Parameter) and getattr(module, p).dim() == 3
+            for p in EXPERT_PARAMS
+        ):
+            continue
+        wrappers = [
+            m
+            for m in model.modules()
+            if isinstance(m, ParamWrapper) and m.get_base_layer() is module
+        ]
+        wrappers.sort(key=lambda w: -_depth(w, module))
+        outer = name
+        if wrappers:
+            outer = next(n for n, m in model.named_modules() if m is wrappers[0])
+        found.append((outer, module, wrappers))
+    return found
+
+
+def _depth(wrapper: nn.Module, base: nn.Module) -> int:
+    depth, m = 0, wrapper
+    while m is not base:
+        m = m.base_layer
+        depth += 1
+    return depth
+
+
+def _b_view(b: torch.Tensor, experts: int) -> torch.Tensor:
+    """peft's ``lora_B`` of fused experts, ``[out, r E]``, as ``[out, r, E]``."""
+    return b.reshape(b.shape[0], -1, experts)
+
+
+def shard_expert_tensor(full: torch.Tensor, kind: str, shard: ExpertShard) -> torch.Tensor:
+    """This rank's share of a full expert tensor: ``kind`` is ``base`` (``[E, ...]``),
+    ``lora_A`` (``[r E, in]``) or ``lora_B`` (``[out, r E]``)."""
+    lo, hi = shard.offset, shard.offset + shard.local
+    if kind == "base":
+        return full[lo:hi].clone()
+    if kind == "lora_A":
+        r = full.shape[0] // shard.total
+        return full[lo * r : hi * r].clone()
+    view = _b_view(full, shard.total)
+    return view[:, :, lo:hi].reshape(full.shape[0], -1).clone()
+
+
+def gather_expert_tensor(
+    local: torch.Tensor, kind: str, shard: ExpertShard, group: ExpertGroup
+) -> torch.Tensor:
+    """The full tensor from every rank's share (a collective over the expert group)."""
+    local = local.detach().contiguous()
+    parts = [torch.empty_like(local) for _ in range(group.size)]
+    dist.all_gather(parts, local, group=group.group)
+    if kind in ("base", "lora_A"):
+        return torch.cat(parts, dim=0)
+    return torch.cat([_b_view(p, shard.local) for p in parts], dim=2).reshape(local.shape[0], -1)
+
+
+def shard_experts(model: nn.Module, group: ExpertGroup) -> dict[str, tuple[str, ExpertShard]]:
+    """Keep this rank's experts (and their LoRA) and route tokens to the others.
+
+    Returns:
+        parameter name (in ``model``) -> (``base`` / ``lora_A`` / ``lora_B``, its shard),
+        for every parameter that now holds a share of the experts.
+    """
+    kinds: dict[str, tuple[str, ExpertShard]] = {}
+    names = {id(p): n for n, p in model.named_parameters()}
+    for _outer, experts, wrappers in find_experts(model):
+        total = int(experts.gate_up_proj.shape[0])
+        local = total // group.size
+        shard = ExpertShard(total=total, local=local, offset=group.index * local)
+        for pname in EXPERT_PARAMS:
+            p = getattr(experts, pname)
+            key = names[id(p)]
+            setattr(
+                experts,
+                pname,
+                nn.Parameter(
+                    shard_expert_tensor(p.data, "base", shard), requires_grad=p.requires_grad
+                ),
+            )
+            kinds[key] = ("base", shard)
+        experts.num_experts = local
+        for w in wrappers:
+            for adapter in list(w.lora_A):
+                for kind, lin in (("lora_A", w.lora_A[adapter]), ("lora_B", w.lora_B[adapter])):
+                    key = names[id(lin.weight)]
+                    part = shard_expert_tensor(lin.weight.data, kind, shard)
+                    lin.weight = nn.Parameter(part, requires_grad=lin.weight.requires_grad)
+                    if kind == "lora_A":
+                        lin.out_features = part.shape[0]
+                    else:
+                        lin.in_features = part.shape[1]
+                    kinds[key] = (kind, shard)
+            w.num_experts = local
+        experts._agentgym_experts = (group, shard)
+        experts.forward = types.MethodType(expert_parallel_forward, experts)
+    return kinds
+
+
+# ----------------------------------------------------------------------------- forward
+
+
+def _split_tokens(x: torch.Tensor, tp_mesh: Any) -> torch.Tensor:
+    """This tensor-parallel rank's rows of a replicated tensor (backward: all-gather)."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    d = DTensor.from_local(x, tp_mesh, [Replicate()], run_check=False)
+    return d.redistribute(tp_mesh, [Shard(0)]).to_local()
+
+
+def _join_tokens(y: torch.Tensor, tp_mesh: Any, rows: int) -> torch.Tensor:
+    """Every tensor-parallel rank's rows, in order (backward: this rank's rows)."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    shape = torch.Size([rows, *y.shape[1:]])
+    stride = torch.empty(shape, device="meta").stride()
+    d = DTensor.from_local(y, tp_mesh, [Shard(0)], run_check=False, shape=shape, stride=stride)
+    return d.redistribute(tp_mesh, [Replicate()]).to_local()
+
+
+def _all_to_all(
+    x: torch.Tensor, out_splits: list[int], in_splits: list[int], group: Any
+) -> torch.Tensor:
+    """``all_to_all_single`` with autograd (the gradients go back the other way)."""
+    from torch.distributed._functional_collectives import all_to_all_single_autograd
+
+    out = all_to_all_single_autograd(x.contiguous(), out_splits, in_splits, group)
+    return out.wait() if hasattr(out, "wait") else out
+
+
+def expert_parallel_forward(
+    self: nn.Module,
+    hidden_states: torch.Tensor,
+    top_k_index: torch.Tensor,
+    top_k_weights: torch.Tensor,
+) -> torch.Tensor:
+    """The experts module's forward under expert parallelism (see the module docstring).
+
+    Args:
+        hidden_states: ``[N, H]`` tokens (the same on every tensor-parallel rank).
+        top_k_index / top_k_weights: ``[N, k]`` the router's choices (global expert ids)
+            and weights.
+    """
+    group, shard = self._agentgym_experts
+    rows = hidden_states.shape[0]
+    if group.tp_mesh is not None and group.tp_mesh.size() > 1:
+        hidden_states = _split_tokens(hidden_states, group.tp_mesh)
+        top_k_index = _split_tokens(top_k_index, group.tp_mesh)
+        top_k_weights = _split_tokens(top_k_weights, group.tp_mesh)
+    n, k = top_k_index.shape
+    flat = top_k_index.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    token = order // k
+    counts = torch.bincount(flat, minlength=shard.total)
+    send = counts.view(group.size, shard.local)
+    recv = torch.empty_like(send)
+    dist.all_to_all_single(recv, send.contiguous(), group=group.group)
+    send_rows, recv_rows = send.sum(1).tolist(), recv.sum(1).tolist()
+    x = _all_to_all(hidden_states[token], recv_rows, send_rows, group.group)
+    # the received rows come per source rank, each sorted by expert: regroup by expert
+    expert_of_row = torch.repeat_interleave(
+        torch.arange(shard.local, device=x.device).repeat(group.size), recv.flatten()
+    )
+    perm = torch.argsort(expert_of_row, stable=True)
+    per_expert = recv.sum(0).tolist()
+    xs = x[perm]
+    gate_up, down = self.gate_up_proj, self.down_proj  # peft folds W + s B A here
+    outs, start = [], 0
+    for j, m in enumerate(per_expert):
+        rows_j = xs[start : start + m]
+        start += m
+        gate, up = F.linear(rows_j, gate_up[j]).chunk(2, dim=-1)
+        outs.append(F.linear(self.act_fn(gate) * up, down[j]))
+    y = torch.cat(outs, dim=0) if outs else xs.new_zeros((0, down.shape[1]))
+    y = y[torch.argsort(perm)]
+    y = _all_to_all(y, send_rows, recv_rows, group.group)
+    weights = top_k_weights.reshape(-1)[order]
+    out = hidden_states.new_zeros((n, y.shape[-1]))
+    out = out.index_add(0, token, (y * weights[:, None]).to(out.dtype))
+    if group.tp_mesh is not None and group.tp_mesh.size() > 1:
+        out = _join_tokens(out, group.tp_mesh, rows)
+    return out

@@ -1,0 +1,338 @@
+"""The learner on a device mesh: FSDP2 with tensor, expert and pipeline parallelism.
+
+:class:`ParallelLearner` is a :class:`~agentgym.trainers.Learner` (same loss, same
+micro-batching, same metrics) whose model is split over the mesh of
+``distributed: {dp_shard, tp, ep, pp}``:
+
+1. the unsplit peft model the loop built stays the *generation model* (the HF engine's);
+   a copy becomes the *training model* and the generation model's tensors are freed;
+2. the training model is cut to this rank's pipeline stage (:mod:`.pipeline`), its
+   routed experts split over the expert group (:mod:`.experts`), its attention, MLPs and
+   embedding/head split over ``tp`` (:mod:`.tensor_parallel`), and what remains sharded
+   by FSDP2 (``fully_shard``): each decoder layer over the ``dp = dp_shard * ep``
+   data-parallel ranks, each layer's experts over ``dp_shard``, the root last;
+3. an update deals the micro-batches over the ``dp`` ranks (the ``tp`` ranks and the
+   pipeline stages of one data-parallel rank share them) and runs them with plain
+   forward/backward, or through the 1F1B pipeline schedule when ``pp > 1``;
+4. gradients: FSDP2 averages dense gradients over ``dp``; an expert's gradient adds up
+   the tokens every rank of its group sent it, so it is averaged over ``dp_shard`` by
+   FSDP2 and divided by ``ep`` here; each rank's loss is scaled by ``dp``. The gradient
+   norm is the norm of the whole model's gradient (summed over experts and stages), and
+   clipping matches the single-process ``clip_grad_norm_``;
+5. generation gathers every tensor into the generation model for the rollout and frees
+   it again; checkpoints gather the adapter into an ordinary peft state dict.
+
+Refused here (a clear error at start): a critic (``algorithm.advantage: gae``), router
+replay, LoRA dropout (ranks would draw different masks) and, because ranks must run the
+same number of forward passes in lock step, shared-prompt micro-batches are turned off
+except under pure tensor parallelism.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from agentgym import ConfigError
+from agentgym.trainers.algorithm import selected_logprobs
+from agentgym.trainers.batch import MicroBatch
+from agentgym.trainers.learner import Learner, make_optimizer
+from agentgym.trainers.parallel.experts import ExpertGroup, find_experts, shard_experts
+from agentgym.trainers.parallel.layout import Layout, stage_ranges
+from agentgym.trainers.parallel.mesh import ParallelMesh, build_mesh
+from agentgym.trainers.parallel.pipeline import PipelineRunner, StageModule, cut_stage
+from agentgym.trainers.parallel.state import ParamMap
+from agentgym.trainers.parallel.tensor_parallel import apply_tensor_parallel, decoder_layers
+
+
+class ParallelLearner(Learner):
+    """The learner under ``distributed.strategy: fsdp2`` with a mesh (module docstring).
+
+    Args:
+        layout: the mesh's sizes; the rest as :class:`~agentgym.trainers.Learner`.
+    """
+
+    def __init__(self, *args: Any, layout: Layout, **kwargs: Any) -> None:
+        self.layout = layout
+        super().__init__(*args, **kwargs)
+
+    # ------------------------------------------------------------------ set-up
+    def _refuse(self) -> None:
+        if self.critic is not None:
+            raise ConfigError(
+                "a critic (algorithm.advantage: gae) is not supported with distributed "
+                "dp_shard/tp/ep/pp; use strategy fsdp2 without them, or deepspeed."
+            )
+        if self.replay is not None:
+            raise ConfigError(
+                "algorithm.router_replay is not supported with distributed dp_shard/tp/ep/pp."
+            )
+        dropout = [m.p for m in self.model.modules() if isinstance(m, nn.Dropout) and m.p > 0]
+        if dropout:
+            raise ConfigError(
+                "lora.dropout must be 0 with distributed dp_shard/tp/ep/pp (ranks that share "
+                "an activation would draw different dropout masks)."
+            )
+
+    def _setup(self) -> torch.optim.Optimizer:
+        self._refuse()
+        layout = self.layout
+        layout.check_world(self.dist.world_size)
+        gen = self.model
+        lm_full = gen.get_base_model() if hasattr(gen, "get_base_model") else gen
+        layout.check_model(lm_full.config)
+        self.pmesh: ParallelMesh = build_mesh(layout, self.dist.rank, self.dist.device)
+        coords = self.pmesh.coords
+        shapes = {n: (p.shape, p.dtype) for n, p in gen.named_parameters()}
+        self.gen_model = gen
+        self.model = copy.deepcopy(gen)
+        self._free_generation_model()
+        self.share_prompts = self.share_prompts and layout.dp == 1 and layout.pp == 1
+        lm = self.model.get_base_model()
+        num_layers = len(decoder_layers(lm)[1])
+        stage = stage_ranges(num_layers, layout.pp)[coords.pp]
+        if layout.pp > 1:
+            cut_stage(lm, stage)
+        _, all_layers = decoder_layers(lm)
+        layers = [all_layers[i] for i in stage]
+        group = ExpertGroup(
+            group=self.pmesh.expert_group,
+            size=layout.expert_split,
+            index=coords.ep * layout.tp + coords.tp,
+            tp_mesh=self.pmesh.tp if layout.tp > 1 else None,
+        )
+        self._expert_group = group
+        experts = shard_experts(self.model, group) if layout.expert_split > 1 else {}
+        self._expert_names = set(experts)
+        if layout.tp > 1:
+            apply_tensor_parallel(lm, self.pmesh.tp, layers)
+        self.stage_module = StageModule(lm, stage) if layout.pp > 1 else None
+        self._apply_fsdp(lm, layers)
+        self.params = ParamMap(self.model, shapes, self.pmesh, num_layers, experts, group)
+        self.runner = (
+            PipelineRunner(
+                self.stage_module, coords.pp, layout.pp, self.pmesh.pp_group, self.pmesh.device
+            )
+            if self.stage_module is not None
+            else None
+        )
+        self._queue: list[tuple[MicroBatch, tuple[Any, ...]]] = []
+        self._pp_running = False
+        self._pp_logits: torch.Tensor | None = None
+        self._pp_loss: torch.Tensor | None = None
+        self._pp_mismatch = 0.0
+        self._reports = layout.reports_metrics(self.dist.rank)
+        return make_optimizer(self.model, self.optim_cfg)
+
+    def _apply_fsdp(self, lm: nn.Module, layers: list[nn.Module]) -> None:
+        """FSDP2 units: each layer's experts over ``dp_shard`` (or left out of FSDP when
+        ``dp_shard`` is 1: each expert then has one owner), each layer over ``dp``, and
+        the root (the stage module under pipelining)."""
+        layout = self.layout
+        if layout.dp == 1:
+            return
+        from torch.distributed.fsdp import fully_shard
+
+        ignored: set[nn.Parameter] = set()
+        owned = {id(m) for layer in layers for m in layer.modules()}
+        for outer_name, experts, _ in find_experts(self.model):
+            if id(experts) not in owned:
+                continue
+            outer = self.model.get_submodule(outer_name)
+            if layout.dp_shard > 1:
+                fully_shard(outer, mesh=self.pmesh.dp_shard)
+            else:
+                ignored.update(outer.parameters())
+        kw = {"ignored_params": ignored} if ignored else {}
+        for layer in layers:
+            fully_shard(layer, mesh=self.pmesh.dp, **kw)
+        root = self.stage_module if self.stage_module is not None else lm
+        fully_shard(root, mesh=self.pmesh.dp, **kw)
+
+    def _free_generation_model(self) -> None:
+        """Drop the generation model's tensors (gathered again for each rollout)."""
+        for p in self.gen_model.parameters():
+            p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+
+    # ------------------------------------------------------------------ hooks
+    def _my_microbatches(self, mbs: list[MicroBatch]) -> list[MicroBatch]:
+        """This rank's data-parallel share (the tp ranks and stages of one share get the
+        same micro-batches), padded to equal counts."""
+        from agentgym.trainers.learner import _empty_like
+
+        dp, me = self.layout.dp, self.layout.dp_rank(self.dist.rank)
+        if dp == 1:
+            return mbs
+        per_rank = max(1, math.ceil(len(mbs) / dp))
+        mine = mbs[me::dp]
+        while len(mine) < per_rank:
+            mine.append(_empty_like(mbs[0]))
+        return mine
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        # the base class scales by the world size; gradients average over dp ranks only
+        loss = loss * (self.layout.dp / self.dist.world_size)
+        if self._pp_running:
+            self._pp_loss = loss
+            return
+        loss.backward()
+
+    def _logits(self, mb: MicroBatch) -> torch.Tensor:
+        if self._pp_running:
+            assert self._pp_logits is not None
+            return self._pp_logits
+        return super()._logits(mb)
+
+    def _accumulate(self, mb: MicroBatch, *args: Any) -> float:
+        if self.runner is not None and not self._pp_running:
+            self._queue.append((mb, args))  # run by the pipeline schedule at the step
+            return 0.0
+        *rest, sums = args
+        sink = sums if self._reports else dict.fromkeys(sums, 0.0)
+        return super()._accumulate(mb, *rest, sink)
+
+    def update(self, samples: Any, *, policy: bool = True) -> dict[str, float]:
+        self._pp_mismatch = 0.0
+        out = super().update(samples, policy=policy)
+        if self.runner is not None:
+            worst = torch.tensor([self._pp_mismatch], dtype=torch.float64)
+            dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+            out["charts/logprob_mismatch_max"] = float(worst)
+        return out
+
+    def _run_pipeline(self) -> None:
+        """The queued micro-batches of this mini-batch through the 1F1B schedule."""
+        queue, self._queue = self._queue, []
+        if not queue:
+            return
+        assert self.runner is not None
+        seqs = [mb.sequences() for mb, _ in queue]
+
+        def on_logits(i: int, logits: torch.Tensor) -> torch.Tensor:
+            mb, args = queue[i]
+            rows, cols = seqs[i][0].shape
+            self._pp_logits = mb.reply_logits(logits[:rows, :cols]).float()
+            *rest, sums = args
+            sink = sums if self._reports else dict.fromkeys(sums, 0.0)
+            gap = Learner._accumulate(self, mb, *rest, sink)
+            self._pp_mismatch = max(self._pp_mismatch, gap)
+            assert self._pp_loss is not None
+            return self._pp_loss
+
+        self._pp_running = True
+        try:
+            self.runner.run(seqs, on_logits, pad_id=self.pad_id, backward=True)
+        finally:
+            self._pp_running = False
+            self._pp_logits = self._pp_loss = None
+
+    @torch.no_grad()
+    def logprobs(self, mbs: Sequence[MicroBatch], *, reference: bool = False) -> list[torch.Tensor]:
+        if self.runner is None:
+            return super().logprobs(mbs, reference=reference)
+        self.model.eval()
+        mbs = [mb.to(self._device()) for mb in mbs]
+        outs = [torch.zeros_like(mb.loss_mask) for mb in mbs]
+        seqs = [mb.sequences() for mb in mbs]
+
+        def on_logits(i: int, logits: torch.Tensor) -> torch.Tensor:
+            rows, cols = seqs[i][0].shape
+            lg = mbs[i].reply_logits(logits[:rows, :cols]).float()
+            outs[i] = selected_logprobs(lg, mbs[i].targets, self.temperature)
+            return lg.new_zeros(())
+
+        ctx = self.model.disable_adapter() if reference else contextlib.nullcontext()
+        with ctx:
+            self.runner.run(seqs, on_logits, pad_id=self.pad_id, backward=False)
+        return outs
+
+    # ------------------------------------------------------------------ the step
+    def _grad_norm(self, params: list[nn.Parameter]) -> torch.Tensor:
+        """The norm of the whole model's gradient: DTensor norms over their meshes, the
+        experts' summed over the expert group, everything summed over the stages."""
+        dense = torch.zeros((), dtype=torch.float64)
+        expert = torch.zeros((), dtype=torch.float64)
+        names = {id(p): n for n, p in self.model.named_parameters()}
+        for p in params:
+            g = p.grad
+            norm = torch.linalg.vector_norm(g)
+            if hasattr(norm, "full_tensor"):
+                norm = norm.full_tensor()
+            sq = norm.double() ** 2
+            if names[id(p)] in self._expert_names:
+                expert += sq
+            else:
+                dense += sq
+        if self.layout.expert_split > 1:
+            dist.all_reduce(expert, group=self.pmesh.expert_group)
+        total = dense + expert
+        if self.layout.pp > 1:
+            dist.all_reduce(total, group=self.pmesh.pp_group)
+        return total.sqrt()
+
+    def _optimizer_step(self) -> float:
+        if self.runner is not None:
+            self._run_pipeline()
+        params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
+        names = {id(p): n for n, p in self.model.named_parameters()}
+        if self.layout.ep > 1:  # every ep rank's tokens reached the expert: their sum
+            for p in params:
+                if names[id(p)] in self._expert_names:
+                    p.grad.div_(self.layout.ep)
+        norm = self._grad_norm(params)
+        max_norm = self.optim_cfg.max_grad_norm
+        if max_norm > 0:
+            coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+            for p in params:
+                p.grad.mul_(coef.to(torch.float32))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    # ------------------------------------------------------------------ gathering
+    @contextlib.contextmanager
+    def generation(self) -> Iterator[torch.nn.Module]:
+        """The generation model with every tensor gathered (all ranks enter together)."""
+        full = self.params.gather(self.params.shapes)
+        for name, p in self.gen_model.named_parameters():
+            p.data = full.pop(name)
+        try:
+            yield self.gen_model
+        finally:
+            self._free_generation_model()
+
+    def _lora_names(self) -> list[str]:
+        return sorted(n for n in self.params.shapes if "lora_" in n)
+
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        """The whole adapter in peft naming, on every rank (all ranks call it)."""
+        from peft import get_peft_model_state_dict
+
+        full = self.params.gather(self._lora_names())
+        return {
+            k: v.detach().clone()
+            for k, v in get_peft_model_state_dict(self.gen_model, state_dict=full).items()
+        }
+
+    def load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Put a whole (peft-named) adapter into this rank's shares of it."""
+        from peft import get_peft_model_state_dict
+
+        names = self._lora_names()
+        marks = {n: torch.empty(0) for n in names}  # peft renames keys (drops ``.default``)
+        keyed = get_peft_model_state_dict(self.gen_model, state_dict=dict(marks))
+        key_of = {id(v): k for k, v in keyed.items()}
+        rename = {n: key_of[id(t)] for n, t in marks.items() if id(t) in key_of}
+        missing = [k for k in rename.values() if k not in state]
+        if missing:
+            raise ConfigError(
+                f"the saved adapter lacks {missing[:5]}: it was written by another model."
+            )
+        self.params.load({n: state[k] for n, k in rename.items()})

@@ -1,0 +1,201 @@
+"""Pipeline parallelism: a causal LM cut into stages, run by ``torch.distributed.pipelining``.
+
+:func:`cut_stage` keeps one stage's modules in the training model (the embedding on the
+first stage, its decoder layers, the final norm and the LM head on the last) and
+replaces the others by empty placeholders, so a rank holds only its stage's weights.
+:class:`StageModule` is that stage as one module: ``forward(x, attention_mask,
+position_ids)`` embeds (first stage) or takes the previous stage's hidden states, builds
+the causal mask and the rotary embeddings the way the model's own ``forward`` does, runs
+its layers and returns ``(hidden, attention_mask, position_ids)`` for the next stage (the
+integer masks travel along and get no gradient) or the logits (last stage).
+
+:class:`PipelineRunner` runs a list of micro-batches through the stages with
+``Schedule1F1B`` (one forward and one backward alternate once the pipeline is full, so
+stage ``s`` keeps at most ``pp - s`` micro-batches' activations), or forward only
+(``Schedule.eval``) for log-probs. The schedule's micro-batches must share one shape, so
+the runner pads every micro-batch of a call to the largest one (extra rows are whole
+sequences of padding, extra columns padding the attention mask hides; neither reaches
+the loss). Its loss function hands each micro-batch's logits to the learner, which
+computes the same loss as without pipelining (``scale_grads=False``: the learner's loss
+is already normalised by the token count of the whole mini-batch). A new stage and
+schedule are built per call: their buffers are sized by shape inference, and the shapes
+change every step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from agentgym.trainers.parallel.tensor_parallel import decoder_layers
+
+
+class _Gone(nn.Module):
+    """What replaces a module another pipeline stage holds (it must not be called)."""
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("this module lives on another pipeline stage")
+
+
+def cut_stage(lm: nn.Module, layers: range) -> None:
+    """Keep ``layers`` (and the embedding / final norm and head when this is the first /
+    last stage) in ``lm``, a Hugging Face causal LM; drop the rest."""
+    root, all_layers = decoder_layers(lm)
+    first, last = layers.start == 0, layers.stop == len(all_layers)
+    for i in range(len(all_layers)):
+        if i not in layers:
+            all_layers[i] = _Gone()
+    if not first:
+        root.embed_tokens = _Gone()
+    if not last:
+        root.norm = _Gone()
+        lm.lm_head = _Gone()
+
+
+class StageModule(nn.Module):
+    """One stage of a (cut) Hugging Face causal LM (see the module docstring)."""
+
+    def __init__(self, lm: nn.Module, layers: range) -> None:
+        super().__init__()
+        root, all_layers = decoder_layers(lm)
+        self.first, self.last = layers.start == 0, layers.stop == len(all_layers)
+        self.config = lm.config
+        self.embed = root.embed_tokens if self.first else None
+        self.blocks = nn.ModuleList([all_layers[i] for i in layers])
+        self.rotary = root.rotary_emb
+        self.norm = root.norm if self.last else None
+        self.head = lm.lm_head if self.last else None
+
+    def forward(
+        self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
+    ) -> Any:
+        from transformers.masking_utils import create_causal_mask
+
+        hidden = self.embed(x) if self.first else x
+        mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=hidden,
+            attention_mask=attention_mask,
+            past_key_values=None,
+            position_ids=position_ids,
+        )
+        rope = self.rotary(hidden, position_ids)
+        for block in self.blocks:
+            hidden = block(
+                hidden,
+                attention_mask=mask,
+                position_ids=position_ids,
+                past_key_values=None,
+                use_cache=False,
+                position_embeddings=rope,
+            )
+        if self.last:
+            return self.head(self.norm(hidden))
+        return hidden, attention_mask, position_ids
+
+
+def stack_padded(
+    seqs: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """Micro-batches ``(input_ids, attention_mask, position_ids)`` padded to one shape
+    ``[rows, cols]`` and stacked: ``[n * rows, cols]`` each; returns them and ``rows``."""
+    rows = max(s[0].shape[0] for s in seqs)
+    cols = max(s[0].shape[1] for s in seqs)
+    ids, att, pos = [], [], []
+    for input_ids, attention, positions in seqs:
+        b, length = input_ids.shape
+        i = torch.full((rows, cols), pad_id, dtype=input_ids.dtype)
+        a = torch.zeros((rows, cols), dtype=attention.dtype)
+        p = torch.zeros((rows, cols), dtype=positions.dtype)
+        i[:b, :length], a[:b, :length], p[:b, :length] = input_ids, attention, positions
+        p[:b, length:] = positions[:, -1:]
+        a[b:] = 1  # whole rows of padding: attend to themselves (no empty softmax)
+        p[b:] = torch.arange(cols)
+        ids.append(i)
+        att.append(a)
+        pos.append(p)
+    return torch.cat(ids), torch.cat(att), torch.cat(pos), rows
+
+
+class PipelineRunner:
+    """Runs micro-batches through this rank's stage (see the module docstring).
+
+    Args:
+        module: this rank's :class:`StageModule` (possibly sharded further).
+        stage: its index; stages: the pipeline's length.
+        group: the pipeline's process group; device: this rank's device.
+    """
+
+    def __init__(
+        self, module: nn.Module, stage: int, stages: int, group: Any, device: torch.device
+    ) -> None:
+        self.module, self.stage, self.stages = module, stage, stages
+        self.group, self.device = group, device
+
+    @property
+    def is_last(self) -> bool:
+        return self.stage == self.stages - 1
+
+    def _static_shapes(self, rows: int, cols: int) -> dict[str, Any]:
+        """Example inputs and outputs of this stage for one micro-batch (meta tensors):
+        the schedule sizes its buffers from them instead of running a forward and a
+        backward on uninitialised buffers to infer them (which would also call the
+        loss function on garbage)."""
+        cfg = self.module.config
+        dtype = next(p.dtype for p in self.module.parameters() if p.is_floating_point())
+
+        def empty(*shape: int, dt: torch.dtype) -> torch.Tensor:
+            return torch.empty(shape, dtype=dt, device="meta")
+
+        masks = (empty(rows, cols, dt=torch.long), empty(rows, cols, dt=torch.long))
+        # requires_grad marks what the backward pass sends between stages
+        hidden = (empty(rows, cols, cfg.hidden_size, dt=dtype).requires_grad_(), *masks)
+        inputs = (empty(rows, cols, dt=torch.long), *masks) if self.stage == 0 else hidden
+        outputs = (empty(rows, cols, cfg.vocab_size, dt=dtype),) if self.is_last else hidden
+        # gradients flow through the hidden states only (the masks are integers)
+        grads = (empty(rows, cols, cfg.hidden_size, dt=dtype), None, None)
+        return {
+            "input_args": inputs,
+            "output_args": outputs,
+            "input_grads": (None, None, None) if self.stage == 0 else grads,
+            "output_grads": (None,) if self.is_last else grads,
+        }
+
+    def run(
+        self,
+        seqs: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+        on_logits: Callable[[int, torch.Tensor], torch.Tensor],
+        *,
+        pad_id: int,
+        backward: bool,
+    ) -> None:
+        """Run ``seqs`` (one entry per micro-batch) through the pipeline.
+
+        On the last stage ``on_logits(i, logits)`` receives micro-batch ``i``'s logits
+        (``[rows, cols, V]``, padded) and returns its loss; with ``backward`` the
+        schedule back-propagates that loss (1F1B), otherwise it only runs forward.
+        """
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+        ids, att, pos, rows = stack_padded(seqs, pad_id)
+        n = len(seqs)
+        stage = PipelineStage(
+            self.module,
+            self.stage,
+            self.stages,
+            self.device,
+            group=self.group,
+            **self._static_shapes(rows, ids.shape[1]),
+        )
+
+        def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            return on_logits(int(target[0]), output)
+
+        schedule = Schedule1F1B(stage, n_microbatches=n, loss_fn=loss_fn, scale_grads=False)
+        target = torch.arange(n).repeat_interleave(rows) if self.is_last else None
+        args = (ids, att, pos) if self.stage == 0 else ()
+        run = schedule.step if backward else schedule.eval
+        run(*args, target=target, losses=[] if self.is_last else None, return_outputs=False)
