@@ -137,6 +137,7 @@ def compute_apo_values(
     samples per prompt. An episode that fails (infrastructure) leaves its prompt out; the
     next run of the stage tries it again.
     """
+    from agentgym.trainers.device import place_model
     from agentgym.trainers.engines import make_engine
     from agentgym.trainers.models import build_model_and_tokenizer
     from agentgym.trainers.runtime import setup_torch
@@ -158,6 +159,7 @@ def compute_apo_values(
     model, tokenizer = build_model_and_tokenizer(
         cfg.model, corpus=lambda: env_corpus(cfg.envs, seed_start=cfg.train_seed_start)
     )
+    model = place_model(model, cfg.model)  # the trainer's device and dtype
     engine = make_engine("hf", model=model, tokenizer=tokenizer, seed=cfg.run.seed)
     policy = engine.as_policy(max_batch=cfg.rollout.max_batch)
     r = cfg.rollout

@@ -5,7 +5,7 @@ Layout of ``<run>/checkpoints/step_000042/``::
     adapter/adapter_model.safetensors, adapter/adapter_config.json   (peft format)
     model/                    (full fine-tuning only: the whole model, safetensors)
     optimizer.pt              optimizer state (sharded runs: optimizer.rank<r>-of-<n>.pt)
-    rng.pt                    torch, python and numpy RNG states
+    rng.pt                    torch (CPU and every visible GPU), python and numpy RNG states
     trainer_state.json        step, task-seed counter, env-mixing RNG, ...
 
 A checkpoint is written into a temporary sibling directory and renamed into place, and
@@ -42,17 +42,28 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 
 def rng_state() -> dict[str, Any]:
-    return {
+    """Every RNG a run draws from: torch's CPU generator, each visible GPU's (``cuda``,
+    when CUDA is present), Python's and numpy's."""
+    state = {
         "torch": torch.get_rng_state(),
         "python": random.getstate(),
         "numpy": np.random.get_state(),
     }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
+    """Put back a :func:`rng_state`. The GPUs' states are restored when this process sees
+    as many GPUs as the one that saved them (a checkpoint moved to another machine or
+    written on CPU leaves them as they are)."""
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
+    cuda = state.get("cuda")
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
 
 
 def _optimizer_file(rank: int, world: int) -> str:
@@ -188,11 +199,13 @@ def read_checkpoint(
         weights = {}
         for f in sorted((path / "model").glob("*.safetensors")):
             weights.update(load_file(str(f)))
+    # to host memory: each rank reads every rank's file, whose tensors were saved on that
+    # rank's GPU; the optimizer moves its state onto its parameters' device when it loads
     optim = [
-        torch.load(path / _optimizer_file(r, written_by), weights_only=False)
+        torch.load(path / _optimizer_file(r, written_by), weights_only=False, map_location="cpu")
         for r in range(written_by)
     ]
-    set_rng_state(torch.load(path / "rng.pt", weights_only=False))
+    set_rng_state(torch.load(path / "rng.pt", weights_only=False, map_location="cpu"))
     return weights, optim, state
 
 

@@ -85,6 +85,16 @@ class ModelConfig:
             ``num_hidden_layers``, ...), for ``agentgym plan`` to size a model without
             downloading it (empty: it reads ``config.json`` in ``path``). Training ignores
             it; the weights' own config wins.
+        device: where the model trains and the HF engine generates: ``auto`` (the
+            process's GPU, ``cuda:LOCAL_RANK``, when CUDA is present and the process
+            group is not gloo; else ``cpu``), ``cpu``, ``cuda`` or ``cuda:N`` (one
+            process only). Every strategy places the model the same way.
+        dtype: the frozen base weights' dtype and the compute dtype of training
+            (``bfloat16``: bf16 autocast around every forward, the trainable weights --
+            LoRA, the critic's head, every weight in full fine-tuning -- kept as float32
+            master copies, the convention of TRL and verl); ``float32``; ``auto``:
+            ``bfloat16`` on a GPU that supports it, ``float32`` on CPU. The vLLM engine
+            is given the same dtype unless ``rollout.engine_options.dtype`` names one.
     """
 
     path: str | None = None
@@ -93,11 +103,23 @@ class ModelConfig:
     init_seed: int = 0
     tokenizer_vocab_size: int | None = None
     architecture: dict[str, Any] = field(default_factory=dict)
+    device: str = "auto"
+    dtype: str = "auto"
 
     def __post_init__(self) -> None:
         _check(
             self.path is not None or self.preset is not None,
             "model needs either model.path (a local HF directory) or model.preset.",
+        )
+        _check(
+            self.device in ("auto", "cpu", "cuda")
+            or (self.device.startswith("cuda:") and self.device[5:].isdigit()),
+            f"model.device must be auto, cpu, cuda or cuda:N, got {self.device!r}.",
+        )
+        _check(
+            self.dtype in ("auto", "float32", "bfloat16"),
+            f"model.dtype must be auto, float32 or bfloat16, got {self.dtype!r} (float16 "
+            "would need loss scaling, which the trainer does not do).",
         )
         if self.path is None and self.preset is not None:
             from agentgym.trainers.models import PRESETS
@@ -500,6 +522,8 @@ class TrainConfig:
             "deepspeed (its optimizer would move the policy on the critic's extra steps); "
             "use fsdp2, or 1.",
         )
+        if self.rollout.engine == "vllm":
+            _check_vllm_wiring(self)
         _check(
             not self.algorithm.router_replay or self.rollout.engine == "hf",
             "algorithm.router_replay needs rollout.engine=hf: vLLM does not report the "
@@ -522,3 +546,26 @@ class TrainConfig:
         from agentgym.trainers.parallel import check_train_config
 
         check_train_config(self)  # the device mesh against the model it would split
+
+
+#: vLLM refuses sampling temperatures above this (as the OpenAI API does)
+VLLM_MAX_TEMPERATURE = 2.0
+
+
+def _check_vllm_wiring(cfg: TrainConfig) -> None:
+    """Refuse what the vLLM engine cannot serve faithfully, before any weight is loaded."""
+    for where, t in (("rollout.temperature", cfg.rollout.temperature),
+                     ("eval.temperature", cfg.eval.temperature)):  # fmt: skip
+        _check(
+            t <= VLLM_MAX_TEMPERATURE,
+            f"{where} is {t}, above {VLLM_MAX_TEMPERATURE:g}, which vLLM rejects: lower it, "
+            "or use rollout.engine=hf.",
+        )
+    named = set(cfg.lora.target_modules or ())
+    _check(
+        "kv_b_proj" not in named,
+        "lora.target_modules names kv_b_proj, which vLLM folds into its MLA decode "
+        "matrices when it loads the model: the adapter would act in prefill only and the "
+        "rollouts would not be the trained policy's. Leave kv_b_proj out (the default "
+        "targets do), or use rollout.engine=hf.",
+    )

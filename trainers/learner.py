@@ -37,6 +37,7 @@ from agentgym.trainers.algorithm import (
 from agentgym.trainers.batch import MicroBatch, Sample, make_microbatches, positions
 from agentgym.trainers.config import AlgorithmConfig, OptimConfig
 from agentgym.trainers.critic import Critic, CriticConfig, attach_advantages
+from agentgym.trainers.device import autocast, compute_dtype, host_copy, keep_master_weights
 from agentgym.trainers.distributed import SINGLE, DistInfo, all_gather_objects, all_reduce_sum
 from agentgym.trainers.fused_lora import fused_lora_forward
 from agentgym.trainers.router_replay import RoutingReplay, flat
@@ -104,6 +105,10 @@ class Learner:
         self.replay = RoutingReplay(model).__enter__() if algo.router_replay else None
         #: value-based RL: the critic's adapter and head on the same base
         self.critic = Critic(model, critic, seed=seed) if critic is not None else None
+        #: mixed precision: a bf16 base (``model.dtype``) trains under bf16 autocast, with
+        #: float32 master copies of the trainable weights (None: float32 throughout)
+        self.compute_dtype = compute_dtype(model)
+        keep_master_weights(model)
         self.optimizer = self._setup()
         self.updates = 0
 
@@ -162,7 +167,13 @@ class Learner:
     def _replies(self, mb: MicroBatch, *, hidden: bool) -> torch.Tensor:
         """The model's output at the positions that predict each sampled token: logits
         ``[B, R, V]`` (float32), or with ``hidden`` the last hidden states ``[B, R, H]``
-        (the vocabulary projection is then skipped).
+        (the vocabulary projection is then skipped). Runs under :attr:`compute_dtype`
+        autocast (:meth:`_replies_in_precision`)."""
+        with autocast(self._device(), self.compute_dtype):
+            return self._replies_in_precision(mb, hidden=hidden)
+
+    def _replies_in_precision(self, mb: MicroBatch, *, hidden: bool) -> torch.Tensor:
+        """:meth:`_replies`' body.
 
         With :attr:`share_prompts`, each distinct prompt of the micro-batch runs through
         the model once, filling a KV cache; the cache rows are then copied to the samples
@@ -526,10 +537,11 @@ class Learner:
         return float(gap["abs_max"])
 
     def adapter_state(self) -> dict[str, torch.Tensor]:
-        """The LoRA weights only (full tensors, on every rank), peft naming."""
+        """The LoRA weights only (full tensors on the host, on every rank), peft naming:
+        what the engines, the checkpoints and the adapter digest read."""
         from agentgym.trainers.models import adapter_state_dict
 
-        return adapter_state_dict(self.model)
+        return host_copy(adapter_state_dict(self.model))
 
     # ------------------------------------------------------------ checkpoints
     def optimizer_state(self) -> dict[str, Any]:

@@ -73,6 +73,7 @@ from agentgym.trainers.checkpoint import (
 )
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.critic_pretrain import pretrain_critic
+from agentgym.trainers.device import place_model
 from agentgym.trainers.distributed import all_gather_objects, start_distributed
 from agentgym.trainers.engines import RolloutEngine, make_engine
 from agentgym.trainers.env_setup import env_corpus, env_kwargs, resolve_envs
@@ -156,6 +157,7 @@ class DAPOTrainer:
         model, self.tokenizer = build_model_and_tokenizer(
             cfg.model, corpus=lambda: env_corpus(cfg.envs, seed_start=cfg.train_seed_start)
         )
+        model = place_model(model, cfg.model, backend=self.dist.backend)  # device, dtype
         if cfg.lora.enabled:
             model = apply_lora(model, cfg.lora, seed=derive_seed("lora", cfg.run.seed))
         self.model = model
@@ -449,7 +451,7 @@ class DAPOTrainer:
         h = hashlib.sha256()
         for k, v in sorted(self.learner.adapter_state().items()):
             h.update(k.encode())
-            h.update(v.detach().to(torch.float32).contiguous().numpy().tobytes())
+            h.update(v.detach().to(torch.float32).cpu().contiguous().numpy().tobytes())
         return h.hexdigest()
 
     def check_ranks_agree(self) -> dict[str, Any]:

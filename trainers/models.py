@@ -146,6 +146,10 @@ def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
 # ---------------------------------------------------------------------------- LoRA
 
 ATTENTION_HINTS = ("attn", "attention")
+#: attention Linears the default targets leave out: vLLM folds MLA's ``kv_b_proj`` into
+#: its decode matrices (``W_UK_T``, ``W_UV``) when it loads the model, so an adapter there
+#: would act in vLLM's prefill only and the rollouts would not be the trained policy's
+NOT_BY_DEFAULT = ("kv_b_proj",)
 
 
 @dataclass(frozen=True)
@@ -184,7 +188,8 @@ def resolve_lora_targets(
     Args:
         model: the base model.
         target_modules: leaf names of Linear modules (``q_proj``, ``o_proj``); ``None``
-            means every Linear inside an attention block.
+            means every Linear inside an attention block but those of
+            :data:`NOT_BY_DEFAULT` (MLA's ``kv_b_proj``).
         target_experts: also adapt fused expert parameters (MoE models; ignored for
             dense ones).
     """
@@ -194,6 +199,7 @@ def resolve_lora_targets(
             n
             for n in linears
             if any(h in part.lower() for part in n.split(".")[:-1] for h in ATTENTION_HINTS)
+            and n.split(".")[-1] not in NOT_BY_DEFAULT
         ]
     else:
         wanted = list(target_modules)

@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from agentgym import ConfigError
+from agentgym.trainers.device import host_copy
 from agentgym.trainers.learner import Learner, make_optimizer
 
 
@@ -134,7 +135,7 @@ class DeepSpeedLearner(Learner):
         from deepspeed.runtime.zero import GatheredParameters
 
         with GatheredParameters([p for _, p in _lora_params(self.model)]):
-            return {k: v.detach().clone() for k, v in super().adapter_state().items()}
+            return super().adapter_state()  # host copies, made while gathered
 
     def load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
         if self.zero_stage < 3:
@@ -207,11 +208,11 @@ class FSDP2Learner(Learner):
                 u.set_reshard_after_forward(True)
 
     def adapter_state(self) -> dict[str, torch.Tensor]:
-        out = {}
-        for k, v in super().adapter_state().items():
-            full = v.full_tensor() if hasattr(v, "full_tensor") else v
-            out[k] = full.detach().clone()
-        return out
+        from agentgym.trainers.models import adapter_state_dict
+
+        shards = adapter_state_dict(self.model)
+        full = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in shards.items()}
+        return host_copy(full)
 
     def load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
         from torch.distributed.tensor import distribute_tensor
@@ -223,8 +224,11 @@ class FSDP2Learner(Learner):
         for k, v in state.items():
             ref = current.get(k)
             if ref is not None and hasattr(ref, "device_mesh"):
-                sharded[k] = distribute_tensor(
-                    v.to(ref.dtype), ref.device_mesh, ref.placements, src_data_rank=None
+                sharded[k] = distribute_tensor(  # a host tensor goes to the mesh's device
+                    v.to(device=ref.device, dtype=ref.dtype),
+                    ref.device_mesh,
+                    ref.placements,
+                    src_data_rank=None,
                 )
             else:
                 sharded[k] = v

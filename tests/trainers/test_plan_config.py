@@ -23,9 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG_671B = ROOT / "configs" / "deepseek_v3_671b_48xh100.yaml"
 
 #: per-GPU GiB of the 671B plan, as `agentgym plan` printed them before the planner read
-#: the trainer's config (the planner's own YAML shape, trainers/plan.py)
+#: the trainer's config (the planner's own YAML shape, trainers/plan.py); the LoRA column
+#: since the config stopped adapting kv_b_proj (vLLM folds it into its MLA decode)
 BEFORE = {
-    "lora": {"train": 26.470860838890076, "rollout": 61.29825195670128, "peak": 61.29825195670128},
+    "lora": {"train": 26.454121947288513, "rollout": 61.28532776236534, "peak": 61.28532776236534},
     "full": {"train": 274.8276040712992, "rollout": 260.63516757488253, "peak": 274.8276040712992},
 }
 

@@ -9,14 +9,15 @@ What the rest of agentgym takes from here; the modules inside are the package's 
 * the engines: :class:`HFEngine` (embedded, the trainer's own model: :mod:`.hf`, with
   :mod:`.sampling`, :mod:`.lean`, :mod:`.fast_attention`, :mod:`.fused` and
   :mod:`.lora_fold`) and :class:`VLLMEngine` (GPU, colocated: :mod:`.vllm`, with
-  :mod:`.vllm_sampling`; the ``vllm.LLM`` arguments it passes: :func:`vllm_llm_kwargs`);
+  :mod:`.vllm_sampling`; the ``vllm.LLM`` arguments it passes: :func:`vllm_llm_kwargs`,
+  and each ``LoRARequest``'s: :func:`lora_request_extras`);
   importing this package never imports vLLM itself;
 * choosing one: :func:`make_engine`, :data:`ENGINE_KINDS`, and their typed options
   :class:`HFEngineOptions`, :class:`VLLMEngineOptions` (:func:`engine_options` checks a
   config's mapping; :mod:`.options`);
 * LoRA adapters as vLLM files (:mod:`.adapters`): :func:`save_base_model`,
   :func:`write_peft_adapter`, :func:`adapter_config_dict`, :func:`infer_adapter_config`,
-  :func:`vllm_lora_rank`, :data:`VLLM_LORA_RANKS`; :func:`import_vllm`;
+  :func:`is_3d_moe_adapter`, :func:`vllm_lora_rank`, :data:`VLLM_LORA_RANKS`; :func:`import_vllm`;
 * measuring an engine against the learner: :func:`logprob_mismatch` (:mod:`.mismatch`);
 * ``hf:PATH[@ADAPTER]`` policies: :func:`policy_from_spec` (:mod:`.spec`).
 """
@@ -32,6 +33,7 @@ _LAZY = {
     "VLLM_LORA_RANKS": "agentgym.trainers.engines.adapters",
     "adapter_config_dict": "agentgym.trainers.engines.adapters",
     "infer_adapter_config": "agentgym.trainers.engines.adapters",
+    "is_3d_moe_adapter": "agentgym.trainers.engines.adapters",
     "save_base_model": "agentgym.trainers.engines.adapters",
     "vllm_lora_rank": "agentgym.trainers.engines.adapters",
     "write_peft_adapter": "agentgym.trainers.engines.adapters",
@@ -53,6 +55,7 @@ _LAZY = {
     "VLLMEngine": "agentgym.trainers.engines.vllm",
     "import_vllm": "agentgym.trainers.engines.vllm",
     "vllm_llm_kwargs": "agentgym.trainers.engines.vllm",
+    "lora_request_extras": "agentgym.trainers.engines.vllm",
     "sampled_logprobs": "agentgym.trainers.engines.vllm_sampling",
     "vllm_sampling_kwargs": "agentgym.trainers.engines.vllm_sampling",
 }

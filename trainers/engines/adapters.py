@@ -69,6 +69,12 @@ def adapter_config_dict(source: Any, adapter_name: str = "default") -> dict[str,
     return config
 
 
+def is_3d_moe_adapter(config: Mapping[str, Any]) -> bool:
+    """Whether an adapter config adapts fused 3-D expert parameters (peft
+    ``target_parameters``): vLLM must then be told the adapter's layout is 3-D."""
+    return bool(config.get("target_parameters"))
+
+
 def _check_adapter_config(config: Mapping[str, Any]) -> None:
     peft_type = str(config.get("peft_type", "LORA")).upper()
     if peft_type != "LORA":

@@ -11,7 +11,9 @@ take the trainer's model object; they differ in what they do with it:
   once, so its first rollout already uses the trainer's weights (this matters after a
   resume). After that the loop's ``load_adapter`` calls keep it in step. A temporary
   ``workdir`` made here is handed to the engine (:meth:`RolloutEngine.own`), which
-  deletes it on ``close()``.
+  deletes it on ``close()``. vLLM computes in the trainer's dtype (``dtype: auto`` in
+  its options becomes the base weights' dtype, never the checkpoint's), and one process
+  runs it: with several ranks every engine would take the same GPU, so that is refused.
 
 Each engine takes its settings as one typed options object
 (:mod:`.options`); ``make_engine`` accepts that object or the mapping a config writes.
@@ -19,6 +21,8 @@ Each engine takes its settings as one typed options object
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -101,7 +105,17 @@ def _make_vllm(
             "follows training by loading the adapter each step and never receives full "
             "weights. Use rollout.engine: hf for full fine-tuning."
         )
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        raise ConfigError(
+            f"rollout.engine: vllm runs in one process here, but this run has {world}: each "
+            "rank's vLLM would land on GPU 0. Run vLLM with one process (its own "
+            "rollout.engine_options.tensor_parallel_size spans the GPUs), or use "
+            "rollout.engine: hf with several ranks."
+        )
     import_vllm()  # fail before writing anything when vLLM is missing
+    if options.dtype == "auto":  # the trainer's dtype, not the checkpoint's
+        options = dataclasses.replace(options, dtype=base_dtype_name(model))
     owned: Path | None = None
     if workdir is None:
         owned = Path(tempfile.mkdtemp(prefix="agentgym-vllm-"))
@@ -126,3 +140,11 @@ def _make_vllm(
         engine.own(owned)
     engine.load_adapter(adapter_state_dict(model))
     return engine
+
+
+def base_dtype_name(model: nn.Module) -> str:
+    """The dtype of the model's frozen (base) floating weights, by vLLM's name
+    (``bfloat16``, ``float32``); the trainable weights' when nothing is frozen."""
+    frozen = [p.dtype for p in model.parameters() if p.is_floating_point() and not p.requires_grad]
+    dtypes = frozen or [p.dtype for p in model.parameters() if p.is_floating_point()]
+    return str(dtypes[0]).removeprefix("torch.") if dtypes else "float32"

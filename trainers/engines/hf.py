@@ -179,6 +179,7 @@ class HFEngine(RolloutEngine):
             seeds,
             [float(r.sampling.temperature) for r in requests],
             [float(r.sampling.top_p) for r in requests],
+            device=self.device,
         )
         max_new = max(r.sampling.max_tokens for r in requests)
         gen_config = GenerationConfig(

@@ -62,7 +62,8 @@ class VLLMEngineOptions:
             the trainer keeps the rest.
         max_model_len: longest prompt + reply (``null``: the model's).
         max_num_seqs: most sequences decoded at once (``null``: vLLM's default).
-        dtype: weights and activations (``auto``: the checkpoint's).
+        dtype: weights and activations (``auto``: the trainer's, ``model.dtype``, so that
+            a float32 trainer is not compared with a bf16 engine).
         kv_cache_dtype: ``auto`` (the model's dtype), ``fp8``, ...
         tensor_parallel_size / pipeline_parallel_size / data_parallel_size: vLLM's
             parallel layout of the rollout engine.

@@ -11,7 +11,10 @@ Sampling is done by agentgym rather than by transformers' own sampler, so that i
   the same scores the sampler used.
 
 Gumbel-max: ``argmax(log p + Gumbel)`` is an exact sample of ``p``; temperature 0 is
-``argmax(log p)`` (greedy). Both decode paths of the HF engine draw the same numbers
+``argmax(log p)`` (greedy). The noise is drawn on the device of the scores (one
+generator per request on that device): on a GPU no ``rows x vocab`` numbers are drawn on
+the host and copied at every step. A seed gives the same tokens on the same kind of
+device (CPU and CUDA generators are different algorithms). Both decode paths of the HF engine draw the same numbers
 for the same seeds: :class:`SeededSampler` (a logits processor for transformers'
 ``generate``) one step at a time, :class:`RowNoise` (the lean loop, :mod:`.lean`) a
 chunk of steps at a time.
@@ -54,8 +57,15 @@ class SeededSampler:
     tokens that this path drops depending on its batch).
     """
 
-    def __init__(self, seeds: list[int], temperatures: list[float], top_ps: list[float]) -> None:
-        self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+    def __init__(
+        self,
+        seeds: list[int],
+        temperatures: list[float],
+        top_ps: list[float],
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
+        self.device = torch.device(device)
         self.temperatures = temperatures
         self.top_ps = top_ps
         self.logprobs: list[torch.Tensor] = []
@@ -69,7 +79,9 @@ class SeededSampler:
         if any(p < 1.0 for p in self.top_ps):
             scaled = top_p_filter(scaled, torch.tensor(self.top_ps, device=scores.device))
         logp = torch.log_softmax(scaled, dim=-1)
-        noise = torch.stack([torch.rand(v, generator=g) for g in self.generators]).to(scores.device)
+        noise = torch.stack(
+            [torch.rand(v, generator=g, device=self.device) for g in self.generators]
+        ).to(scores.device)
         perturbed = torch.where(greedy[:, None], logp, logp + gumbel(noise))
         choice = perturbed.argmax(dim=-1)
         self.logprobs.append(logp.gather(1, choice[:, None]).squeeze(1).cpu())
@@ -91,7 +103,7 @@ class RowNoise:
         self, seeds: Sequence[int], sampled: Sequence[bool], vocab: int, device: torch.device
     ) -> None:
         self.generators = [
-            torch.Generator().manual_seed(int(s)) if on else None
+            torch.Generator(device=device).manual_seed(int(s)) if on else None
             for s, on in zip(seeds, sampled, strict=True)
         ]
         self.vocab = vocab
@@ -107,12 +119,12 @@ class RowNoise:
         if all(self.generators[r] is None for r in rows):
             return None
         if self._noise is None or t - self._start >= self.chunk:
-            uniform = torch.zeros(len(rows), self.chunk, self.vocab)
+            uniform = torch.zeros(len(rows), self.chunk, self.vocab, device=self.device)
             for j, r in enumerate(rows):
                 g = self.generators[r]
                 if g is not None:
                     torch.rand(self.chunk, self.vocab, generator=g, out=uniform[j])
-            self._noise = gumbel(uniform.to(self.device))
+            self._noise = gumbel(uniform)
             self._start = t
         return self._noise[:, t - self._start]
 

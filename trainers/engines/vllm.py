@@ -72,10 +72,19 @@ seeds, the log-prob mismatch -- is covered by the ``gpu``-marked tests in
 ``tests/trainers/test_vllm_engine.py`` and by
 ``python -m agentgym.benchmarks.perf.vllm_engine``, which run only where CUDA and vLLM
 are present. Sleep level 2 and the parallel layouts (pipeline, data and expert
-parallelism) have not been run. LoRA on fused MoE expert parameters (peft
-``target_parameters``, used for ``tiny-deepseek-v3``) depends on vLLM's MoE-LoRA loader
-reading peft's nested layout (``experts.base_layer`` = ``gate_up_proj``, ``experts`` =
-``down_proj``); it has not been run. See ``docs/vllm.md``.
+parallelism) have not been run. See ``docs/vllm.md``.
+
+**LoRA on routed experts.** peft's ``target_parameters`` adapter of the fused experts
+(``tiny-deepseek-v3``, DeepSeek-V3) is stored in the 3-D layout (``experts.base_layer``
+= ``gate_up_proj``, ``experts`` = ``down_proj``, ``r x experts`` rows). vLLM reads that
+layout on its own only for models whose experts it stores as 3-D weights; for the
+others (DeepSeek-V3 among them) it must be told, per request, that the adapter is 3-D
+(``LoRARequest(is_3d_lora_weight=True)``, honoured when the engine was built with
+``enable_mixed_moe_lora_format=True``). The engine does both whenever the adapter has
+expert parameters (:func:`~agentgym.trainers.engines.adapters.is_3d_moe_adapter`):
+the declaration is true of every such adapter, whichever layout vLLM keeps for the
+model. MLA's ``kv_b_proj`` is never adapted for vLLM: vLLM folds it into its decode
+matrices at load time (the trainer's config refuses it).
 """
 
 from __future__ import annotations
@@ -98,6 +107,7 @@ from agentgym.trainers.engines.adapters import (
     VLLM_LORA_RANKS,
     adapter_config_dict,
     infer_adapter_config,
+    is_3d_moe_adapter,
     vllm_lora_rank,
     write_peft_adapter,
 )
@@ -125,6 +135,12 @@ def import_vllm() -> Any:
     return vllm
 
 
+def lora_request_extras(moe_3d_lora: bool) -> dict[str, Any]:
+    """``LoRARequest`` keyword arguments beyond name, id and path: the 3-D expert
+    declaration for adapters on fused expert parameters (see the module docstring)."""
+    return {"is_3d_lora_weight": True} if moe_3d_lora else {}
+
+
 def vllm_llm_kwargs(
     options: VLLMEngineOptions,
     *,
@@ -132,13 +148,16 @@ def vllm_llm_kwargs(
     seed: int,
     enable_sleep_mode: bool,
     max_lora_rank: int | None,
+    moe_3d_lora: bool = False,
 ) -> dict[str, Any]:
     """The ``vllm.LLM`` keyword arguments for these options.
 
     Every option that is a vLLM engine argument goes by vLLM's own name
     (``max_num_seqs`` only when set: ``None`` leaves vLLM's default). LoRA serving is on
     when ``max_lora_rank`` is given (one adapter slot on the GPU and one in CPU memory:
-    each step's adapter replaces the last). ``options.llm_kwargs`` are applied last, as
+    each step's adapter replaces the last); ``moe_3d_lora`` (an adapter on fused expert
+    parameters) also turns on ``enable_mixed_moe_lora_format``, so that each request's
+    ``is_3d_lora_weight`` is honoured. ``options.llm_kwargs`` are applied last, as
     given.
     """
     kwargs: dict[str, Any] = {
@@ -162,6 +181,8 @@ def vllm_llm_kwargs(
         kwargs["max_num_seqs"] = options.max_num_seqs
     if max_lora_rank is not None:
         kwargs.update(enable_lora=True, max_loras=1, max_cpu_loras=1, max_lora_rank=max_lora_rank)
+        if moe_3d_lora:
+            kwargs["enable_mixed_moe_lora_format"] = True
     kwargs.update(options.llm_kwargs)
     return kwargs
 
@@ -262,12 +283,15 @@ class VLLMEngine(RolloutEngine):
             self.adapter_root = Path(adapter_dir)
             self.adapter_root.mkdir(parents=True, exist_ok=True)
 
+        #: the adapter is peft's 3-D fused-expert layout: every request says so
+        self.moe_3d_lora = bool(self.adapter_config) and is_3d_moe_adapter(self.adapter_config)
         kwargs = vllm_llm_kwargs(
             options,
             model_path=model_path,
             seed=seed,
             enable_sleep_mode=self.enable_sleep_mode,
             max_lora_rank=max_lora_rank if enable_lora else None,
+            moe_3d_lora=self.moe_3d_lora,
         )
         self.llm: Any = vllm.LLM(**kwargs)
         self.max_model_len = _engine_max_model_len(self.llm, options.max_model_len)
@@ -321,7 +345,12 @@ class VLLMEngine(RolloutEngine):
     def _make_lora_request(self, lora_id: int, path: Path) -> Any:
         if self._lora_request_cls is None:  # pragma: no cover - guarded by load_adapter
             raise ConfigError("LoRA is disabled on this engine.")
-        return self._lora_request_cls(f"agentgym-adapter-{lora_id}", lora_id, str(path))
+        return self._lora_request_cls(
+            f"agentgym-adapter-{lora_id}",
+            lora_id,
+            str(path),
+            **lora_request_extras(self.moe_3d_lora),
+        )
 
     # ------------------------------------------------------------------ sleep / wake
 

@@ -285,6 +285,8 @@ def count_parameters(arch: Architecture) -> ParameterCount:
 ATTENTION_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "q_a_proj", "q_b_proj")
 ATTENTION_TARGETS += ("kv_a_proj_with_mqa", "kv_b_proj")
 MLP_TARGETS = ("gate_proj", "up_proj", "down_proj")
+#: left out of the default targets, as apply_lora does (vLLM folds MLA's kv_b_proj)
+NOT_BY_DEFAULT = ("kv_b_proj",)
 
 
 @dataclass(frozen=True)
@@ -320,7 +322,7 @@ def lora_linears(arch: Architecture, index: int, lora: LoraSpec) -> list[Linear]
             if lora.target_experts:
                 out.append(lin)
         elif wanted is None:
-            if lin.group == "attention":
+            if lin.group == "attention" and lin.name not in NOT_BY_DEFAULT:
                 out.append(lin)
         elif lin.name in wanted:
             out.append(lin)
