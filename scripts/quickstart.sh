@@ -29,11 +29,19 @@ T_SFT=$(date +%s)
 echo "[quickstart] stage 2/2: DAPO with a token cost"
 "$AG" train configs/quickstart_dapo.yaml "run.output_dir=$RUN_DIR/dapo" "model.path=$RUN_DIR/sft/model"
 
-"$ROOT/.venv/bin/python" - "$RUN_DIR" "$START" "$T_SETUP" "$T_SFT" <<'PY'
-import json, sys, time
+# CPU seconds (user + system) of everything this script ran (bash's `times`, second line:
+# children). On an idle 2-core machine it is about twice the time after set-up; much more
+# than that means other work shared the cores (torch's two threads spin while they wait)
+TIMES="$(mktemp)"
+times >"$TIMES"
+CPU="$(tail -n 1 "$TIMES")"
+rm -f "$TIMES"
+"$ROOT/.venv/bin/python" - "$RUN_DIR" "$START" "$T_SETUP" "$T_SFT" "$CPU" <<'PY'
+import json, re, sys, time
 from pathlib import Path
 
-run, start, t_setup, t_sft = Path(sys.argv[1]), *map(int, sys.argv[2:])
+run, (start, t_setup, t_sft) = Path(sys.argv[1]), map(int, sys.argv[2:5])
+cpu_s = sum(float(m) * 60 + float(s) for m, s in re.findall(r"(\d+)m([\d.]+)s", sys.argv[5]))
 rows = [json.loads(l) for l in (run / "dapo" / "metrics.jsonl").read_text().splitlines() if l.strip()]
 evals = [r for r in rows if "eval/accuracy" in r]
 before, after = evals[0], evals[-1]
@@ -49,6 +57,7 @@ print(f"target (accuracy >= 0.90x, tokens <= 0.40x): {'reached' if ok else 'NOT 
 end = time.time()
 print(
     f"total wall time: {end - start:.0f} s (set-up {t_setup - start} s, warm start "
-    f"{t_sft - t_setup} s, DAPO and evaluation {end - t_sft:.0f} s); plots in {run / 'dapo' / 'plots'}"
+    f"{t_sft - t_setup} s, DAPO and evaluation {end - t_sft:.0f} s); CPU time {cpu_s:.0f} s; "
+    f"plots in {run / 'dapo' / 'plots'}"
 )
 PY

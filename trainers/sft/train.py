@@ -14,7 +14,13 @@ third of a padded batch was padding. Two ways to spend less on it:
 * ``train.length_groups: m`` (:func:`batch_loss`): a batch is sorted by length and run
   as ``m`` micro-batches, each padded to its own longest example, their gradients
   accumulated (the same gradient as one padded batch, up to float rounding; more,
-  smaller operations, which costs more than it saves on a contended CPU).
+  smaller operations).
+
+On the quickstart's batches (``python -m agentgym.benchmarks.perf.sft``, 2 threads, one
+run): the step as it was 1.0, the lean step below alone 1.13x faster, with
+``length_groups: 4`` 1.44x (padding 34% -> 10%), with ``group_by_length: 8`` 1.77x
+(padding 8%), both 1.48x (micro-batches of batches that are already even cost more than
+the padding they save).
 
 And in every step (:func:`batch_loss`): rows are padded on the right and run without an
 attention mask (under causal attention no real token sees the padding after it, and
