@@ -9,7 +9,9 @@ trainer's in ``agentgym.trainers.config``, the SFT stage's beside it, the planne
 * :func:`load_config` reads YAML (or the defaults) and applies overrides written
   ``section.field=value`` (values parsed as YAML: ``rollout.group_size=16``,
   ``lora.target_modules=[q_proj,v_proj]``, ``envs.0.weight=2``);
-* unknown keys, in the file or an override, raise with the closest known names;
+* unknown keys, in the file or an override, raise with the closest known names, and
+  with the sections that do have a key of that name (``run.max_steps`` for the SFT
+  stage points at ``train.max_steps``);
 * wrong types raise naming the key (``rollout.max_tokens must be an integer``);
 * :func:`config_to_yaml` is what ``--print-config`` prints and what a run saves.
 """
@@ -224,11 +226,44 @@ def load_config(
         if not isinstance(loaded, dict):
             raise ConfigError(f"{p}: a config file must be a mapping of sections.")
         data = loaded
-    if overrides:
-        base = dataclasses.asdict(cls())  # type: ignore[call-arg]
-        data = _deep_merge(base, data)
-        data = apply_overrides(cls, data, overrides)
-    return config_from_dict(cls, data)
+    try:
+        if overrides:
+            base = dataclasses.asdict(cls())  # type: ignore[call-arg]
+            data = _deep_merge(base, data)
+            data = apply_overrides(cls, data, overrides)
+        return config_from_dict(cls, data)
+    except UnknownNameError as e:
+        if e.kind == "config key":
+            _point_elsewhere(e, cls)
+        raise
+
+
+def _keys_named(cls: type, leaf: str, prefix: str = "") -> list[str]:
+    """Every dotted key of the config schema ``cls`` whose last part is ``leaf``
+    (sections inside lists and mappings are not searched)."""
+    found = []
+    for name, tp in _hints(cls).items():
+        full = f"{prefix}{name}"
+        if name == leaf:
+            found.append(full)
+        inner, _ = _strip_optional(tp)
+        if dataclasses.is_dataclass(inner):
+            found += _keys_named(inner, leaf, full + ".")  # type: ignore[arg-type]
+    return found
+
+
+def _point_elsewhere(err: UnknownNameError, cls: type) -> None:
+    """An unknown key whose name exists in another section suggests that key instead
+    (its near-spellings in the same section are less likely what was meant)."""
+    leaf = err.name.rsplit(".", 1)[-1]
+    elsewhere = [k for k in _keys_named(cls, leaf) if k != err.name]
+    if elsewhere:
+        where = ", ".join(repr(k) for k in elsewhere)
+        err.suggestions = elsewhere
+        err.args = (
+            f"Unknown config key {err.name!r}: {leaf!r} is a key of another section. "
+            f"Did you mean: {where}? `--print-config` lists every key with its value.",
+        )
 
 
 def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:

@@ -128,5 +128,5 @@ def _is_terminal(stream: TextIO) -> bool:
 
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
-        return f"{v:.4g}"
+        return f"{v:.3g}"
     return str(v)

@@ -42,6 +42,10 @@ _LAZY = {
     "evaluate_async": "agentgym.trainers.evaluation",
     "eval_table": "agentgym.trainers.evaluation",
     "read_jsonl": "agentgym.trainers.logging",
+    # a run folder holds one run (agentgym train / sft check it before writing)
+    "prepare_run_folder": "agentgym.trainers.run_folder",
+    "clean_failed_start": "agentgym.trainers.run_folder",
+    "folder_state": "agentgym.trainers.run_folder",
     # A*PO's value stage (agentgym apo-values)
     "compute_apo_values": "agentgym.trainers.apo",
     # the SFT stage

@@ -48,6 +48,9 @@ class RunConfig:
         plots: write PNG plots at the end.
         report_to: where metrics, the timeline and the plots go: ``jsonl`` (always),
             ``tensorboard``, ``wandb``, ``all`` (:mod:`agentgym.trainers.tracking`).
+        sample_episodes: episodes per step written to ``samples.jsonl`` (prompts,
+            replies, rewards and their breakdown), spread from the step's worst reward
+            to its best; 0 writes none.
     """
 
     output_dir: str = "runs/dapo"
@@ -59,9 +62,11 @@ class RunConfig:
     progress: bool = True
     plots: bool = True
     report_to: list[str] = field(default_factory=lambda: ["jsonl"])
+    sample_episodes: int = 4
 
     def __post_init__(self) -> None:
         self.report_to = check_report_to(self.report_to)
+        _check(self.sample_episodes >= 0, "run.sample_episodes must be >= 0 (0: none).")
         _check(self.max_steps >= 0, f"run.max_steps must be >= 0, got {self.max_steps}.")
         _check(self.save_every >= 0, f"run.save_every must be >= 0, got {self.save_every}.")
         _check(self.keep_checkpoints >= 1, "run.keep_checkpoints must be >= 1.")
@@ -85,6 +90,8 @@ class ModelConfig:
             ``num_hidden_layers``, ...), for ``agentgym plan`` to size a model without
             downloading it (empty: it reads ``config.json`` in ``path``). Training ignores
             it; the weights' own config wins.
+        made_by: the command that writes ``path`` (``agentgym sft configs/...``): a run
+            whose model is missing says to run it first.
         device: where the model trains and the HF engine generates: ``auto`` (the
             process's GPU, ``cuda:LOCAL_RANK``, when CUDA is present and the process
             group is not gloo; else ``cpu``), ``cpu``, ``cuda`` or ``cuda:N`` (one
@@ -103,6 +110,7 @@ class ModelConfig:
     init_seed: int = 0
     tokenizer_vocab_size: int | None = None
     architecture: dict[str, Any] = field(default_factory=dict)
+    made_by: str | None = None
     device: str = "auto"
     dtype: str = "auto"
 

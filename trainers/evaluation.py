@@ -17,6 +17,7 @@ import numpy as np
 from agentgym import (
     ConfigError,
     Episode,
+    Progress,
     SamplingParams,
     episode_accuracy,
     episode_tokens,
@@ -74,6 +75,7 @@ async def evaluate_async(
     concurrency: int = 256,
     env_host: Any = None,
     retries: int = 2,
+    progress: bool = False,
 ) -> tuple[dict[str, float], list[list[Episode]]]:
     """One episode per held-out seed and env.
 
@@ -83,6 +85,7 @@ async def evaluate_async(
             :class:`agentgym.RayEnvWorkers`; ``None``: new threads and envs per call).
         retries: replays of an episode that failed for infrastructure reasons; one
             that still fails is left out of the metrics and counted (``eval/failed``).
+        progress: show an ``eval`` progress bar over the episodes (plain lines in logs).
 
     Returns:
         summary metrics under ``eval/`` and the episodes, one list per env.
@@ -92,26 +95,55 @@ async def evaluate_async(
             raise ConfigError("evaluate_async needs seeds or num_tasks.")
         seeds = range(seed_start, seed_start + num_tasks)
     ids = resolve_envs(envs)
-    results = await asyncio.gather(
+    seeds = list(seeds)
+    bar = Progress(len(seeds) * len(ids), desc="eval", unit="episode", enabled=progress)
+    try:
+        results = await _play_all(
+            ids,
+            envs,
+            policy,
+            tokenizer,
+            seeds,
+            sampling,
+            bar,
+            concurrency=concurrency,
+            env_host=env_host,
+            retries=retries,
+        )
+    finally:
+        bar.close()
+    per_env = [list(eps) for eps in results]
+    return eval_metrics(ids, per_env), per_env
+
+
+async def _play_all(
+    ids: Sequence[str],
+    envs: Sequence[EnvSpec],
+    policy: Any,
+    tokenizer: Any,
+    seeds: list[int],
+    sampling: SamplingParams,
+    bar: Progress,
+    **kw: Any,
+) -> list[list[Episode]]:
+    """One episode per seed of every env, concurrently; ``bar`` counts them."""
+    return await asyncio.gather(
         *(
             rollout_async(
                 env_id,
                 policy,
-                seeds=list(seeds),
+                seeds=seeds,
                 group_size=1,
                 sampling=sampling,
-                concurrency=concurrency,
                 env_kwargs=env_kwargs(spec, tokenizer),
-                env_host=env_host,
-                retries=retries,
+                on_episode=lambda _ep: bar.update(1),
+                **kw,
             )
             if seeds
             else _no_episodes()
             for env_id, spec in zip(ids, envs, strict=True)
         )
     )
-    per_env = [list(eps) for eps in results]
-    return eval_metrics(ids, per_env), per_env
 
 
 async def _no_episodes() -> list[Episode]:

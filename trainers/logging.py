@@ -1,4 +1,4 @@
-"""Metrics to JSONL, and PNG plots at the end of a run.
+"""Metrics to JSONL, a few sample episodes per step, and PNG plots at the end of a run.
 
 The rows also reach the run's trackers (TensorBoard, W&B: ``run.report_to``) when
 :func:`~agentgym.trainers.tracking.start_tracking` attached them to the writers; the
@@ -15,7 +15,16 @@ from typing import Any
 
 from agentgym.trainers.tracking import close_tracking, start_tracking, trackers_for
 
-__all__ = ["JsonlWriter", "plot_run", "plot_timeline", "read_jsonl", "start_tracking"]
+__all__ = [
+    "JsonlWriter",
+    "SampleLog",
+    "plot_run",
+    "plot_timeline",
+    "progress_stats",
+    "read_jsonl",
+    "start_tracking",
+    "train_summary",
+]
 
 
 def _clean(v: Any) -> Any:
@@ -65,6 +74,105 @@ class JsonlWriter:
             self.trackers.on_row(self.path.stem, row)
 
 
+class SampleLog(JsonlWriter):
+    """``samples.jsonl``: what the model wrote. Each step, ``per_step`` of its episodes,
+    spread over the step's range of rewards (the worst, the best and between), one row
+    each: the step, env, seed, reward (and the shaped reward the update used), the
+    reward breakdown, and every turn's prompt (the last message the policy saw) and reply.
+    """
+
+    def __init__(self, path: str | Path, per_step: int, **kw: Any) -> None:
+        super().__init__(path, **kw)
+        self.per_step = per_step
+        self.enabled = self.enabled and per_step > 0
+
+    def write_step(
+        self, step: int, episodes: Sequence[Any], trained: Sequence[Any], shaped: Sequence[float]
+    ) -> None:
+        """Write the step's samples; ``shaped`` are the rewards of the ``trained`` episodes."""
+        if not self.enabled or not episodes:
+            return
+        by_id = {id(ep): r for ep, r in zip(trained, shaped, strict=True)}
+        ranked = sorted(episodes, key=lambda ep: (ep.reward, ep.seed or 0, ep.sample))
+        n = min(self.per_step, len(ranked))
+        picks = sorted({round(i * (len(ranked) - 1) / max(1, n - 1)) for i in range(n)})
+        for i in picks:
+            ep = ranked[i]
+            self.write(
+                {
+                    "step": step,
+                    "env_id": ep.env_id,
+                    "task_id": ep.task_id,
+                    "seed": ep.seed,
+                    "sample": ep.sample,
+                    "reward": ep.reward,
+                    "shaped_reward": by_id.get(id(ep)),  # None: its group was not trained
+                    "reward_breakdown": ep.reward_breakdown,
+                    "turns": [
+                        {
+                            "conversation": t.conversation,
+                            "kind": t.kind,
+                            "prompt": t.messages[-1].content if t.messages else "",
+                            "reply": t.completion.text,
+                            "tokens": t.completion.num_tokens,
+                            "finish_reason": t.completion.finish_reason,
+                        }
+                        for t in ep.turns
+                    ],
+                }
+            )
+
+
+def train_summary(rows: Sequence[Mapping[str, Any]], out: str | Path) -> str:
+    """A few lines on a finished run from its step rows: steps, time, the first and last
+    steps' reward, accuracy and reply length, and where to look next."""
+    steps = [r for r in rows if "charts/reward" in r]
+    if not steps:
+        return f"no training steps recorded in {out}/metrics.jsonl"
+
+    def avg(part: Sequence[Mapping[str, Any]], key: str) -> float | None:
+        vals = [r[key] for r in part if isinstance(r.get(key), int | float)]
+        vals = [v for v in vals if math.isfinite(v)]
+        return sum(vals) / len(vals) if vals else None
+
+    k = max(1, min(3, len(steps) // 2))
+    head, tail = steps[:k], steps[-k:]
+    lines = [
+        f"trained steps {steps[0]['step']}-{steps[-1]['step']} "
+        f"({avg(steps, 'time/step_s') or 0:.1f} s/step); first {k} vs last {k} steps:"
+    ]
+    for key, name in (
+        ("charts/reward", "reward"),
+        ("charts/accuracy", "accuracy"),
+        ("charts/response_tokens_mean", "reply tokens"),
+    ):
+        a, b = avg(head, key), avg(tail, key)
+        if a is not None and b is not None:
+            lines.append(f"  {name:<13} {a:8.3f} -> {b:8.3f}")
+    lines.append(
+        f"  see {out}/metrics.jsonl, {out}/samples.jsonl (what the model wrote), {out}/plots/"
+    )
+    return "\n".join(lines)
+
+
+#: the step metrics shown beside the progress bar (or in its log lines), short names
+PROGRESS_KEYS = (
+    ("charts/reward", "reward"),
+    ("charts/accuracy", "acc"),
+    ("charts/response_tokens_mean", "tok"),
+    ("losses/total", "loss"),
+    ("losses/approx_kl_ref", "kl"),
+    ("charts/lr", "lr"),
+    ("charts/idle_share", "idle"),
+    ("time/step_s", "s/step"),
+)
+
+
+def progress_stats(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`PROGRESS_KEYS` present in a step's metrics, under their short names."""
+    return {short: metrics[k] for k, short in PROGRESS_KEYS if metrics.get(k) is not None}
+
+
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a JSONL file; a torn last line (killed writer) is skipped."""
     rows = []
@@ -81,8 +189,24 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+#: training.png's panels: a title and the metrics drawn in it (those a run logged)
+TRAINING_PANELS = (
+    ("losses", ("losses/total", "losses/policy", "losses/value", "losses/nll_positive")),
+    ("entropy", ("losses/entropy",)),
+    ("KL", ("losses/kl", "losses/approx_kl_ref")),
+    ("grad norm", ("losses/grad_norm",)),
+    ("learning rate", ("charts/lr",)),
+    ("critic explained variance", ("critic/explained_variance",)),
+)
+
+
+def _has(rows: Sequence[Mapping[str, Any]], key: str) -> bool:
+    return any(isinstance(r.get(key), int | float) for r in rows)
+
+
 def plot_run(run_dir: str | Path) -> list[Path]:
-    """Write reward.png, response_length.png and timeline.png into ``run_dir/plots``;
+    """Write reward.png, response_length.png, training.png (losses, entropy, KL, grad
+    norm, learning rate) and timeline.png into ``run_dir/plots``;
     the run's trackers get them and are closed (the run has ended)."""
     written = _plot_run(run_dir)
     trackers = trackers_for(run_dir)
@@ -137,6 +261,30 @@ def _plot_run(run_dir: str | Path) -> list[Path]:
         ax.grid(alpha=0.3)
         fig.tight_layout()
         written.append(_save(fig, out_dir / "response_length.png"))
+        panels = [
+            (title, keys) for title, keys in TRAINING_PANELS if any(_has(rows, k) for k in keys)
+        ]
+        if panels:
+            cols = min(3, len(panels))
+            fig, axes = plt.subplots(
+                -(-len(panels) // cols),
+                cols,
+                figsize=(4 * cols, 3 * -(-len(panels) // cols)),
+                squeeze=False,
+            )
+            for ax, (title, keys) in zip(axes.flat, panels, strict=False):
+                for k in keys:
+                    if _has(rows, k):
+                        ax.plot(steps, series(k), label=k.split("/")[-1])
+                ax.set_title(title, fontsize=10)
+                ax.set_xlabel("step")
+                ax.grid(alpha=0.3)
+                if len(keys) > 1:
+                    ax.legend(fontsize=8)
+            for ax in list(axes.flat)[len(panels) :]:
+                ax.set_visible(False)
+            fig.tight_layout()
+            written.append(_save(fig, out_dir / "training.png"))
 
     spans = read_jsonl(run_dir / "timeline.jsonl")
     if spans:
@@ -155,6 +303,8 @@ def plot_timeline(spans: Sequence[Mapping[str, Any]], path: Path, max_steps: int
     steps = sorted({int(s["step"]) for s in spans})[-max_steps:]
     spans = [s for s in spans if int(s["step"]) in steps]
     colors = {
+        "wake": "#e6550d",
+        "sleep": "#fd8d3c",
         "rollout": "#9ecae1",
         "generate": "#08519c",
         "reward": "#fdae6b",
@@ -183,7 +333,7 @@ def plot_timeline(spans: Sequence[Mapping[str, Any]], path: Path, max_steps: int
     ax.set_title(
         f"timeline of steps {steps[0]}-{steps[-1]} (gaps in 'engine busy' during rollout = bubbles)"
     )
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=7, fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=9, fontsize=8)
     fig.tight_layout()
     return _save(fig, path)
 

@@ -87,7 +87,13 @@ from agentgym.trainers.health import (
     WorkerMonitor,
     held_by_launcher,
 )
-from agentgym.trainers.logging import JsonlWriter, plot_run, start_tracking
+from agentgym.trainers.logging import (
+    JsonlWriter,
+    SampleLog,
+    plot_run,
+    progress_stats,
+    start_tracking,
+)
 from agentgym.trainers.models import apply_lora, build_model_and_tokenizer
 from agentgym.trainers.rollout_phase import RolloutPhase, shaped_rewards
 from agentgym.trainers.runtime import setup_torch
@@ -243,15 +249,17 @@ class DAPOTrainer:
                 self.learner.updates = int(state.get("updates", 0))
                 resumed_from = ckpt
         self.resumed_from = resumed_from
-        main = self.dist.is_main
+        main, after = self.dist.is_main, self.step if resume else -1  # rows after: redone
         self.metrics_log = JsonlWriter(
-            self.out / "metrics.jsonl",
-            truncate_after_step=self.step if resume else -1,
-            enabled=main,
+            self.out / "metrics.jsonl", truncate_after_step=after, enabled=main
         )
         self.timeline_log = JsonlWriter(
-            self.out / "timeline.jsonl",
-            truncate_after_step=self.step if resume else -1,
+            self.out / "timeline.jsonl", truncate_after_step=after, enabled=main
+        )
+        self.samples_log = SampleLog(
+            self.out / "samples.jsonl",
+            cfg.run.sample_episodes,
+            truncate_after_step=after,
             enabled=main,
         )
         if main:
@@ -411,6 +419,7 @@ class DAPOTrainer:
         m.update(tl.metrics())
         for row in tl.to_records(self.step, self.origin):
             self.timeline_log.write(row)
+        self.samples_log.write_step(self.step, all_episodes, batch, rewards.tolist())
         return m
 
     # ------------------------------------------------------------------ the run
@@ -434,6 +443,7 @@ class DAPOTrainer:
                     sampling=sampling,
                     concurrency=self.cfg.rollout.concurrency,
                     env_host=self.rollouts.env_host,
+                    progress=self.cfg.run.progress and self.dist.is_main,
                 )
             )
         if self.dist.world_size > 1:  # every rank played its share of the seeds
@@ -578,27 +588,12 @@ class DAPOTrainer:
             print(text, file=sys.stderr)
 
     def _write_summary(self) -> None:
-        from agentgym.trainers.logging import read_jsonl
+        from agentgym.trainers.logging import read_jsonl, train_summary
 
-        evals = [r for r in read_jsonl(self.out / "metrics.jsonl") if "eval/reward" in r]
-        if len(evals) < 1:
-            return
-        first, last = evals[0], evals[-1]
-        text = eval_table(first, last)
-        (self.out / "eval_table.md").write_text(text + "\n", encoding="utf-8")
-        print(text)
-
-
-#: the step metrics shown beside the progress bar (or in its log lines), short names
-PROGRESS_KEYS = (
-    ("charts/reward", "reward"),
-    ("charts/accuracy", "acc"),
-    ("charts/response_tokens_mean", "tok"),
-    ("charts/idle_share", "idle"),
-    ("time/step_s", "s/step"),
-)
-
-
-def progress_stats(metrics: dict[str, Any]) -> dict[str, Any]:
-    """The :data:`PROGRESS_KEYS` present in a step's metrics, under their short names."""
-    return {short: metrics[k] for k, short in PROGRESS_KEYS if metrics.get(k) is not None}
+        rows = read_jsonl(self.out / "metrics.jsonl")
+        print(train_summary(rows, self.out))
+        evals = [r for r in rows if "eval/reward" in r]
+        if evals:
+            text = eval_table(evals[0], evals[-1])
+            (self.out / "eval_table.md").write_text(text + "\n", encoding="utf-8")
+            print(text)

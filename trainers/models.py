@@ -19,7 +19,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -112,6 +113,21 @@ def build_preset(
     return model.float()
 
 
+@contextlib.contextmanager
+def _no_hf_progress_bars() -> Iterator[None]:
+    """Hide transformers' weight-loading bar (a local load takes a moment; the bar is
+    noise in the run's console), restoring the user's setting after."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def load_model(path: str | Path, *, dtype: torch.dtype = torch.float32) -> tuple[nn.Module, Any]:
     """Load a causal LM and its tokenizer from a local Hugging Face directory."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -123,7 +139,8 @@ def load_model(path: str | Path, *, dtype: torch.dtype = torch.float32) -> tuple
             "written by save_pretrained (for example the output of `agentgym sft`)."
         )
     tokenizer = AutoTokenizer.from_pretrained(str(path))
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    with _no_hf_progress_bars():
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -327,6 +344,13 @@ def build_model_and_tokenizer(
     from agentgym.trainers.tokenizer import build_tokenizer
 
     if cfg.path is not None:
+        if not Path(cfg.path).exists():
+            made = (
+                f" It is written by `{cfg.made_by}`: run that first."
+                if cfg.made_by
+                else " Point model.path at a local Hugging Face model directory."
+            )
+            raise ConfigError(f"model.path {cfg.path!r} does not exist.{made}")
         return load_model(cfg.path)
     if cfg.tokenizer_vocab_size is not None:
         if corpus is None:

@@ -82,6 +82,8 @@ class DeepSpeedLearner(Learner):
 
     def _setup(self) -> torch.optim.Optimizer:
         os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(extensions_dir()))
+        if not torch.cuda.is_available():  # named: no "unable to detect a GPU" warning
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
         try:
             import deepspeed
         except ImportError as e:  # pragma: no cover - deepspeed is a dependency

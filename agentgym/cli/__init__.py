@@ -57,7 +57,15 @@ def _version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # key=value overrides may come after flags (`train CONFIG --resume run.max_steps=3`),
+    # as Hydra and TRL users expect; anything else unknown gets argparse's own error
+    overrides = getattr(args, "overrides", None)
+    if extra and isinstance(overrides, list) and all("=" in e and e[0] != "-" for e in extra):
+        overrides.extend(extra)
+        extra = []
+    if extra:
+        args = parser.parse_args(argv)  # exits with "unrecognized arguments"
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -13,10 +13,24 @@ import os
 import sys
 from typing import Any
 
-_OVERRIDES_HELP = (
-    "config overrides as section.key=value (values parsed as YAML), e.g. "
-    "rollout.group_size=16 run.max_steps=50 'envs=[{id: agentgym/MemoryRecall-v0}]'"
+#: each command's override examples; tests/agentgym/test_help_examples.py loads them
+TRAIN_OVERRIDE_EXAMPLES = (
+    "rollout.group_size=16",
+    "run.max_steps=50",
+    "'envs=[{id: agentgym/MemoryRecall-v0}]'",
 )
+SFT_OVERRIDE_EXAMPLES = (
+    "train.max_steps=200",
+    "train.lr=1e-3",
+    "'envs=[{id: agentgym/MemoryRecall-v0}]'",
+)
+
+
+def _overrides_help(examples: tuple[str, ...]) -> str:
+    return (
+        "config overrides as section.key=value (values parsed as YAML), before or after "
+        f"the flags, e.g. {' '.join(examples)}"
+    )
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,10 +40,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Train a policy with all-sync DAPO (LoRA). See docs/trainer.md.",
     )
     p.add_argument("config", nargs="?", help="YAML config file (omit to use the defaults)")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=_OVERRIDES_HELP)
     p.add_argument(
-        "--resume", action="store_true", help="continue from the run's latest checkpoint"
+        "overrides", nargs="*", metavar="KEY=VALUE", help=_overrides_help(TRAIN_OVERRIDE_EXAMPLES)
     )
+    _run_folder_flags(p, resume=True)
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     g = p.add_argument_group(
         "multi-process (torchrun)",
@@ -73,9 +87,33 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Supervised fine-tuning on examples the environments provide. See docs/trainer.md.",
     )
     p.add_argument("config", nargs="?", help="YAML config file (omit to use the defaults)")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=_OVERRIDES_HELP)
+    p.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help=_overrides_help(SFT_OVERRIDE_EXAMPLES)
+    )
+    _run_folder_flags(p, resume=False)
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     p.set_defaults(func=cmd_sft)
+
+
+def _run_folder_flags(p: argparse.ArgumentParser, *, resume: bool) -> None:
+    """--overwrite (and for train --resume, --resume-if-present): a run folder holds one
+    run (trainers/run_folder.py)."""
+    if resume:
+        p.add_argument(
+            "--resume",
+            action="store_true",
+            help="continue from the run folder's latest checkpoint (an error if it has none)",
+        )
+        p.add_argument(
+            "--resume-if-present",
+            action="store_true",
+            help="resume when the run folder has a checkpoint, else start (for scripts)",
+        )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete the run already in run.output_dir and start over",
+    )
 
 
 def _split(args: argparse.Namespace) -> tuple[str | None, list[str]]:
@@ -121,12 +159,19 @@ def cmd_train(args: argparse.Namespace) -> int:
                 "--nproc/--nnodes need a sharded strategy: add distributed.strategy=deepspeed "
                 "or distributed.strategy=fsdp2."
             )
-        return _launch(args, config, overrides, cfg)
+        return _launch(args, config, overrides, cfg, _prepare(args, cfg, "train"))
 
-    from agentgym.trainers import DAPOTrainer
+    from agentgym.trainers import DAPOTrainer, clean_failed_start, folder_state
     from agentgym.trainers.health import RunStopped
 
-    trainer = DAPOTrainer(cfg, resume=args.resume)
+    existed = folder_state(cfg.run.output_dir)
+    resume = _prepare(args, cfg, "train")
+    try:
+        trainer = DAPOTrainer(cfg, resume=resume)
+    except BaseException:
+        if not under_torchrun() and clean_failed_start(cfg.run.output_dir, existed):
+            print(f"[agentgym train] removed {cfg.run.output_dir}: the run did not start")
+        raise
     ok = False
     try:
         if trainer.resumed_from is not None and trainer.dist.is_main:
@@ -144,7 +189,27 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _launch(args: argparse.Namespace, config: str | None, overrides: list[str], cfg: Any) -> int:
+def _prepare(args: argparse.Namespace, cfg: Any, command: str) -> bool:
+    """The run folder's rule (trainers/run_folder.py) in the process the user started;
+    ranks under torchrun skip it (their launcher applied it). Returns whether to resume."""
+    from agentgym.trainers import under_torchrun
+
+    if under_torchrun():
+        return bool(getattr(args, "resume", False))
+    from agentgym.trainers import prepare_run_folder
+
+    return prepare_run_folder(
+        cfg.run.output_dir,
+        command=command,
+        resume=getattr(args, "resume", False),
+        resume_if_present=getattr(args, "resume_if_present", False),
+        overwrite=args.overwrite,
+    )
+
+
+def _launch(
+    args: argparse.Namespace, config: str | None, overrides: list[str], cfg: Any, resume: bool
+) -> int:
     """Run this same command under torchrun, supervised (the fault detector, restarts);
     returns 0, the status of a stop on a fault, or torchrun's status."""
     from pathlib import Path
@@ -167,7 +232,7 @@ def _launch(args: argparse.Namespace, config: str | None, overrides: list[str], 
     run_dir = Path(cfg.run.output_dir)
     health = cfg.health
     plan = LaunchPlan(
-        command=command(args.resume),
+        command=command(resume),
         resume_command=command(True),
         run_dir=run_dir,
         settings=health.detector_settings(),
@@ -200,7 +265,14 @@ def cmd_sft(args: argparse.Namespace) -> int:
     if args.print_config:
         _print_config(cfg)
         return 0
-    from agentgym.trainers import run_sft
+    from agentgym.trainers import clean_failed_start, folder_state, run_sft
 
-    run_sft(cfg)
+    existed = folder_state(cfg.run.output_dir)
+    _prepare(args, cfg, "sft")
+    try:
+        run_sft(cfg)
+    except BaseException:
+        if clean_failed_start(cfg.run.output_dir, existed):
+            print(f"[agentgym sft] removed {cfg.run.output_dir}: the run did not start")
+        raise
     return 0

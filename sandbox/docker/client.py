@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import threading
 from typing import Any
@@ -30,8 +32,25 @@ def docker_client() -> Any:
                 _CLIENT = docker.from_env(max_pool_size=64)
             except Exception as e:
                 raise SandboxUnavailableError(engine_problem(e)) from e
+            if _CLIENT_PID == 0:
+                atexit.register(_close_at_exit)
             _CLIENT_PID = os.getpid()
         return _CLIENT
+
+
+def _close_at_exit() -> None:
+    """At exit: remove this process's live containers (they use the client's
+    connections), then close the client, so that no unclosed socket is left to the
+    interpreter (a ResourceWarning in the user's console)."""
+    from agentgym.sandbox.docker.containers import remove_live_containers
+
+    global _CLIENT
+    remove_live_containers()
+    with _CLIENT_LOCK:
+        client, _CLIENT = (_CLIENT, None) if os.getpid() == _CLIENT_PID else (None, _CLIENT)
+    if client is not None:
+        with contextlib.suppress(Exception):
+            client.close()
 
 
 def engine_problem(error: BaseException) -> str:

@@ -167,3 +167,19 @@ def test_doctor_names_the_fix_for_a_missing_image():
     at = next(i for i, line in enumerate(lines) if line.startswith("[FAIL] image"))
     assert "agentgym-sandbox:not-built is not there" in lines[at]
     assert "fix: agentgym sandbox build-image" in lines[at + 1]
+
+
+def test_a_docker_program_ends_without_an_unclosed_socket_warning():
+    """The process's Docker client is closed at exit: an AppGen eval run with warnings
+    shown (-W default, as under pytest or python -X dev) prints no ResourceWarning about
+    the engine's socket when the interpreter ends."""
+    r = subprocess.run(
+        [sys.executable, "-W", "default", "-m", "agentgym", "eval", "agentgym/AppGen-v0"]
+        + ["--policy", "oracle", "--episodes", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "mean_turns" in r.stdout
+    assert "sys:1: ResourceWarning" not in r.stderr, r.stderr[-3000:]

@@ -176,6 +176,7 @@ def test_cli_train_smoke(tmp_path, toy_envs_registered):
     assert {p.name for p in (out / "plots").iterdir()} == {
         "reward.png",
         "response_length.png",
+        "training.png",
         "timeline.png",
     }
     assert "accuracy" in (out / "eval_table.md").read_text()

@@ -1,7 +1,9 @@
 """The sections of ``agentgym sft``'s config: where examples come from and how to fit them.
 
-The run, model, LoRA, envs and eval sections are the trainer's
-(:mod:`agentgym.trainers.config`), with SFT's own defaults.
+The model, LoRA, envs and eval sections are the trainer's
+(:mod:`agentgym.trainers.config`), with SFT's own defaults; the run section is SFT's
+own (:class:`SFTRun`), so that a trainer key SFT would ignore (``run.max_steps``,
+``run.save_every``) is an error naming SFT's key instead.
 """
 
 from __future__ import annotations
@@ -11,7 +13,34 @@ from typing import Any
 
 from agentgym import UnknownNameError
 from agentgym import config_check as _check
-from agentgym.trainers.config import EnvSpec, EvalConfig, LoraSettings, ModelConfig, RunConfig
+from agentgym.trainers.config import EnvSpec, EvalConfig, LoraSettings, ModelConfig
+from agentgym.trainers.tracking import check_report_to
+
+
+@dataclass
+class SFTRun:
+    """Where an SFT run writes and how it runs (``run:``).
+
+    Attributes:
+        output_dir: run directory (model/, metrics.jsonl, config.yaml).
+        seed: seeds example order, line dropout, the adapter init and eval sampling.
+        threads: torch CPU threads (``None``: torch's default).
+        progress: show a progress bar (plain lines when not on a terminal).
+        report_to: where the metrics go: ``jsonl`` (always), ``tensorboard``, ``wandb``,
+            ``all`` (:mod:`agentgym.trainers.tracking`).
+
+    The length of the run is ``train.max_steps`` / ``train.epochs``.
+    """
+
+    output_dir: str = "runs/sft"
+    seed: int = 0
+    threads: int | None = None
+    progress: bool = True
+    report_to: list[str] = field(default_factory=lambda: ["jsonl"])
+
+    def __post_init__(self) -> None:
+        self.report_to = check_report_to(self.report_to)
+        _check(self.threads is None or self.threads >= 1, "run.threads must be >= 1 or null.")
 
 
 @dataclass
@@ -92,7 +121,7 @@ class SFTTrain:
 class SFTConfig:
     """``agentgym sft``: supervised warm start on worked solutions or oracle turns."""
 
-    run: RunConfig = field(default_factory=lambda: RunConfig(output_dir="runs/sft", save_every=0))
+    run: SFTRun = field(default_factory=SFTRun)
     model: ModelConfig = field(default_factory=ModelConfig)
     lora: LoraSettings = field(default_factory=lambda: LoraSettings(enabled=False))
     envs: list[EnvSpec] = field(default_factory=lambda: [EnvSpec()])

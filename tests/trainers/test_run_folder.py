@@ -1,0 +1,140 @@
+"""A run folder holds one run (issue 22): train and sft refuse to mix two runs, --resume
+needs something to resume, a failed start-up leaves nothing behind, a missing model says
+which command writes it, and key=value overrides may follow flags. Through the CLI, as a
+user meets them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TINY_QWEN
+
+from agentgym import ConfigError
+from agentgym.trainers.logging import read_jsonl
+from agentgym.trainers.run_folder import clean_failed_start, describe_run, prepare_run_folder
+
+HELPERS = Path(__file__).resolve().parents[1] / "helpers"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HELPERS), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "agentgym", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+
+
+def _train_args(out: Path, *extra: str) -> list[str]:
+    return [
+        "train",
+        f"run.output_dir={out}",
+        "run.max_steps=1",
+        "run.save_every=1",
+        "run.threads=1",
+        "run.progress=false",
+        "run.plots=false",
+        "envs=[{id: 'trainer_toy_envs:agentgym-test/EvenChars-v0'}]",
+        f"model.preset_overrides={json.dumps(TINY_QWEN)}",
+        "rollout.group_size=2",
+        "rollout.batch_tasks=2",
+        "rollout.max_tokens=4",
+        *extra,
+    ]
+
+
+def _error(r: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert r.returncode == 2, (r.stdout[-2000:], r.stderr[-4000:])
+    assert "Traceback" not in r.stderr, r.stderr[-4000:]
+    for n in needles:
+        assert n in r.stderr, r.stderr[-4000:]
+
+
+def test_a_second_run_into_a_folder_is_refused_until_resume_or_overwrite(tmp_path):
+    out = tmp_path / "run"
+    first = cli(*_train_args(out))
+    assert first.returncode == 0, first.stderr[-4000:]
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert rows
+    again = cli(*_train_args(out))
+    _error(again, "already holds a run", "metrics.jsonl", "step_000001", "--resume", "--overwrite")
+    assert read_jsonl(out / "metrics.jsonl") == rows  # nothing of the first run was touched
+    # overrides after a flag are accepted (run.max_steps=2 continues one step further)
+    resumed = cli(*_train_args(out), "--resume", "run.max_steps=2")
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl") if "losses/total" in r] == [1, 2]
+    over = cli(*_train_args(out), "--overwrite")
+    assert over.returncode == 0, over.stderr[-4000:]
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl") if "losses/total" in r] == [1]
+    assert not (out / "checkpoints" / "step_000002").exists()  # the old run is gone
+
+
+def test_resume_needs_a_checkpoint_unless_asked_to_resume_if_present(tmp_path):
+    out = tmp_path / "empty"
+    _error(cli(*_train_args(out), "--resume"), "nothing to resume", "--resume-if-present")
+    assert not out.exists()
+    started = cli(*_train_args(out), "--resume-if-present")
+    assert started.returncode == 0, started.stderr[-4000:]
+    assert (out / "checkpoints" / "step_000001").is_dir()
+    # and an unknown flag is still argparse's error, not an override
+    bad = cli(*_train_args(out), "--no-such-flag")
+    assert bad.returncode == 2 and "unrecognized arguments: --no-such-flag" in bad.stderr
+
+
+def test_a_failed_start_leaves_no_folder_and_a_missing_model_names_its_command(tmp_path):
+    out = tmp_path / "never"
+    r = cli(
+        *_train_args(out),
+        f"model.path={tmp_path / 'sft' / 'model'}",
+        "model.made_by=agentgym sft configs/quickstart_sft.yaml",
+    )
+    _error(r, "does not exist", "agentgym sft configs/quickstart_sft.yaml")
+    assert not out.exists()
+    # the shipped configs say which command writes their model
+    r = cli("train", "configs/quickstart_dapo.yaml", f"run.output_dir={out}")
+    _error(r, "It is written by `agentgym sft configs/quickstart_sft.yaml`")
+    assert not out.exists()
+
+
+def test_sft_refuses_a_folder_that_holds_a_model(tmp_path):
+    out = tmp_path / "sft"
+    (out / "model").mkdir(parents=True)
+    (out / "model" / "config.json").write_text("{}")
+    r = cli("sft", "configs/quickstart_sft.yaml", f"run.output_dir={out}", "train.max_steps=1")
+    _error(r, "already holds a run", "a saved model")
+
+
+def test_the_rules_as_functions(tmp_path):
+    out = tmp_path / "r"
+    assert describe_run(out) is None and not prepare_run_folder(out, command="train")
+    out.mkdir()
+    (out / "config.yaml").write_text("run: {}\n")
+    (out / "apo_values.jsonl").write_text('{"value": 1}\n')
+    with pytest.raises(ConfigError, match="choose one"):
+        prepare_run_folder(out, command="train", resume=True, overwrite=True)
+    with pytest.raises(ConfigError, match="no checkpoint"):
+        prepare_run_folder(out, command="train", resume=True)
+    assert not prepare_run_folder(out, command="train", overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == ["apo_values.jsonl"]  # the cache stays
+    ckpt = out / "checkpoints" / "step_000003"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text("{}")
+    assert prepare_run_folder(out, command="train", resume=True)
+    assert prepare_run_folder(out, command="train", resume_if_present=True)
+    # clean-up after a failed start: only a folder this command made, holding leftovers
+    made = tmp_path / "made"
+    (made / "engine").mkdir(parents=True)
+    (made / "config.yaml").write_text("x")
+    assert clean_failed_start(made, existed=False) and not made.exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "metrics.jsonl").write_text("{}\n")
+    assert not clean_failed_start(kept, existed=False) and kept.exists()

@@ -1,0 +1,129 @@
+"""A run folder holds one run: what ``agentgym train`` and ``agentgym sft`` check before
+they write into ``run.output_dir``, and how a start-up that failed is cleaned away.
+
+* :func:`describe_run`: what a folder already holds (a run's config, metrics rows,
+  checkpoints, a saved model), in one line, or ``None`` for a folder with no run.
+* :func:`prepare_run_folder`: the command's rule. A folder a live trainer holds is
+  refused first, naming the holder (its lock, :mod:`agentgym.trainers.health`). Without ``--resume`` a folder that
+  holds a run is refused (two runs must never mix their metrics and checkpoints in one
+  folder) unless ``--overwrite`` clears it first; ``--resume`` needs a checkpoint to
+  resume from; ``--resume-if-present`` (for scripts and restarts) resumes when there is
+  one and starts fresh otherwise.
+* :func:`clean_failed_start`: a folder this command created and that holds nothing a
+  user wants after a failed start-up (its config, the lock) is removed again.
+
+Files that are caches rather than a run's results (A*PO's ``apo_values.jsonl``) survive
+``--overwrite``: they are keyed by what produced them and stay valid.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from agentgym import ConfigError
+
+#: files ``--overwrite`` keeps: caches keyed by what produced them
+KEPT_ON_OVERWRITE = frozenset({"apo_values.jsonl"})
+#: what a failed start-up may leave that nobody needs
+START_UP_LEFTOVERS = frozenset({"config.yaml", "run.lock", "run_info.json"})
+
+
+def _checkpoints(out: Path) -> list[str]:
+    ckpt = out / "checkpoints"
+    if not ckpt.is_dir():
+        return []
+    return sorted(p.name for p in ckpt.glob("step_*") if (p / "trainer_state.json").is_file())
+
+
+def _rows(path: Path) -> int:
+    if not path.is_file():
+        return 0
+    with path.open("rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def describe_run(out: str | Path) -> str | None:
+    """What ``out`` holds of a previous run, in words, or ``None`` (no run there)."""
+    out = Path(out)
+    if not out.is_dir():
+        return None
+    parts = []
+    if (out / "config.yaml").is_file():
+        parts.append("config.yaml")
+    rows = _rows(out / "metrics.jsonl")
+    if rows:
+        parts.append(f"metrics.jsonl ({rows} rows)")
+    ckpts = _checkpoints(out)
+    if ckpts:
+        parts.append(f"{len(ckpts)} checkpoint(s), the last {ckpts[-1]}")
+    if (out / "model").is_dir() and any((out / "model").iterdir()):
+        parts.append("a saved model (model/)")
+    return ", ".join(parts) if parts else None
+
+
+def prepare_run_folder(
+    out: str | Path,
+    *,
+    command: str,
+    resume: bool = False,
+    resume_if_present: bool = False,
+    overwrite: bool = False,
+) -> bool:
+    """Apply the command's rule to ``out`` (see the module docstring); returns whether
+    the run resumes. Raises :class:`~agentgym.ConfigError` saying what to do."""
+    out = Path(out)
+    if out.is_dir():  # a live run's folder: name its holder (and never delete its files)
+        from agentgym.trainers.health import RunLock
+
+        RunLock(out).acquire(role=f"agentgym {command}").release()
+    if overwrite and (resume or resume_if_present):
+        raise ConfigError("--overwrite starts the run over and --resume continues it: choose one.")
+    held = describe_run(out)
+    if resume or resume_if_present:
+        if _checkpoints(out):
+            return True
+        if resume_if_present:
+            return False
+        what = f"it holds {held} but no checkpoint" if held else "it holds no run"
+        raise ConfigError(
+            f"--resume: nothing to resume in {out} ({what}). Drop --resume to start a run "
+            f"there{', with --overwrite to replace what is there' if held else ''}, or use "
+            "--resume-if-present (resume when a checkpoint exists, else start)."
+        )
+    if held is None:
+        return False
+    if not overwrite:
+        raise ConfigError(
+            f"{out} already holds a run ({held}). Continue it: agentgym {command} ... "
+            f"--resume; start over, deleting it: --overwrite; or choose another "
+            "run.output_dir."
+        )
+    for entry in out.iterdir():
+        if entry.name in KEPT_ON_OVERWRITE:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    return False
+
+
+def folder_state(out: str | Path) -> bool:
+    """Whether ``out`` exists with something in it (call before a start, for
+    :func:`clean_failed_start`)."""
+    out = Path(out)
+    return out.is_dir() and any(out.iterdir())
+
+
+def clean_failed_start(out: str | Path, existed: bool) -> bool:
+    """After a failed start-up: remove ``out`` if this command created it and it holds
+    only :data:`START_UP_LEFTOVERS` (and empty folders). Returns whether it did."""
+    out = Path(out)
+    if existed or not out.is_dir():
+        return False
+    for path in out.rglob("*"):
+        if path.is_file() and path.name not in START_UP_LEFTOVERS:
+            return False
+    shutil.rmtree(out, ignore_errors=True)
+    return True
