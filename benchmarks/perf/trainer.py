@@ -49,7 +49,14 @@ environments or rewards), agentgym's generate/train seconds and TRL's generation
 seconds (its ``_generate``, tokenisation included). Needs TRL (``pip install -e
 '.[bench]'``); without it only agentgym is timed.
 
-Run: ``python -m agentgym.benchmarks.perf.trainer [--quick] [--steps N]``.
+``--critic`` measures the critic's cost instead: agentgym's DAPO, PPO and VAPO
+(``algorithm.name``) on the same workload, the three stepping in rotation (each step's
+order rotates), reporting PPO's and VAPO's median step and update seconds as ratios to
+DAPO's. The critic adds a valuation pass over the batch and its own forward and
+backward per micro-batch (the policy's passes are unchanged); VAPO adds the NLL term
+on correct samples, which reuses the policy's forward.
+
+Run: ``python -m agentgym.benchmarks.perf.trainer [--quick] [--steps N] [--critic]``.
 """
 
 from __future__ import annotations
@@ -102,6 +109,8 @@ class _Agentgym:
         s: dict[str, Any],
         env_id: str,
         env_kwargs: dict[str, Any],
+        extra: tuple[str, ...] = (),
+        name: str = "agentgym",
     ) -> None:
         from agentgym import load_config
         from agentgym.trainers import DAPOTrainer, TrainConfig
@@ -111,7 +120,7 @@ class _Agentgym:
             TrainConfig,
             None,
             [
-                f"run.output_dir={workdir / 'agentgym'}",
+                f"run.output_dir={workdir / name}",
                 f"run.max_steps={steps}",
                 "run.save_every=0",
                 "run.progress=false",
@@ -128,6 +137,7 @@ class _Agentgym:
                 "algorithm.dynamic_sampling=false",
                 f"algorithm.micro_batch_size={s['group_size'] * s['prompts_per_step']}",
                 f"optim.lr={s['lr']}",
+                *extra,
             ],
         )
         self.trainer = DAPOTrainer(cfg)
@@ -364,6 +374,62 @@ def run(
     }
 
 
+CRITIC_SIDES = {"dapo": (), "ppo": ("algorithm.name=ppo",), "vapo": ("algorithm.name=vapo",)}
+
+
+def critic_cost(
+    quick: bool = False,
+    env_id: str = ENV_ID,
+    env_kwargs: dict[str, Any] | None = None,
+    measured_steps: int | None = None,
+) -> dict[str, Any]:
+    """PPO's and VAPO's step time against DAPO's on the same workload (see the module
+    docstring), the three trainers stepping in rotation."""
+    quick = quick or os.environ.get("AGENTGYM_PERF_QUICK") == "1"
+    env_kwargs = dict(ENV_KWARGS if env_kwargs is None else env_kwargs)
+    s = _settings(quick, measured_steps)
+    warm = s["warmup_steps"]
+    import torch
+
+    torch.set_num_threads(s["threads"])
+    with tempfile.TemporaryDirectory(prefix="agentgym-bench-") as tmp:
+        work = Path(tmp)
+        model_dir = _build_model(work, env_id, env_kwargs)
+        sides = {
+            n: _Agentgym(model_dir, work, s, env_id, env_kwargs, extra, name=n)
+            for n, extra in CRITIC_SIDES.items()
+        }
+        try:
+            order = list(sides)
+            for i in range(warm + s["measured_steps"]):
+                for n in order[i % 3 :] + order[: i % 3]:
+                    sides[n].step()
+        finally:
+            for side in sides.values():
+                side.close()
+    summ = {n: side.summary(warm) for n, side in sides.items()}
+    figures: dict[str, Any] = {}
+    for n, a in summ.items():
+        figures[f"{n}_step_s"] = round(a["step_s"], 3)
+        figures[f"{n}_train_s"] = round(a["train_s"], 3)
+        figures[f"{n}_generate_s"] = round(a["generate_s"], 3)
+    ratios = {}
+    for n in ("ppo", "vapo"):
+        ratios[f"{n}_vs_dapo_step"] = round(summ[n]["step_s"] / summ["dapo"]["step_s"], 2)
+        ratios[f"{n}_vs_dapo_train"] = round(summ[n]["train_s"] / summ["dapo"]["train_s"], 2)
+    return {
+        "title": "critic cost: PPO and VAPO step time vs DAPO (agentgym)",
+        "ratios": ratios,
+        "figures": figures,
+        "notes": (
+            f"{env_id} {env_kwargs}, tiny-qwen2 + LoRA r={s['lora_r']} (critic: its own "
+            f"adapter, same rank), G={s['group_size']}, {s['prompts_per_step']} prompts/step, "
+            f"max_tokens={s['max_tokens']}, {warm} warm-up + {s['measured_steps']} measured "
+            f"steps per side in rotation, {s['threads']} torch threads; medians."
+        ),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="a smaller, faster workload")
@@ -374,7 +440,25 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="TRL with its default gradient checkpointing (extra recomputation)",
     )
+    p.add_argument("--critic", action="store_true", help="the critic's cost: PPO and VAPO vs DAPO")
     args = p.parse_args(argv)
+    if args.critic:
+        out = critic_cost(
+            quick=args.quick,
+            env_id=args.env,
+            env_kwargs=ENV_KWARGS if args.env == ENV_ID else {},
+            measured_steps=args.steps,
+        )
+        print(out["title"])
+        for n in CRITIC_SIDES:
+            f = out["figures"]
+            print(
+                f"  {n}: {f[n + '_step_s']:.3f} s/step (generate {f[n + '_generate_s']:.3f}, "
+                f"train {f[n + '_train_s']:.3f})"
+            )
+        print(f"  ratios: {out['ratios']}")
+        print(f"  {out['notes']}")
+        return 0
     out = run(
         quick=args.quick,
         env_id=args.env,
