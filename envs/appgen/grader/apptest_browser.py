@@ -49,6 +49,8 @@ FLAGS = (
     "--window-size=1280,900",
     "--remote-debugging-pipe",
 )
+#: seconds a click waits for another element to stop covering its target
+COVERED_WAIT = 2.0
 _SPECIAL_KEYS = {
     "Enter": ("Enter", 13, "\r"),
     "Tab": ("Tab", 9, ""),
@@ -307,14 +309,35 @@ class Page:
 
     # -- input ------------------------------------------------------------------------------
     def _center(self, selector: str) -> tuple:
-        box = self._js(
-            "const el = h.one(args[0]); el.scrollIntoView({block: 'center'});"
-            "const r = el.getBoundingClientRect();"
-            "if (!h.visible(el)) throw new Error('element is not visible: ' + args[0]);"
-            "return [r.left + r.width / 2, r.top + r.height / 2];",
-            selector,
-        )
-        return box[0], box[1]
+        """Where a click on ``selector`` lands: the element's centre, once it has kept its
+        place for two reads 50 ms apart and no other element covers that point (a page
+        that is still filling its lists moves its buttons; a click then would hit whatever
+        moved there). A covered element is clicked anyway after :data:`COVERED_WAIT`
+        seconds (an overlay the page means to be clicked through); a missing or hidden
+        one fails at once."""
+        end = time.monotonic() + self.timeout
+        covered_since = None
+        last = None
+        while True:
+            x, y, hit = self._js(
+                "const el = h.one(args[0]); el.scrollIntoView({block: 'center'});"
+                "const r = el.getBoundingClientRect();"
+                "if (!h.visible(el)) throw new Error('element is not visible: ' + args[0]);"
+                "const x = r.left + r.width / 2, y = r.top + r.height / 2;"
+                "const at = document.elementFromPoint(x, y);"
+                "return [x, y, !!at && (at === el || el.contains(at))];",
+                selector,
+            )
+            now = time.monotonic()
+            covered_since = None if hit else (covered_since or now)
+            stable = last == (x, y)
+            if stable and (hit or now - covered_since >= COVERED_WAIT or now >= end):
+                return x, y
+            if now >= end:
+                raise PageError(f"{selector} kept moving for {self.timeout:g}s")
+            last = (x, y)
+            self.browser.pump(0.05)
+            self._handle_events()
 
     def click(self, selector: str) -> None:
         """Click the element's centre with the mouse (it must be visible)."""
