@@ -90,6 +90,9 @@ class ModelConfig:
             ``num_hidden_layers``, ...), for ``agentgym plan`` to size a model without
             downloading it (empty: it reads ``config.json`` in ``path``). Training ignores
             it; the weights' own config wins.
+        quantize: the frozen base's Linear and expert weights stored weight-only in
+            ``int8`` or ``fp8`` (torchao, one scale per output row) under a full-precision
+            LoRA, or ``none``. One process only (docs/distributed.md).
         made_by: the command that writes ``path`` (``agentgym sft configs/...``): a run
             whose model is missing says to run it first.
         device: where the model trains and the HF engine generates: ``auto`` (the
@@ -110,6 +113,7 @@ class ModelConfig:
     init_seed: int = 0
     tokenizer_vocab_size: int | None = None
     architecture: dict[str, Any] = field(default_factory=dict)
+    quantize: str = "none"
     made_by: str | None = None
     device: str = "auto"
     dtype: str = "auto"

@@ -166,6 +166,10 @@ class DAPOTrainer:
         model = place_model(model, cfg.model, backend=self.dist.backend)  # device, dtype
         if cfg.lora.enabled:
             model = apply_lora(model, cfg.lora, seed=derive_seed("lora", cfg.run.seed))
+        if cfg.model.quantize != "none":  # a torchao int8/fp8 base under the LoRA
+            from agentgym.trainers.parallel import quantize_base
+
+            self._say(quantize_base(model, cfg.model.quantize).describe())
         self.model = model
         pad = (
             self.tokenizer.pad_token_id

@@ -30,6 +30,9 @@ _LAZY = {
     "check_train_config": "agentgym.trainers.parallel.layout",
     "ParallelLearner": "agentgym.trainers.parallel.learner",
     "ParallelMesh": "agentgym.trainers.parallel.mesh",
+    "QuantReport": "agentgym.trainers.parallel.quant",
+    "quantize_base": "agentgym.trainers.parallel.quant",
+    "quantization_error": "agentgym.trainers.parallel.quant",
     "build_mesh": "agentgym.trainers.parallel.mesh",
 }
 

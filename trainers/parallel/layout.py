@@ -193,11 +193,17 @@ class Layout:
 
 
 def check_train_config(cfg: Any) -> None:
-    """The ``distributed`` layout of a trainer config against the model it names, before
-    anything is loaded: ``model.architecture`` (``config.json`` fields), else the preset
+    """A trainer config's ``model.quantize`` against its layout, and the ``distributed``
+    layout against the model it names, before anything is loaded: ``model.architecture`` (``config.json`` fields), else the preset
     with its overrides. A model read from ``model.path`` alone is checked when the
     learner loads it."""
     layout = Layout.from_config(cfg.distributed)
+    check_quantize_setting(
+        getattr(cfg.model, "quantize", "none"),
+        strategy=cfg.distributed.strategy,
+        lora=cfg.lora.enabled,
+        layout_default=layout.is_default,
+    )
     if layout.is_default:
         return
     fields = dict(cfg.model.architecture or {})
@@ -217,3 +223,26 @@ class _Fields:
 
     def __getattr__(self, name: str) -> Any:
         return None
+
+
+#: ``model.quantize`` values (the frozen base's weight storage, :mod:`.quant`)
+QUANT_KINDS = ("none", "int8", "fp8")
+
+
+def check_quantize_setting(kind: str, *, strategy: str, lora: bool, layout_default: bool) -> None:
+    """Refuse a ``model.quantize`` that cannot run with the rest of the config."""
+    if kind == "none":
+        return
+    if kind not in QUANT_KINDS:
+        raise ConfigError(f"model.quantize must be one of {', '.join(QUANT_KINDS)}, got {kind!r}.")
+    if not lora:
+        raise ConfigError(
+            f"model.quantize={kind} freezes the base: it needs lora.enabled=true (a quantized "
+            "weight cannot be trained)."
+        )
+    if strategy != "none" or not layout_default:
+        raise ConfigError(
+            f"model.quantize={kind} runs on one process here (distributed.strategy=none): "
+            "sharding torchao tensors with FSDP2, tensor or expert parallelism is not wired "
+            "yet. Use a full-precision base for sharded runs, or one process."
+        )

@@ -1,0 +1,138 @@
+"""LoRA on a quantized frozen base (torchao weight-only int8 / fp8, ``model.quantize``).
+
+* LoRA on the quantized base computes exactly LoRA on a full-precision base holding the
+  dequantized weights: logits, every LoRA gradient (the routed experts' included), and
+  the reference policy (the adapter switched off);
+* the weights shrink, and the log-probs stay close to the unquantized base's;
+* ``agentgym train`` with ``model.quantize=int8`` trains the adapter on a quantized base;
+* what cannot run is refused at config time.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from agentgym import ConfigError, load_config
+from agentgym.trainers import LoraSettings, apply_lora, build_preset, build_tokenizer
+from agentgym.trainers.config import TrainConfig
+from agentgym.trainers.logging import read_jsonl
+from agentgym.trainers.loop import DAPOTrainer
+from agentgym.trainers.parallel import quantization_error, quantize_base
+from agentgym.trainers.parallel.quant import is_quantized
+
+pytest.importorskip("torchao", reason="model.quantize needs torchao: pip install -e '.[quant]'")
+
+
+def _lora_model(preset: str) -> torch.nn.Module:
+    model = build_preset(preset, build_tokenizer(), seed=0)
+    model = apply_lora(model, LoraSettings(r=4, alpha=8), seed=1)
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():  # B away from zero, so that the adapter acts
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+    return model
+
+
+@pytest.mark.parametrize("kind", ["int8", "fp8"])
+def test_lora_on_the_quantized_base_is_lora_on_its_dequantized_weights(kind):
+    model = _lora_model("tiny-deepseek-v3")
+    dense = copy.deepcopy(model)
+    report = quantize_base(model, kind)
+    quantized = {n: p for n, p in model.named_parameters() if is_quantized(p)}
+    assert report.tensors == len(quantized) > 0
+    assert any(".experts." in n and n.endswith("gate_up_proj") for n in quantized)  # stacks too
+    assert not any("lora_" in n or "embed" in n or "lm_head" in n for n in quantized)
+    with torch.no_grad():
+        for n, p in dense.named_parameters():
+            if n in quantized:
+                p.copy_(quantized[n].data.dequantize())
+    ids = torch.randint(3, 200, (2, 12), generator=torch.Generator().manual_seed(0))
+    model.train()
+    dense.train()
+    a, b = model(input_ids=ids).logits, dense(input_ids=ids).logits
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    a.square().mean().backward()
+    b.square().mean().backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+    want = {n: p.grad for n, p in dense.named_parameters() if p.requires_grad}
+    assert grads.keys() == want.keys()
+    expert_grads = [n for n in grads if "experts" in n]
+    assert expert_grads and all(grads[n].abs().sum() > 0 for n in expert_grads)
+    for n in grads:
+        torch.testing.assert_close(grads[n], want[n], atol=1e-6, rtol=1e-4, msg=n)
+    with torch.no_grad(), model.disable_adapter(), dense.disable_adapter():  # the reference
+        off = model(input_ids=ids).logits
+        torch.testing.assert_close(off, dense(input_ids=ids).logits, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(off, a)  # and switching the adapter off changed the output
+
+
+@pytest.mark.parametrize("kind", ["int8", "fp8"])
+@pytest.mark.parametrize("preset", ["tiny-qwen2", "tiny-deepseek-v3"])
+def test_quantized_weights_are_smaller_and_log_probs_stay_close(preset, kind):
+    model = _lora_model(preset)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    ids = torch.randint(3, 200, (4, 32), generator=torch.Generator().manual_seed(1))
+    got = quantization_error(model, kind, ids)
+    # one byte per weight plus a float32 scale per row: under a third of float32's bytes
+    assert got["quantized_mib"] < 0.3 * got["base_mib"]
+    for where in ("adapter_off", "adapter_on"):
+        assert 0 < got[f"logprob_diff_mean_{where}"] < 0.05
+        assert got[f"logprob_diff_max_{where}"] < 0.25
+    after = dict(model.named_parameters())  # the measured model is left as it was
+    assert all(torch.equal(before[n], after[n]) for n in before)
+
+
+@pytest.mark.slow
+def test_train_on_an_int8_base(tmp_path, toy_envs_registered):
+    out = tmp_path / "run"
+    cfg = load_config(
+        TrainConfig,
+        None,
+        [
+            f"run.output_dir={out}",
+            "run.max_steps=2",
+            "run.save_every=2",
+            "run.threads=1",
+            "run.progress=false",
+            "run.plots=false",
+            "envs=[{id: 'trainer_toy_envs:agentgym-test/EvenChars-v0'}]",
+            "model.preset=tiny-deepseek-v3",
+            "model.quantize=int8",
+            "rollout.group_size=4",
+            "rollout.batch_tasks=2",
+            "rollout.max_tokens=10",
+            "optim.lr=0.01",
+        ],
+    )
+    trainer = DAPOTrainer(cfg)
+    initial = {k: v.clone() for k, v in trainer.learner.adapter_state().items()}
+    trainer.train()
+    assert any(is_quantized(p) for p in trainer.model.parameters())
+    final = trainer.learner.adapter_state()
+    assert final.keys() == initial.keys()
+    moved = [k for k in final if not torch.equal(final[k], initial[k])]
+    assert any("experts" in k for k in moved)  # the experts' LoRA trained on int8 experts
+    steps = list(read_jsonl(out / "metrics.jsonl"))
+    assert len(steps) == 2
+    # the engine generated with the same quantized model the learner trains
+    assert all(s["charts/logprob_mismatch_max"] < 1e-4 for s in steps)
+    assert (out / "checkpoints" / "step_000002" / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_what_a_quantized_base_cannot_run_with_is_refused():
+    with pytest.raises(ConfigError, match="none, int8, fp8"):
+        load_config(TrainConfig, None, ["model.quantize=int4"])
+    with pytest.raises(ConfigError, match=r"lora\.enabled=true"):
+        load_config(TrainConfig, None, ["model.quantize=int8", "lora.enabled=false"])
+    with pytest.raises(ConfigError, match="one process"):
+        load_config(TrainConfig, None, ["model.quantize=fp8", "distributed.strategy=fsdp2"])
+    with pytest.raises(ConfigError, match="one process"):
+        load_config(
+            TrainConfig,
+            None,
+            ["model.quantize=int8", "distributed.strategy=fsdp2", "distributed.tp=2"],
+        )
