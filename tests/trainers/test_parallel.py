@@ -118,8 +118,9 @@ def _assert_same_as_single(out: Path, single: Path, nproc: int) -> None:
         ({"tp": 2}, 2),
         ({"pp": 2}, 2),
         ({"dp_shard": 2, "ep": 2}, 4),
+        ({"tp": 2, "pp": 2}, 4),
     ],
-    ids=["ep2", "tp2", "pp2", "dp_shard2-ep2"],
+    ids=["ep2", "tp2", "pp2", "dp_shard2-ep2", "tp2-pp2"],
 )
 def test_parallel_layout_matches_one_process(tmp_path, single_run, sizes, nproc):
     out = tmp_path / "run"
