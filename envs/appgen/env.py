@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from typing import Any, ClassVar
 
 from agentgym import (
@@ -220,6 +221,13 @@ class AppGenEnv(ConversationEnv):
         self._stage_pending = False
         start = time.monotonic()
         self._pool = get_pool(self.sandbox_backend, self._limits(), self.pool_size)
+        if app.app is not None and app.app.browser and self._pool.backend != "docker":
+            warnings.warn(
+                f"AppGen task {app.name!r} is graded in Chromium, which starts only in the "
+                f"Docker sandbox: on the {self._pool.backend} backend its browser tests fail. "
+                "Use sandbox='docker' (`agentgym sandbox doctor` says what is missing).",
+                stacklevel=3,
+            )
         self._sandbox = self._pool.acquire()
         self._sandbox.write_files(app.initial_files())
         self._refresh_tree()

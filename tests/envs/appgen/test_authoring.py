@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -203,3 +204,21 @@ def test_check_task_finds_what_is_unsound(tmp_path):
     assert not checks["visible within hidden"].ok
     assert "test_more.py::test_has_an_about_page" in checks["visible within hidden"].detail
     assert not checks["services start"].ok
+
+
+def test_browser_tasks_warn_on_the_local_backend():
+    from .conftest import LOCAL_PROBLEM
+
+    if LOCAL_PROBLEM is not None:
+        pytest.skip(LOCAL_PROBLEM)
+    import gymnasium as gym
+
+    env = gym.make("agentgym/AppGen-v0", sandbox="local", tasks=["guestbook", "kv_wal"])
+    try:
+        with pytest.warns(UserWarning, match="'guestbook' is graded in Chromium"):
+            env.reset(options={"task": "guestbook"})
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            env.reset(options={"task": "kv_wal"})  # a library task: no warning
+    finally:
+        env.close()
