@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 
 from agentgym.errors import ConfigError, EnvStateError
-from agentgym.memory import MemoryConfig
+from agentgym.memory import MemoryConfig, summary_reason
 from agentgym.spaces import ChatObservation, UnicodeText
 from agentgym.tokens import (
     TokenCounter,
@@ -227,11 +227,13 @@ class ConversationEnv(gym.Env[list[Message], str]):
             return self._end("max_total_tokens", terminated=False)
 
         feedback = result.feedback
-        if self._needs_summary(conv, feedback):
+        reason = self._summary_reason(conv, feedback)
+        if reason is not None:
             if len(self._conversations) >= self.memory.max_conversations:
                 return self._end("max_conversations", terminated=False)
             sep = "\n\n" if feedback else ""
-            conv.messages.append(Message("user", feedback + sep + self.memory.summary_prompt))
+            ask = f"{reason} {self.memory.summary_prompt}"
+            conv.messages.append(Message("user", feedback + sep + ask))
             self._next_kind = "summary"
         else:
             conv.messages.append(Message("user", feedback))
@@ -305,14 +307,18 @@ class ConversationEnv(gym.Env[list[Message], str]):
             )
         return msgs
 
-    def _needs_summary(self, conv: _Conversation, feedback: str) -> bool:
+    def _summary_reason(self, conv: _Conversation, feedback: str) -> str | None:
+        """Why the conversation must end in a summary now (its first sentence), or None."""
+        k = self.memory.every_k_turns
         if not self.memory.enabled:
-            return False
-        if self.memory.every_k_turns is not None and conv.act_turns >= self.memory.every_k_turns:
-            return True
+            return None
+        if k is not None and conv.act_turns >= k:
+            return summary_reason(k, by_turns=True)
         prompt = [*conv.messages, Message("user", feedback)]
         used = count_message_tokens(prompt, self.count_tokens)
-        return used + self.memory.reserve > self.memory.token_budget
+        if used + self.memory.reserve > self.memory.token_budget:
+            return summary_reason(k, by_turns=False)
+        return None
 
     def _after_summary(self, summary: str):
         capped = truncate_to_tokens(

@@ -151,7 +151,8 @@ def save_model(model: nn.Module, tokenizer: Any, path: str | Path) -> Path:
     """Save a full model and its tokenizer (safetensors) so :func:`load_model` reads it."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(path), safe_serialization=True)
+    with _no_hf_progress_bars():
+        model.save_pretrained(str(path), safe_serialization=True)
     tokenizer.save_pretrained(str(path))
     return path
 

@@ -45,7 +45,10 @@ def app_section(task: AppTask) -> str:
 
 def task_prompt(task: AppTask, stage: int = 0) -> str:
     """The task prompt for (0-based) ``stage``: title, brief, how the app runs, the request."""
-    parts = [f"# Task: {task.title}", task.spec.strip()]
+    spec = task.spec.strip()
+    if spec.startswith("# "):  # the spec's own title: the heading above already says it
+        spec = spec.split("\n", 1)[1].strip() if "\n" in spec else ""
+    parts = [f"# Task: {task.title}", spec]
     section = app_section(task)
     if section:
         parts.append(section)

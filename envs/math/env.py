@@ -49,10 +49,9 @@ DEFAULT_TEMPLATES = {
 CONTINUE_MESSAGE = "Continue. When you reach the final answer, state it in the required format."
 
 MATH_SUMMARY_PROMPT = (
-    "Your context is full and will be cleared. Summarise your work on the problem so far: "
-    "the approach, the intermediate results you trust, and what remains to do. Only the "
-    "problem and this summary will be shown to you in the new context. Reply with the "
-    "summary only."
+    "Summarise your work on the problem so far: the approach, the intermediate results "
+    "you trust, and what remains to do. Only the problem and this summary will be shown to "
+    "you in the new context. Reply with the summary only."
 )
 
 #: Act turns allowed in memory mode when ``max_turns`` is not given.
