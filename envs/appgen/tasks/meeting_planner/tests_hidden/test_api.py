@@ -50,3 +50,9 @@ def test_meetings_are_kept(app):
     app.restart()
     assert [m["title"] for m in app.get("/api/meetings").json()] == ["Sooner", "Later"]
     assert "14:00-14:30" not in slots(app, "date=2026-05-04&people=ann&minutes=30")
+
+
+def test_slow_calendar_is_cut_short(app, services):
+    services["calendar"].slow(8)
+    r = app.get("/api/slots?date=2026-05-04&people=ann&minutes=60", timeout=7)
+    assert r.status == 502 and "error" in r.json()

@@ -63,3 +63,11 @@ def test_issues_go_to_confirmed_subscribers(app, services):
     services["mail"].fail(500, times=1)
     assert app.post("/api/issues", {"subject": "Issue 2", "text": "Again"}).json() == {
         "sent": 1, "failed": ["amy@example.org"]}
+
+
+def test_slow_relay_is_cut_short(app, services):
+    services["mail"].slow(8)
+    r = app.post("/api/subscribe", {"email": "eve@example.org"}, timeout=7)
+    assert r.status == 502 and "error" in r.json()
+    services["mail"].reset()
+    assert app.get("/api/subscribers").json() == []

@@ -59,3 +59,9 @@ def test_page_shows_the_suggestion(app, page):
     page.click("#suggest")
     page.wait_text("#temp", "24.0 °C")
     assert page.texts("#outfit li") == ["top: T-shirt", "bottom: Jeans", "shoes: Sneakers"]
+
+
+def test_slow_service_is_cut_short(app, services):
+    services["weather"].slow(8)
+    r = app.get("/api/suggestion?city=Oslo", timeout=7)
+    assert r.status == 502 and "error" in r.json()

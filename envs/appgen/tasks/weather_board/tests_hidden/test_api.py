@@ -39,3 +39,10 @@ def test_delete_and_restart(app):
     assert app.delete("/api/cities/Cairo").status == 404
     app.restart()
     assert [c["name"] for c in app.get("/api/board").json()["cities"]] == ["Oslo"]
+
+
+def test_slow_service_is_cut_short(app, services):
+    services["weather"].slow(8)
+    assert app.post("/api/cities", {"name": "Oslo"}, timeout=7).status == 502
+    services["weather"].reset()
+    assert app.get("/api/board").json()["cities"] == []
