@@ -109,15 +109,18 @@ def resolve_dtype(setting: str, device: torch.device) -> torch.dtype:
     return DTYPES[setting]
 
 
-def place_model(model: nn.Module, cfg: ModelConfig, *, backend: str = "none") -> nn.Module:
+def place_model(
+    model: nn.Module, cfg: ModelConfig | None = None, *, backend: str = "none"
+) -> nn.Module:
     """Cast the model's floating parameters to ``model.dtype`` and move it to
-    ``model.device`` (see :func:`resolve_device`); returns the same module.
+    ``model.device`` (see :func:`resolve_device`; no ``cfg``: both ``auto``); returns the
+    same module.
 
     Buffers keep their dtype (rotary frequencies, router biases stay float32). Call it
     before LoRA is applied, so that peft creates the adapter on the base's device.
     """
-    device = resolve_device(cfg.device, backend)
-    dtype = resolve_dtype(cfg.dtype, device)
+    device = resolve_device(cfg.device if cfg is not None else "auto", backend)
+    dtype = resolve_dtype(cfg.dtype if cfg is not None else "auto", device)
     with torch.no_grad():
         for p in model.parameters():
             if p.is_floating_point() and p.dtype != dtype:

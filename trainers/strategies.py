@@ -60,6 +60,39 @@ def _lora_params(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]
     return [(n, p) for n, p in model.named_parameters() if "lora_" in n]
 
 
+def deepspeed_config(
+    *,
+    micro_batch_size: int,
+    world_size: int,
+    max_grad_norm: float,
+    zero_stage: int,
+    compute_dtype: torch.dtype | None,
+) -> dict[str, Any]:
+    """The DeepSpeed config of :class:`DeepSpeedLearner`: our gradient accumulation, our
+    float32 optimizer, and the learner's autocast (``model.dtype``) declared in
+    ``torch_autocast`` -- DeepSpeed's forward switches an outer CUDA autocast off unless
+    its own section asks for it -- with no module's gradients reduced in bf16 (the float32
+    master weights' gradients stay float32)."""
+    mbs = max(1, micro_batch_size)
+    return {
+        "train_micro_batch_size_per_gpu": mbs,
+        "gradient_accumulation_steps": 1,
+        "train_batch_size": mbs * world_size,
+        "managed_gradient_accumulation": False,
+        "gradient_clipping": float(max_grad_norm),
+        "zero_optimization": {"stage": zero_stage},
+        "bf16": {"enabled": False},
+        "fp16": {"enabled": False},
+        "torch_autocast": {
+            "enabled": compute_dtype is not None,
+            "dtype": str(compute_dtype or torch.bfloat16).removeprefix("torch."),
+            "lower_precision_safe_modules": [],
+        },
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+
+
 class DeepSpeedLearner(Learner):
     """The learner under DeepSpeed ZeRO stage 2 or 3 (``distributed.strategy: deepspeed``).
 
@@ -90,19 +123,13 @@ class DeepSpeedLearner(Learner):
             raise ConfigError(
                 "distributed.strategy: deepspeed needs the deepspeed package: pip install deepspeed"
             ) from e
-        mbs = max(1, self.algo.micro_batch_size)
-        config = {
-            "train_micro_batch_size_per_gpu": mbs,
-            "gradient_accumulation_steps": 1,
-            "train_batch_size": mbs * self.dist.world_size,
-            "managed_gradient_accumulation": False,
-            "gradient_clipping": float(self.optim_cfg.max_grad_norm),
-            "zero_optimization": {"stage": self.zero_stage},
-            "bf16": {"enabled": False},
-            "fp16": {"enabled": False},
-            "steps_per_print": 10**9,
-            "wall_clock_breakdown": False,
-        }
+        config = deepspeed_config(
+            micro_batch_size=self.algo.micro_batch_size,
+            world_size=self.dist.world_size,
+            max_grad_norm=self.optim_cfg.max_grad_norm,
+            zero_stage=self.zero_stage,
+            compute_dtype=self.compute_dtype,
+        )
         optimizer = make_optimizer(self.model, self.optim_cfg, self.critic)
         engine, ds_optimizer, _, _ = deepspeed.initialize(
             model=self.model, optimizer=optimizer, config=config, dist_init_required=False

@@ -271,6 +271,82 @@ def test_moe_expert_lora_trains_in_bf16(tmp_path, toy_envs_registered):
     trainer.close()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["fsdp2", "deepspeed"])
+def test_two_processes_with_a_bf16_base_match_one(tmp_path, toy_envs_registered, strategy):
+    """The sharded strategies keep the learner's bf16 base, autocast and float32 master
+    weights: the adapter after two steps equals the single process's, bit for bit. (On
+    CPU DeepSpeed's forward leaves the outer autocast on whatever its config says, since
+    it asks CUDA's autocast state only; the config itself is checked below.)"""
+    import os
+    import subprocess
+
+    from safetensors.torch import load_file
+
+    # ZeRO-3 runs one full sequence per sample (DeepSpeedLearner): the single run too
+    layout = ["algorithm.share_prompts=false"] if strategy == "deepspeed" else []
+    args = [
+        "run.max_steps=2",
+        "run.save_every=1",
+        "run.threads=1",
+        "run.progress=false",
+        "run.plots=false",
+        f"model.preset_overrides={json.dumps(TINY_QWEN)}",
+        "rollout.group_size=4",
+        "rollout.batch_tasks=2",
+        "rollout.max_tokens=10",
+        "algorithm.micro_batch_size=3",
+        "optim.lr=0.01",
+        "model.dtype=bfloat16",
+        *layout,
+    ]
+    single = DAPOTrainer(
+        load_config(
+            TrainConfig,
+            None,
+            [
+                f"run.output_dir={tmp_path / 'one'}",
+                "envs=[{id: agentgym-test/EvenChars-v0}]",
+                *args,
+            ],
+        )
+    )
+    single.train()
+    single.close()
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests" / "helpers")}
+    cmd = [
+        *(sys.executable, "-m", "agentgym", "train", f"run.output_dir={tmp_path / 'two'}"),
+        "envs=[{id: 'trainer_toy_envs:agentgym-test/EvenChars-v0'}]",
+        *(*args, f"distributed.strategy={strategy}", "--nproc", "2"),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    name = "checkpoints/step_000002/adapter/adapter_model.safetensors"
+    one, two = load_file(str(tmp_path / "one" / name)), load_file(str(tmp_path / "two" / name))
+    assert one.keys() == two.keys() and {v.dtype for v in two.values()} == {torch.float32}
+    for k in one:
+        torch.testing.assert_close(two[k], one[k], rtol=0, atol=1e-6, msg=k)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, None])
+def test_deepspeed_is_told_the_learners_autocast(monkeypatch, dtype):
+    """DeepSpeed's forward switches an outer CUDA autocast off unless its config's
+    ``torch_autocast`` asks for it: the config says what the learner uses, read by
+    DeepSpeed's own config readers, and marks no module for bf16 gradient reduction."""
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    from deepspeed.runtime import config as ds
+
+    from agentgym.trainers.strategies import deepspeed_config
+
+    cfg = deepspeed_config(
+        micro_batch_size=3, world_size=2, max_grad_norm=1.0, zero_stage=3, compute_dtype=dtype
+    )
+    assert ds.get_torch_autocast_enabled(cfg) == (dtype is not None)
+    if dtype is not None:
+        assert ds.get_torch_autocast_dtype(cfg) == dtype
+        assert ds.get_lower_precision_safe_modules(cfg) == []
+
+
 # ------------------------------------------------------------------ host copies
 
 
@@ -556,9 +632,10 @@ def test_gpu_hf_engine_draws_noise_on_the_gpu_and_repeats_its_samples(tokenizer)
 
 
 @pytest.mark.gpu
-def test_gpu_two_ranks_train_under_nccl(tmp_path):
-    """fsdp2 on two GPUs (nccl): the cross-rank sums, the adapter gathered to the host on
-    every rank, the per-rank optimizer shards."""
+@pytest.mark.parametrize("strategy", ["fsdp2", "deepspeed"])
+def test_gpu_two_ranks_train_under_nccl(tmp_path, strategy):
+    """fsdp2 and ZeRO-3 on two GPUs (nccl, bf16): the cross-rank sums, the adapter
+    gathered to the host on every rank, the per-rank optimizer shards."""
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two GPUs")
     import os
@@ -578,7 +655,7 @@ def test_gpu_two_ranks_train_under_nccl(tmp_path):
         "rollout.batch_tasks=2",
         "rollout.max_tokens=10",
         "optim.lr=0.01",
-        "distributed.strategy=fsdp2",
+        f"distributed.strategy={strategy}",
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "tests" / "helpers")}
     cmd = [sys.executable, "-m", "agentgym", "train", *args, "--nproc", "2"]

@@ -5,7 +5,8 @@ declared in pyproject.toml's entry-point group ``agentgym.policies``). The model
 by ``save_pretrained`` (for example the output of ``agentgym sft``); an optional peft
 adapter directory (a trainer checkpoint's adapter) is applied on top. Generation goes
 through :class:`~agentgym.trainers.engines.hf.HFEngine`, which batches the concurrent
-calls of a rollout.
+calls of a rollout, on the trainer's default placement (``model.device`` and
+``model.dtype`` ``auto``: the GPU in bf16 where there is one, else the CPU in float32).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from agentgym import ConfigError
 
 def policy_from_spec(spec: str, *, seed: int = 0, **kwargs: Any) -> Any:
     """Build a batching policy from ``PATH`` or ``PATH@ADAPTER`` (the text after ``hf:``)."""
+    from agentgym.trainers.device import place_model
     from agentgym.trainers.engines.hf import HFEngine
     from agentgym.trainers.models import load_model
 
@@ -26,6 +28,7 @@ def policy_from_spec(spec: str, *, seed: int = 0, **kwargs: Any) -> Any:
         raise ConfigError("hf: policy needs a model path: use 'hf:PATH' or 'hf:PATH@ADAPTER'.")
     adapter_dir = resolve_adapter(adapter) if adapter else None
     model, tokenizer = load_model(path)
+    model = place_model(model)  # before the adapter: peft puts it on the base's device
     if adapter_dir is not None:
         from peft import PeftModel
 
