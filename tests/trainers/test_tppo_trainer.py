@@ -152,3 +152,58 @@ def test_a_resumed_run_with_responses_in_flight_equals_an_uninterrupted_one(
 def test_settings_tppo_does_not_work_with_are_refused(tmp_path, extra, match):
     with pytest.raises(ConfigError, match=match):
         load_config(TrainConfig, None, _args(tmp_path, *extra))
+
+
+@pytest.mark.slow
+def test_tppo_in_two_processes_matches_one(tmp_path, toy_envs_registered):
+    """FSDP2 on two ranks: each plays half the slots, the ranks exchange their steps and
+    train on the same batch; the run equals the one-process run, checkpoint included
+    (the pool's state gathers both ranks' episodes in flight)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    helpers = Path(__file__).resolve().parents[1] / "helpers"
+    common = [
+        *(a for a in _args(tmp_path) if not a.startswith(("envs=", "run.output_dir"))),
+        "envs=[{id: 'trainer_toy_envs:agentgym-test/EvenChars-v0'}]",
+        "run.max_steps=3",
+    ]
+    single = tmp_path / "single"
+    DAPOTrainer(load_config(TrainConfig, None, [*common, f"run.output_dir={single}"])).train()
+    out = tmp_path / "two"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentgym",
+            "train",
+            *common,
+            f"run.output_dir={out}",
+            "distributed.strategy=fsdp2",
+            "--nproc",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(helpers), os.environ.get("PYTHONPATH")])
+            ),
+        },
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got, want = read_jsonl(out / "metrics.jsonl"), read_jsonl(single / "metrics.jsonl")
+    assert len(got) == len(want) == 3
+    for a, b in zip(got, want, strict=True):
+        for key in ("tppo/window_tokens", "tppo/ended", "tppo/critic_tokens"):
+            assert a[key] == b[key], (a["step"], key)
+        assert a["charts/reward"] == pytest.approx(b["charts/reward"], abs=1e-9, nan_ok=True)
+        assert a["losses/total"] == pytest.approx(b["losses/total"], abs=1e-5)
+    state = "checkpoints/step_000003/trainer_state.json"
+    pool_two = json.loads((out / state).read_text())["tppo_pool"]
+    pool_one = json.loads((single / state).read_text())["tppo_pool"]
+    assert pool_two == pool_one
