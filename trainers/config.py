@@ -92,7 +92,7 @@ class ModelConfig:
             it; the weights' own config wins.
         quantize: the frozen base's Linear and expert weights stored weight-only in
             ``int8`` or ``fp8`` (torchao, one scale per output row) under a full-precision
-            LoRA, or ``none``. One process only (docs/distributed.md).
+            LoRA, or ``none``. One process, or a mesh without ``tp`` (docs/distributed.md).
         made_by: the command that writes ``path`` (``agentgym sft configs/...``): a run
             whose model is missing says to run it first.
         device: where the model trains and the HF engine generates: ``auto`` (the

@@ -121,3 +121,21 @@ def test_expert_shards_concatenate_back_to_peft_layout():
     assert torch.equal(parts["lora_B"][1].reshape(5, r, 2)[:, :, 0], b.reshape(5, r, 4)[:, :, 2])
     assert torch.equal(parts["lora_A"][1][:r], a[2 * r : 3 * r])
     assert shard.offset == 2
+
+
+def test_the_planner_plans_the_trainers_layout():
+    from agentgym.trainers.plan import plan_inputs
+
+    path = CONFIGS / "deepseek_v3_671b_48xh100.yaml"
+    p = plan_inputs(load_config(TrainConfig, path, [])).parallel
+    assert (p.tp, p.ep, p.pp, p.dp) == (4, 8, 6, 2)
+    # plan.parallel without sizes: the planner reads them from distributed
+    ones = [f"plan.parallel.{k}=1" for k in ("tp", "ep", "pp", "dp")]
+    p = plan_inputs(load_config(TrainConfig, path, ones)).parallel
+    assert (p.tp, p.ep, p.pp, p.dp) == (4, 8, 6, 2)
+    # sizes in both that disagree: refused, naming both
+    other = ["distributed.tp=2", "distributed.ep=4"]  # still 48 GPUs: 2 x 4 x 6
+    with pytest.raises(ConfigError, match=r"'tp': 2, 'ep': 8, 'pp': 6, 'dp': 4"):
+        plan_inputs(load_config(TrainConfig, path, other))
+    p = plan_inputs(load_config(TrainConfig, path, [*other, *ones])).parallel
+    assert (p.tp, p.ep, p.pp, p.dp) == (2, 8, 6, 4)

@@ -9,8 +9,9 @@ one rank-``r`` LoRA per expert: ``lora_A: [r E, in]`` with expert ``e`` in rows
 :func:`shard_experts` gives each rank of the expert group (the ``ep * tp`` ranks of a
 pipeline stage, :class:`ExpertGroup`) its ``E / (ep * tp)`` experts: the base slices and,
 living with them, their LoRA factors (peft's own layout for ``E_local`` experts, so
-peft's wrappers keep working unchanged), and replaces the experts module's ``forward``
-by :func:`expert_parallel_forward`:
+peft's wrappers, their adapter switches and the saved names stay as they are), and
+replaces the ``forward`` of the outermost module (the outermost peft wrapper, or the
+experts module itself) by :func:`expert_parallel_forward`:
 
 1. with ``tp > 1`` the tokens (replicated over the tensor-parallel ranks) are split
    between those ranks (a DTensor ``Replicate -> Shard(0)`` redistribution), so each
@@ -18,8 +19,10 @@ by :func:`expert_parallel_forward`:
 2. each rank sorts its (token, expert) pairs by expert and sends each expert's tokens to
    the rank that holds it (``all_to_all_single``, with autograd: the backward pass sends
    the gradients the other way);
-3. the owner runs each local expert on its tokens (the adapted weight is peft's
-   ``W + s B A``, folded per call) and sends the results back the same way;
+3. the owner runs each local expert on its tokens with the adapted weight
+   ``W_e + s B_e A_e`` (:func:`expert_weight`: peft's fold, one expert at a time; the
+   base dequantized when it is a torchao tensor, :mod:`.quant`) and sends the results
+   back the same way;
 4. the results are weighted by the router and summed per token in expert order, as the
    unsplit layer does, and (``tp > 1``) gathered back over the tensor-parallel ranks.
 
@@ -143,7 +146,7 @@ def shard_experts(model: nn.Module, group: ExpertGroup) -> dict[str, tuple[str, 
     """
     kinds: dict[str, tuple[str, ExpertShard]] = {}
     names = {id(p): n for n, p in model.named_parameters()}
-    for _outer, experts, wrappers in find_experts(model):
+    for outer_name, experts, wrappers in find_experts(model):
         total = int(experts.gate_up_proj.shape[0])
         local = total // group.size
         shard = ExpertShard(total=total, local=local, offset=group.index * local)
@@ -172,8 +175,65 @@ def shard_experts(model: nn.Module, group: ExpertGroup) -> dict[str, tuple[str, 
                     kinds[key] = (kind, shard)
             w.num_experts = local
         experts._agentgym_experts = (group, shard)
-        experts.forward = types.MethodType(expert_parallel_forward, experts)
+        outer = model.get_submodule(outer_name) if wrappers else experts
+        outer.forward = types.MethodType(expert_parallel_forward, outer)
     return kinds
+
+
+def experts_and_wrappers(outer: nn.Module) -> tuple[nn.Module, dict[str, Any]]:
+    """The fused-experts module at the bottom of ``outer`` (itself, or the base of a chain
+    of peft ``ParamWrapper``s) and those wrappers by the parameter each adapts."""
+    wrappers: dict[str, Any] = {}
+    m = outer
+    while hasattr(m, "parameter_name") and hasattr(m, "base_layer"):
+        wrappers[m.parameter_name] = m
+        m = m.base_layer
+    return m, wrappers
+
+
+def expert_weight(
+    experts: nn.Module,
+    wrappers: dict[str, Any],
+    name: str,
+    e: int,
+    whole: dict[str, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """Expert ``e``'s weight ``name`` (``[out, in]``), dequantized when the stack is a
+    torchao tensor (:mod:`.quant`), plus its adapter's ``s B_e A_e`` when the adapter is
+    on: what peft's fold ``W + s B A`` gives for that expert, computed for one expert
+    instead of the whole stack (peft's layout of the factors: ``lora_A: [r E, in]``,
+    expert ``e`` in rows ``e r .. (e + 1) r``; ``lora_B: [out, r E]``, expert ``e`` in
+    columns ``e, E + e, ...``). ``whole``: the stacks already dequantized."""
+    if whole is not None:
+        w = whole[name][e]
+    else:
+        w = getattr(experts, name)[e]
+        if type(w) is not torch.Tensor:
+            w = w.dequantize()
+    wrapper = wrappers.get(name)
+    if wrapper is None or wrapper.disable_adapters or wrapper.merged:
+        return w
+    for adapter in wrapper.active_adapters:
+        if adapter not in wrapper.lora_A:
+            continue
+        n = wrapper.num_experts
+        a = wrapper.lora_A[adapter].weight
+        b = wrapper.lora_B[adapter].weight
+        a_e = a.reshape(n, -1, a.shape[-1])[e]
+        b_e = b.reshape(b.shape[0], -1, n)[:, :, e]
+        w = w + (b_e @ a_e).to(w.dtype) * wrapper.scaling[adapter]
+    return w
+
+
+def dequantized_stacks(experts: nn.Module) -> dict[str, torch.Tensor] | None:
+    """Under ``torch.inference_mode`` torchao cannot index its tensors: the quantized
+    stacks dequantized whole (one layer's, for one forward); None otherwise."""
+    stacks = {p: getattr(experts, p) for p in EXPERT_PARAMS}
+    if not torch.is_inference_mode_enabled():
+        return None
+    if all(type(t.data) is torch.Tensor for t in stacks.values()):
+        return None
+    return {p: t.dequantize() if type(t.data) is not torch.Tensor else t for p, t in stacks.items()}
 
 
 # ----------------------------------------------------------------------------- forward
@@ -213,14 +273,16 @@ def expert_parallel_forward(
     top_k_index: torch.Tensor,
     top_k_weights: torch.Tensor,
 ) -> torch.Tensor:
-    """The experts module's forward under expert parallelism (see the module docstring).
+    """The experts' forward under expert parallelism (see the module docstring).
 
     Args:
+        self: the outermost module of one experts module (a peft wrapper or itself).
         hidden_states: ``[N, H]`` tokens (the same on every tensor-parallel rank).
         top_k_index / top_k_weights: ``[N, k]`` the router's choices (global expert ids)
             and weights.
     """
-    group, shard = self._agentgym_experts
+    experts, wrappers = experts_and_wrappers(self)
+    group, shard = experts._agentgym_experts
     rows = hidden_states.shape[0]
     if group.tp_mesh is not None and group.tp_mesh.size() > 1:
         hidden_states = _split_tokens(hidden_states, group.tp_mesh)
@@ -243,14 +305,16 @@ def expert_parallel_forward(
     perm = torch.argsort(expert_of_row, stable=True)
     per_expert = recv.sum(0).tolist()
     xs = x[perm]
-    gate_up, down = self.gate_up_proj, self.down_proj  # peft folds W + s B A here
+    whole = dequantized_stacks(experts)
     outs, start = [], 0
-    for j, m in enumerate(per_expert):
+    for j, m in enumerate(per_expert):  # every local expert, so every LoRA gets a gradient
         rows_j = xs[start : start + m]
         start += m
-        gate, up = F.linear(rows_j, gate_up[j]).chunk(2, dim=-1)
-        outs.append(F.linear(self.act_fn(gate) * up, down[j]))
-    y = torch.cat(outs, dim=0) if outs else xs.new_zeros((0, down.shape[1]))
+        gate_up = expert_weight(experts, wrappers, "gate_up_proj", j, whole)
+        gate, up = F.linear(rows_j, gate_up).chunk(2, dim=-1)
+        down = expert_weight(experts, wrappers, "down_proj", j, whole)
+        outs.append(F.linear(experts.act_fn(gate) * up, down))
+    y = torch.cat(outs, dim=0) if outs else xs.new_zeros((0, hidden_states.shape[-1]))
     y = y[torch.argsort(perm)]
     y = _all_to_all(y, send_rows, recv_rows, group.group)
     weights = top_k_weights.reshape(-1)[order]

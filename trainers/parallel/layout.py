@@ -123,6 +123,12 @@ class Layout:
         ]
         return " x ".join(parts) if parts else "1 process"
 
+    def planner_sizes(self) -> dict[str, int]:
+        """This layout in the planner's terms (``plan.parallel``): ``tp``, ``pp``, ``dp``
+        (data-parallel ranks: ``dp_shard * ep``) and ``ep`` (the GPUs the routed experts
+        are split over: ``ep * tp``)."""
+        return {"tp": self.tp, "ep": self.expert_split, "pp": self.pp, "dp": self.dp}
+
     # ------------------------------------------------------------------ checks
     def check_world(self, world_size: int) -> None:
         """Raise unless the layout uses exactly ``world_size`` processes."""
@@ -202,7 +208,7 @@ def check_train_config(cfg: Any) -> None:
         getattr(cfg.model, "quantize", "none"),
         strategy=cfg.distributed.strategy,
         lora=cfg.lora.enabled,
-        layout_default=layout.is_default,
+        layout=layout,
     )
     if layout.is_default:
         return
@@ -229,8 +235,10 @@ class _Fields:
 QUANT_KINDS = ("none", "int8", "fp8")
 
 
-def check_quantize_setting(kind: str, *, strategy: str, lora: bool, layout_default: bool) -> None:
-    """Refuse a ``model.quantize`` that cannot run with the rest of the config."""
+def check_quantize_setting(kind: str, *, strategy: str, lora: bool, layout: Layout) -> None:
+    """Refuse a ``model.quantize`` that cannot run with the rest of the config: it needs
+    LoRA, and one process or a device mesh without tensor parallelism (torchao's tensors
+    are not DTensors: FSDP2 leaves them whole, the expert split slices them)."""
     if kind == "none":
         return
     if kind not in QUANT_KINDS:
@@ -240,9 +248,15 @@ def check_quantize_setting(kind: str, *, strategy: str, lora: bool, layout_defau
             f"model.quantize={kind} freezes the base: it needs lora.enabled=true (a quantized "
             "weight cannot be trained)."
         )
-    if strategy != "none" or not layout_default:
+    if layout.tp > 1:
         raise ConfigError(
-            f"model.quantize={kind} runs on one process here (distributed.strategy=none): "
-            "sharding torchao tensors with FSDP2, tensor or expert parallelism is not wired "
-            "yet. Use a full-precision base for sharded runs, or one process."
+            f"model.quantize={kind} with distributed.tp={layout.tp}: DTensor does not split "
+            "torchao's tensors. Use ep / pp / dp_shard with a quantized base, or "
+            "model.quantize=none."
+        )
+    if strategy != "none" and layout.is_default:
+        raise ConfigError(
+            f"model.quantize={kind} with distributed.strategy={strategy} over plain data "
+            "parallelism is not wired (ZeRO and whole-model FSDP2 shard every weight): use "
+            "a device mesh (distributed.dp_shard / ep / pp with strategy fsdp2), or one process."
         )

@@ -48,6 +48,7 @@ from agentgym.trainers.parallel.experts import ExpertGroup, find_experts, shard_
 from agentgym.trainers.parallel.layout import Layout, stage_ranges
 from agentgym.trainers.parallel.mesh import ParallelMesh, build_mesh
 from agentgym.trainers.parallel.pipeline import PipelineRunner, StageModule, cut_stage
+from agentgym.trainers.parallel.quant import is_quantized
 from agentgym.trainers.parallel.state import ParamMap
 from agentgym.trainers.parallel.tensor_parallel import apply_tensor_parallel, decoder_layers
 
@@ -73,6 +74,11 @@ class ParallelLearner(Learner):
         if self.replay is not None:
             raise ConfigError(
                 "algorithm.router_replay is not supported with distributed dp_shard/tp/ep/pp."
+            )
+        if self.layout.tp > 1 and any(is_quantized(p) for p in self.model.parameters()):
+            raise ConfigError(
+                "model.quantize with distributed.tp > 1: DTensor does not split torchao's "
+                "tensors. Use ep / pp / dp_shard with a quantized base, or model.quantize=none."
             )
         dropout = [m.p for m in self.model.modules() if isinstance(m, nn.Dropout) and m.p > 0]
         if dropout:
@@ -140,14 +146,17 @@ class ParallelLearner(Learner):
             return
         from torch.distributed.fsdp import fully_shard
 
-        ignored: set[nn.Parameter] = set()
+        # a quantized base (torchao tensors, which FSDP2 does not shard) stays whole
+        ignored: set[nn.Parameter] = {p for p in self.model.parameters() if is_quantized(p)}
         owned = {id(m) for layer in layers for m in layer.modules()}
         for outer_name, experts, _ in find_experts(self.model):
             if id(experts) not in owned:
                 continue
             outer = self.model.get_submodule(outer_name)
             if layout.dp_shard > 1:
-                fully_shard(outer, mesh=self.pmesh.dp_shard)
+                quantized = {p for p in outer.parameters() if p in ignored}
+                kw_e = {"ignored_params": quantized} if quantized else {}
+                fully_shard(outer, mesh=self.pmesh.dp_shard, **kw_e)
             else:
                 ignored.update(outer.parameters())
         kw = {"ignored_params": ignored} if ignored else {}
@@ -157,9 +166,15 @@ class ParallelLearner(Learner):
         fully_shard(root, mesh=self.pmesh.dp, **kw)
 
     def _free_generation_model(self) -> None:
-        """Drop the generation model's tensors (gathered again for each rollout)."""
+        """Drop the generation model's tensors (gathered again for each rollout); a
+        quantized base stays (it is frozen, and gathering torchao tensors is not wired)."""
         for p in self.gen_model.parameters():
-            p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+            if not is_quantized(p):
+                p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+
+    def _gathered_names(self) -> list[str]:
+        """The parameters :meth:`generation` gathers: all but a quantized base."""
+        return [n for n, p in self.gen_model.named_parameters() if not is_quantized(p)]
 
     # ------------------------------------------------------------------ hooks
     def _my_microbatches(self, mbs: list[MicroBatch]) -> list[MicroBatch]:
@@ -300,9 +315,11 @@ class ParallelLearner(Learner):
     @contextlib.contextmanager
     def generation(self) -> Iterator[torch.nn.Module]:
         """The generation model with every tensor gathered (all ranks enter together)."""
-        full = self.params.gather(self.params.shapes)
-        for name, p in self.gen_model.named_parameters():
-            p.data = full.pop(name)
+        names = self._gathered_names()
+        full = self.params.gather(names)
+        params = dict(self.gen_model.named_parameters())
+        for name in names:
+            params[name].data = full.pop(name)
         try:
             yield self.gen_model
         finally:

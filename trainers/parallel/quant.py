@@ -28,8 +28,12 @@ The reference policy is still the adapter switched off (``disable_adapter()``: t
 wrappers' ``disable_adapters`` flag, read here too). The HF engine generates with the
 same quantized model, so the rollouts are the trained policy's.
 
-Runs on one process (``distributed.strategy: none``): sharding a torchao tensor with
-FSDP2, DTensor tensor parallelism or expert slicing is not wired here (docs/distributed.md).
+Runs on one process, or on a device mesh without tensor parallelism: the expert split
+slices the quantized stacks (:func:`~.experts.shard_experts`; :func:`~.experts.expert_weight`
+dequantizes one expert at a time there too), pipeline stages keep their quantized layers,
+and FSDP2 leaves the quantized weights whole (``ignored_params``) while it shards the
+rest. DTensor tensor parallelism does not split torchao tensors: ``tp > 1`` is refused
+(docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -43,7 +47,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from agentgym import ConfigError
-from agentgym.trainers.parallel.experts import EXPERT_PARAMS, find_experts
+from agentgym.trainers.parallel.experts import (
+    EXPERT_PARAMS,
+    dequantized_stacks,
+    expert_weight,
+    experts_and_wrappers,
+    find_experts,
+)
 from agentgym.trainers.parallel.layout import QUANT_KINDS
 
 
@@ -141,60 +151,23 @@ def quantize_base(model: nn.Module, kind: str) -> QuantReport:
         after += sum(storage_bytes(getattr(experts, p)) for p in EXPERT_PARAMS)
         count += len(EXPERT_PARAMS)
         outer = model.get_submodule(outer_name) if wrappers else experts
-        by_param = {w.parameter_name: w for w in wrappers}
-        outer.forward = types.MethodType(
-            lambda self, *a, _e=experts, _w=by_param: quantized_experts_forward(_e, _w, *a),
-            outer,
-        )
+        outer.forward = types.MethodType(quantized_experts_forward, outer)
     return QuantReport(kind=kind, tensors=count, bytes_before=before, bytes_after=after)
 
 
-def expert_weight(
-    experts: nn.Module,
-    wrappers: dict[str, Any],
-    name: str,
-    e: int,
-    whole: dict[str, torch.Tensor] | None = None,
-) -> torch.Tensor:
-    """Expert ``e``'s weight ``name`` (``[out, in]``): dequantized, plus its adapter's
-    ``s B_e A_e`` when the adapter is on (peft's ``ParamWrapper`` layout of the factors:
-    ``lora_A: [r E, in]`` expert ``e`` in rows ``e r .. (e + 1) r``, ``lora_B: [out, r E]``
-    expert ``e`` in columns ``e, E + e, ...``). ``whole``: stacks already dequantized."""
-    if whole is not None:
-        w = whole[name][e]
-    else:
-        w = getattr(experts, name)[e]
-        if type(w) is not torch.Tensor:
-            w = w.dequantize()
-    wrapper = wrappers.get(name)
-    if wrapper is None or wrapper.disable_adapters or wrapper.merged:
-        return w
-    for adapter in wrapper.active_adapters:
-        if adapter not in wrapper.lora_A:
-            continue
-        n = wrapper.num_experts
-        a = wrapper.lora_A[adapter].weight
-        b = wrapper.lora_B[adapter].weight
-        a_e = a.reshape(n, -1, a.shape[-1])[e]
-        b_e = b.reshape(b.shape[0], -1, n)[:, :, e]
-        w = w + (b_e @ a_e).to(w.dtype) * wrapper.scaling[adapter]
-    return w
-
-
 def quantized_experts_forward(
-    experts: nn.Module,
-    wrappers: dict[str, Any],
+    self: nn.Module,
     hidden_states: torch.Tensor,
     top_k_index: torch.Tensor,
     top_k_weights: torch.Tensor,
 ) -> torch.Tensor:
     """The fused experts' forward (transformers' ``[E, 2I, H]`` / ``[E, H, I]`` layout) on
-    a quantized stack, each expert's adapter applied to its own weight."""
+    a quantized stack, each expert's adapter applied to its own weight; ``self`` is the
+    outermost module of the experts (a peft wrapper, or the experts module)."""
+    experts, wrappers = experts_and_wrappers(self)
+    whole = dequantized_stacks(experts)
     out = torch.zeros_like(hidden_states)
     n = int(getattr(experts, EXPERT_PARAMS[0]).shape[0])
-    whole = None
-    if torch.is_inference_mode_enabled():  # torchao cannot index its tensors there
-        whole = {p: getattr(experts, p).dequantize() for p in EXPERT_PARAMS}
     with torch.no_grad():
         hit = torch.unique(top_k_index[(top_k_index >= 0) & (top_k_index < n)]).tolist()
     for e in hit:
@@ -202,10 +175,8 @@ def quantized_experts_forward(
         x = hidden_states[token]
         gate_up = expert_weight(experts, wrappers, "gate_up_proj", e, whole)
         gate, up = F.linear(x, gate_up).chunk(2, -1)
-        y = F.linear(
-            experts.act_fn(gate) * up, expert_weight(experts, wrappers, "down_proj", e, whole)
-        )
-        y = y * top_k_weights[token, slot, None]
+        down = expert_weight(experts, wrappers, "down_proj", e, whole)
+        y = F.linear(experts.act_fn(gate) * up, down) * top_k_weights[token, slot, None]
         out = out.index_add(0, token, y.to(out.dtype))
     return out
 

@@ -16,10 +16,10 @@ the trainer ignores) for the rest:
   dp, ZeRO stage), the base weights' quantization, the sequence length and the
   activation settings.
 
-``distributed`` is not read: today it holds the trainer's data-parallel strategy
-(DeepSpeed ZeRO 2/3 or FSDP2), which has no tensor, expert or pipeline dimension, so the
-layout the planner sizes lives in ``plan.parallel`` until the trainer's own section can
-express it.
+``distributed``: when it names a device mesh (``dp_shard``, ``tp``, ``ep``, ``pp``: the
+layout the trainer runs, docs/distributed.md), its sizes are the layout planned, in the
+planner's terms (:func:`trainer_layout`); ``plan.parallel`` then only adds the
+planner's own knobs (``zero_stage``, ``sequence_parallel``), and sizes it names must agree.
 
 :func:`plan_inputs` turns a loaded config into :class:`PlanInputs`; :func:`plan_both`
 plans them.
@@ -287,6 +287,26 @@ def step_spec(inputs: PlanInputs) -> StepSpec:
     )
 
 
+def trainer_layout(cfg: TrainConfig, spec: ParallelSpec) -> ParallelSpec:
+    """The training layout to plan: the trainer's ``distributed`` mesh in the planner's
+    terms when it names one (``ep`` counts the GPUs the experts are split over, ``dp``
+    the data-parallel ranks), else ``plan.parallel``; sizes named in both must agree."""
+    from agentgym.trainers.parallel import Layout
+
+    layout = Layout.from_config(cfg.distributed)
+    if layout.is_default:
+        return spec
+    sizes = layout.planner_sizes()
+    given = {k: getattr(spec, k) for k in sizes}
+    if any(v != 1 for v in given.values()) and given != sizes:
+        raise ConfigError(
+            f"plan.parallel {given} is not the trainer's layout: distributed "
+            f"{layout.describe()} is {sizes} in the planner's terms. Remove plan.parallel's "
+            "sizes (the planner reads distributed), or make them agree."
+        )
+    return replace(spec, **sizes)
+
+
 def plan_inputs(
     cfg: TrainConfig,
     *,
@@ -320,7 +340,7 @@ def plan_inputs(
         gpus=gpus if gpus is not None else settings.gpus,
         gpu_mem_gib=gpu_mem_gib if gpu_mem_gib is not None else settings.gpu_mem_gib,
     )
-    parallel = settings.parallel
+    parallel = trainer_layout(cfg, settings.parallel)
     try:
         if rescale:
             dp = _rescale("plan.parallel tp*pp", parallel.tp * parallel.pp, hardware.gpus)
