@@ -128,11 +128,16 @@ def test_what_a_quantized_base_cannot_run_with_is_refused():
         load_config(TrainConfig, None, ["model.quantize=int4"])
     with pytest.raises(ConfigError, match=r"lora\.enabled=true"):
         load_config(TrainConfig, None, ["model.quantize=int8", "lora.enabled=false"])
-    with pytest.raises(ConfigError, match="one process"):
+    with pytest.raises(ConfigError, match="device mesh"):
         load_config(TrainConfig, None, ["model.quantize=fp8", "distributed.strategy=fsdp2"])
-    with pytest.raises(ConfigError, match="one process"):
+    with pytest.raises(ConfigError, match="DTensor does not split"):
         load_config(
             TrainConfig,
             None,
             ["model.quantize=int8", "distributed.strategy=fsdp2", "distributed.tp=2"],
         )
+    load_config(  # a mesh without tp takes it
+        TrainConfig,
+        None,
+        ["model.quantize=int8", "distributed.strategy=fsdp2", "distributed.ep=2"],
+    )
