@@ -78,6 +78,16 @@ def test_config_section_needs_fsdp2_and_positive_sizes():
         load_config(TrainConfig, None, ["distributed.strategy=fsdp2", "distributed.pp=0"])
 
 
+def test_what_a_mesh_does_not_run_is_refused_at_config_time():
+    mesh = ["distributed.strategy=fsdp2", "distributed.ep=2", "model.preset=tiny-deepseek-v3"]
+    with pytest.raises(ConfigError, match="critic"):
+        load_config(TrainConfig, None, [*mesh, "algorithm.name=vapo"])
+    with pytest.raises(ConfigError, match=r"router_replay.*ep=2"):
+        load_config(TrainConfig, None, [*mesh, "algorithm.router_replay=true"])
+    with pytest.raises(ConfigError, match="dropout masks"):
+        load_config(TrainConfig, None, [*mesh, "lora.dropout=0.1"])
+
+
 def test_the_671b_layout_is_a_valid_trainer_config():
     cfg = load_config(TrainConfig, CONFIGS / "deepseek_v3_671b_48xh100.yaml", [])
     layout = Layout.from_config(cfg.distributed)

@@ -199,10 +199,11 @@ class Layout:
 
 
 def check_train_config(cfg: Any) -> None:
-    """A trainer config's ``model.quantize`` against its layout, and the ``distributed``
-    layout against the model it names, before anything is loaded: ``model.architecture`` (``config.json`` fields), else the preset
-    with its overrides. A model read from ``model.path`` alone is checked when the
-    learner loads it."""
+    """A trainer config's ``model.quantize`` against its layout, what a mesh does not run
+    (a critic, router replay, LoRA dropout), and the ``distributed`` layout against the
+    model it names, before anything is loaded: ``model.architecture`` (``config.json``
+    fields), else the preset with its overrides. A model read from ``model.path`` alone
+    is checked when the learner loads it."""
     layout = Layout.from_config(cfg.distributed)
     check_quantize_setting(
         getattr(cfg.model, "quantize", "none"),
@@ -212,6 +213,23 @@ def check_train_config(cfg: Any) -> None:
     )
     if layout.is_default:
         return
+    mesh = f"distributed {layout.describe()}"
+    if cfg.algorithm.uses_critic:
+        raise ConfigError(
+            f"a critic (algorithm.advantage={cfg.algorithm.advantage}) does not run on a "
+            f"device mesh yet ({mesh}): use strategy fsdp2 or deepspeed without "
+            "dp_shard/tp/ep/pp, or a critic-free algorithm (dapo)."
+        )
+    if cfg.algorithm.router_replay:
+        raise ConfigError(
+            f"algorithm.router_replay does not run on a device mesh yet ({mesh}): set it to "
+            "false, or drop dp_shard/tp/ep/pp."
+        )
+    if cfg.lora.enabled and cfg.lora.dropout > 0:
+        raise ConfigError(
+            f"lora.dropout must be 0 on a device mesh ({mesh}): ranks that share an "
+            "activation would draw different dropout masks."
+        )
     fields = dict(cfg.model.architecture or {})
     if not fields and cfg.model.preset is not None:
         from agentgym.trainers.models import PRESETS
