@@ -4,12 +4,14 @@ The attacks are in :mod:`.attacks` (in-process subversion of the runner, objects
 reaching the grader's files and processes, exhausting resources, the file-based tricks).
 Each is graded on one task of every family of built-in tasks (how their hidden tests
 reach the project: library calls with callbacks, an interpreter with a CLI, a SQLite
-service with reports and a CLI, an HTTP server, binary files the tests corrupt) and must
+service with reports and a CLI, an HTTP server, binary files the tests corrupt, a
+full-stack app that the tests start as a server and use in a browser) and must
 score no more than the honest project it was built on: no hidden test may pass that the
 honest project fails. The issue's own attack runs on every built-in task.
 
-To keep hangs cheap the tasks are graded with ``test_timeout = 2`` (the honest projects
-pass well within it), and the costly attacks (a stalled process costs each test its whole
+To keep hangs cheap the library tasks are graded with ``test_timeout = 2`` (the honest
+projects pass well within it; the full-stack task keeps its own limits, as starting
+Chromium takes longer), and the costly attacks (a stalled process costs each test its whole
 time limit, an exhausted resource seconds, whatever the task) run on two families. Also here: what the project's process can find of the hidden tests
 at grading time, and what an agent's ``<run>`` commands can find during the episode.
 """
@@ -39,6 +41,7 @@ FAMILIES = {
     "sqlite-service": ("inventory", 3),
     "http-server": ("url_shortener", 2),
     "binary-files": ("kv_wal", 2),
+    "full-stack": ("guestbook", 3),
 }
 #: the families that costly attacks run on (every family runs all the others)
 COSTLY_FAMILIES = ("library", "http-server")
@@ -52,18 +55,36 @@ def _docker(tmp_path_factory):
     for name, _ in FAMILIES.values():
         dest = root / name
         shutil.copytree(BUILTIN_TASKS_DIR / name, dest)
+        _TASK_DIRS[name] = dest
+        if load_task(dest).app is not None:
+            continue
         toml = dest / "task.toml"
         text = re.sub(r"test_timeout = \d+", "test_timeout = 2", toml.read_text())
         toml.write_text(re.sub(r"grade_timeout = \d+", "grade_timeout = 100", text))
-        _TASK_DIRS[name] = dest
+
+
+class Pools:
+    """One warm sandbox for library tasks (default limits) and one for full-stack tasks
+    (their own memory and process limits: Chromium and the app's server share them)."""
+
+    def __init__(self, library, fullstack) -> None:
+        self.library = library
+        self.fullstack = fullstack
+
+    def sandbox_for(self, task: AppTask):
+        return (self.library if task.app is None else self.fullstack).sandbox()
 
 
 @pytest.fixture(scope="module")
 def pool():
     from agentgym.sandbox import SandboxPool
 
-    with SandboxPool(size=1, backend="docker", warm=1, timeout=120) as p:
-        yield p
+    full = fast_task("full-stack").limits
+    with (
+        SandboxPool(size=1, backend="docker", warm=1, timeout=120) as library,
+        SandboxPool(size=1, backend="docker", timeout=240, **full.sandbox()) as fullstack,
+    ):
+        yield Pools(library, fullstack)
 
 
 def fast_task(family: str) -> AppTask:
@@ -79,8 +100,8 @@ def base_files(family: str, base: str) -> dict[str, bytes]:
     return files
 
 
-def run_grade(pool, task: AppTask, files: dict[str, bytes]) -> GradeResult:
-    with pool.sandbox() as sb:
+def run_grade(pool: Pools, task: AppTask, files: dict[str, bytes]) -> GradeResult:
+    with pool.sandbox_for(task) as sb:
         return grade(task, files, sb)
 
 
@@ -97,8 +118,15 @@ def passed_tests(result: GradeResult) -> set[str]:
     return {t for t, outcome in result.per_test.items() if outcome == "passed"}
 
 
+#: families whose gradings start Chromium (10 to 40 s each here): their cases are ``slow``
+SLOW_FAMILIES = ("full-stack",)
 CASES = [
-    pytest.param(family, attack, id=f"{family}-{attack.name}")
+    pytest.param(
+        family,
+        attack,
+        id=f"{family}-{attack.name}",
+        marks=[pytest.mark.slow] if family in SLOW_FAMILIES else [],
+    )
     for attack in ATTACKS
     for family in FAMILIES
     if not attack.costly or family in COSTLY_FAMILIES
@@ -137,12 +165,9 @@ def _hidden_names(task: AppTask) -> set[str]:
 def test_the_projects_process_cannot_read_or_list_the_hidden_tests(pool, family: str):
     task = fast_task(family)
     files = inject(PROBE)(task, base_files(family, "partial"))
-    sb = pool.acquire()
-    try:
+    with pool.sandbox_for(task) as sb:
         result = grade(task, files, sb)
         probe = sb.read_file("probe.json")
-    finally:
-        pool.release(sb)
     found = json.loads(probe)
     assert found["listed"] and found["errors"] > 0  # it looked, and was refused somewhere
     text = json.dumps(found)
