@@ -72,15 +72,11 @@ def _check_task(args: argparse.Namespace) -> int:
     from agentgym.envs.appgen import check_task, find_task_dirs
 
     dirs = [d for given in args.dirs for d in find_task_dirs(given)]
+    out = sys.stderr if args.json else sys.stdout  # with --json, stdout holds only reports
     reports = []
     for d in dirs:
-        quiet = args.json
         report = check_task(
-            d,
-            backend=args.sandbox,
-            progress=(lambda line: print(line, file=sys.stderr, flush=True))
-            if quiet
-            else (lambda line: print(line, flush=True)),
+            d, backend=args.sandbox, progress=lambda line: print(line, file=out, flush=True)
         )
         reports.append(report)
         if args.json:
