@@ -214,6 +214,7 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
                 num_tasks=cfg.eval.num_tasks,
                 seed_start=cfg.eval.seed_start,
                 sampling=eval_sampling,
+                progress=cfg.run.progress,
             )
         )
         return m
