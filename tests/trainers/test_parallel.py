@@ -58,12 +58,14 @@ def _layout(**sizes: int) -> list[str]:
     return ["distributed.strategy=fsdp2", *(f"distributed.{k}={v}" for k, v in sizes.items())]
 
 
-def _train_cli(args: list[str], nproc: int, *flags: str) -> subprocess.CompletedProcess[str]:
+def _train_cli(
+    args: list[str], nproc: int, *flags: str, expect_ok: bool = True
+) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HELPERS), env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "agentgym", "train", *args, "--nproc", str(nproc), *flags]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    assert (proc.returncode == 0) == expect_ok, proc.stdout[-3000:] + proc.stderr[-6000:]
     return proc
 
 
@@ -142,7 +144,8 @@ def test_parallel_layout_matches_one_process(tmp_path, single_run, sizes, nproc)
 @pytest.mark.slow
 def test_parallel_resume_continues_like_an_uninterrupted_run(tmp_path, single_run):
     """Step 1 under tp=2, then ``--resume`` with the same layout: the per-rank optimizer
-    shards and the whole adapter are put back, and step 2 is the uninterrupted one's."""
+    shards and the whole adapter are put back, and step 2 is the uninterrupted one's.
+    Resuming under another layout of the same size is refused."""
     out = tmp_path / "run"
     args = _args(out, *_layout(tp=2))
     _train_cli([*args, "run.max_steps=1"], 2)
@@ -151,6 +154,10 @@ def test_parallel_resume_continues_like_an_uninterrupted_run(tmp_path, single_ru
     proc = _train_cli(args, 2, "--resume")
     assert "resumed from" in proc.stdout
     _assert_same_as_single(out, single_run, 2)
+    # the same number of processes under another layout: refused, saying why
+    other = _args(out, *_layout(ep=2), "run.max_steps=3")
+    proc = _train_cli(other, 2, "--resume", expect_ok=False)
+    assert "resume with the same dp_shard/tp/ep/pp" in proc.stdout + proc.stderr
 
 
 @pytest.mark.slow
@@ -166,4 +173,24 @@ def test_lora_on_a_sharded_int8_base_matches_one_process(
     single = _single_run(tmp_path_factory, "model.quantize=int8")
     out = tmp_path / "run"
     _train_cli(_args(out, "model.quantize=int8", *_layout(**sizes)), nproc)
+    _assert_same_as_single(out, single, nproc, atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("sizes", "nproc"),
+    [({"ep": 2}, 2), ({"tp": 2}, 2), ({"pp": 2}, 2)],
+    ids=["ep2", "tp2", "pp2"],
+)
+def test_parallel_layout_on_gpus_matches_one_gpu(
+    tmp_path, tmp_path_factory, toy_envs_registered, sizes, nproc
+):
+    """The same equalities on CUDA with NCCL (float32: no bf16 rounding between layouts)."""
+    if torch.cuda.device_count() < nproc:
+        pytest.skip(f"needs {nproc} CUDA devices")
+    single = _single_run(tmp_path_factory, "model.device=cuda", "model.dtype=float32")
+    out = tmp_path / "run"
+    gpu = ["model.device=auto", "model.dtype=float32", "distributed.backend=nccl"]
+    _train_cli(_args(out, *gpu, *_layout(**sizes)), nproc)
     _assert_same_as_single(out, single, nproc, atol=1e-4)

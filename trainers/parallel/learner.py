@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -51,6 +52,9 @@ from agentgym.trainers.parallel.pipeline import PipelineRunner, StageModule, cut
 from agentgym.trainers.parallel.quant import is_quantized
 from agentgym.trainers.parallel.state import ParamMap
 from agentgym.trainers.parallel.tensor_parallel import apply_tensor_parallel, decoder_layers
+
+#: the key of the layout in a rank's saved optimizer state
+_LAYOUT_KEY = "agentgym_layout"
 
 
 class ParallelLearner(Learner):
@@ -217,7 +221,7 @@ class ParallelLearner(Learner):
         self._pp_mismatch = 0.0
         out = super().update(samples, policy=policy)
         if self.runner is not None:
-            worst = torch.tensor([self._pp_mismatch], dtype=torch.float64)
+            worst = torch.tensor([self._pp_mismatch], dtype=torch.float64, device=self.pmesh.device)
             dist.all_reduce(worst, op=dist.ReduceOp.MAX)
             out["charts/logprob_mismatch_max"] = float(worst)
         return out
@@ -272,8 +276,8 @@ class ParallelLearner(Learner):
     def _grad_norm(self, params: list[nn.Parameter]) -> torch.Tensor:
         """The norm of the whole model's gradient: DTensor norms over their meshes, the
         experts' summed over the expert group, everything summed over the stages."""
-        dense = torch.zeros((), dtype=torch.float64)
-        expert = torch.zeros((), dtype=torch.float64)
+        dense = torch.zeros((), dtype=torch.float64, device=self.pmesh.device)
+        expert = torch.zeros((), dtype=torch.float64, device=self.pmesh.device)
         names = {id(p): n for n, p in self.model.named_parameters()}
         for p in params:
             g = p.grad
@@ -310,6 +314,26 @@ class ParallelLearner(Learner):
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return float(norm)
+
+    # ------------------------------------------------------------------ checkpoints
+    def optimizer_state(self) -> dict[str, Any]:
+        """This rank's optimizer shard, with the layout that split it."""
+        return {**self.optimizer.state_dict(), _LAYOUT_KEY: dataclasses.asdict(self.layout)}
+
+    def load_optimizer_state(self, states: Sequence[dict[str, Any]]) -> None:
+        """Restore this rank's shard; a checkpoint written under another layout is
+        refused (its shards would not fit this rank's parameters)."""
+        state = dict(states[self.dist.rank])
+        written = state.pop(_LAYOUT_KEY, None)
+        here = dataclasses.asdict(self.layout)
+        if written != here:
+            raise ConfigError(
+                f"this checkpoint's optimizer states were written with distributed {written} "
+                f"and this run is {here}: resume with the same dp_shard/tp/ep/pp (the adapter "
+                "itself loads under any layout: start a new run from it with "
+                "model.path / the saved adapter)."
+            )
+        self.optimizer.load_state_dict(state)
 
     # ------------------------------------------------------------------ gathering
     @contextlib.contextmanager

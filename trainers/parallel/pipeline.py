@@ -107,13 +107,14 @@ def stack_padded(
     ids, att, pos = [], [], []
     for input_ids, attention, positions in seqs:
         b, length = input_ids.shape
-        i = torch.full((rows, cols), pad_id, dtype=input_ids.dtype)
-        a = torch.zeros((rows, cols), dtype=attention.dtype)
-        p = torch.zeros((rows, cols), dtype=positions.dtype)
+        dev = input_ids.device
+        i = torch.full((rows, cols), pad_id, dtype=input_ids.dtype, device=dev)
+        a = torch.zeros((rows, cols), dtype=attention.dtype, device=dev)
+        p = torch.zeros((rows, cols), dtype=positions.dtype, device=dev)
         i[:b, :length], a[:b, :length], p[:b, :length] = input_ids, attention, positions
         p[:b, length:] = positions[:, -1:]
         a[b:] = 1  # whole rows of padding: attend to themselves (no empty softmax)
-        p[b:] = torch.arange(cols)
+        p[b:] = torch.arange(cols, device=dev)
         ids.append(i)
         att.append(a)
         pos.append(p)
@@ -181,6 +182,7 @@ class PipelineRunner:
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
         ids, att, pos, rows = stack_padded(seqs, pad_id)
+        ids, att, pos = ids.to(self.device), att.to(self.device), pos.to(self.device)
         n = len(seqs)
         stage = PipelineStage(
             self.module,
@@ -195,7 +197,9 @@ class PipelineRunner:
             return on_logits(int(target[0]), output)
 
         schedule = Schedule1F1B(stage, n_microbatches=n, loss_fn=loss_fn, scale_grads=False)
-        target = torch.arange(n).repeat_interleave(rows) if self.is_last else None
+        target = (
+            torch.arange(n, device=self.device).repeat_interleave(rows) if self.is_last else None
+        )
         args = (ids, att, pos) if self.stage == 0 else ()
         run = schedule.step if backward else schedule.eval
         run(*args, target=target, losses=[] if self.is_last else None, return_outputs=False)
