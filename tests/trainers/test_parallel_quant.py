@@ -141,3 +141,28 @@ def test_what_a_quantized_base_cannot_run_with_is_refused():
         None,
         ["model.quantize=int8", "distributed.strategy=fsdp2", "distributed.ep=2"],
     )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["int8", "fp8"])
+def test_lora_on_a_quantized_base_on_cuda_in_bf16(kind):
+    """The GPU path: a bf16 base quantized on the GPU, LoRA under bf16 autocast; equal to
+    LoRA on the dequantized bf16 base, and the experts' adapters get gradients."""
+    model = _lora_model("tiny-deepseek-v3").to("cuda")
+    for name, p in model.named_parameters():
+        if "lora_" not in name:
+            p.data = p.data.to(torch.bfloat16)
+    dense = copy.deepcopy(model)
+    quantize_base(model, kind)
+    quantized = {n: p for n, p in model.named_parameters() if is_quantized(p)}
+    with torch.no_grad():
+        for n, p in dense.named_parameters():
+            if n in quantized:
+                p.copy_(quantized[n].data.dequantize())
+    ids = torch.randint(3, 200, (2, 12), device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        a, b = model(input_ids=ids).logits.float(), dense(input_ids=ids).logits.float()
+    torch.testing.assert_close(a, b, atol=2e-2, rtol=2e-2)
+    a.square().mean().backward()
+    grads = [p.grad for n, p in model.named_parameters() if "experts" in n and p.requires_grad]
+    assert grads and all(g is not None and g.abs().sum() > 0 for g in grads)
