@@ -561,27 +561,91 @@ def test_vllm_with_several_ranks_is_refused(monkeypatch, tokenizer):
         make_engine("vllm", model=peft, tokenizer=tokenizer)
 
 
-@pytest.mark.parametrize(("preset", "overrides"), PRESETS)
-def test_vllms_own_lora_loader_accepts_agentgyms_adapters(tmp_path, tokenizer, preset, overrides):
-    """vLLM's own checks of an adapter directory (``PEFTHelper``: the config and its
-    limits) on the files the engine writes."""
-    peft_helper = pytest.importorskip(
-        "vllm.lora.peft_helper",
-        reason="vLLM is not installed: it pins a CUDA build of torch, so it is installed "
-        "on GPU machines only (pip install 'agentgym[vllm]')",
+#: the Linear leaves vLLM's model classes take LoRA on (their packed modules unpacked, as
+#: vLLM's worker does): Qwen2ForCausalLM, and DeepseekV3ForCausalLM with
+#: ``fused_qkv_a_proj`` and the experts' 2-D names under enable_mixed_moe_lora_format
+VLLM_LORA_MODULES = {
+    "tiny-qwen2": {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
+    "tiny-deepseek-v3": {"q_a_proj", "kv_a_proj_with_mqa", "q_b_proj", "kv_b_proj", "o_proj"}
+    | {"gate_proj", "up_proj", "down_proj", "experts"},
+}
+
+
+def _vllm_lora(monkeypatch):
+    lora_model = pytest.importorskip(
+        "vllm.lora.lora_model",
+        reason="vLLM is not importable here: it pins a CUDA build of torch; its LoRA loader "
+        "runs on CPU with scripts/vllm_cpu_check.sh, or on a GPU machine with the vllm extra",
     )
+    monkeypatch.setattr(lora_model, "PIN_MEMORY", False)  # no accelerator to pin for
+    from vllm.lora.model_manager import LoRAModelManager
+    from vllm.lora.peft_helper import PEFTHelper
+
+    return lora_model.LoRAModel, LoRAModelManager, PEFTHelper
+
+
+@pytest.mark.parametrize(("preset", "overrides"), PRESETS)
+def test_vllms_own_lora_loader_reads_agentgyms_adapters(
+    monkeypatch, tmp_path, tokenizer, preset, overrides
+):
+    """The adapter directory the vLLM engine writes goes through vLLM's own loading code:
+    ``PEFTHelper`` (config and limits), ``LoRAModel.from_local_checkpoint`` (names checked
+    against the modules vLLM adapts) and, for routed experts, the manager's conversion
+    of a declared 3-D adapter into per-expert weights -- which must give peft's own
+    per-expert deltas (a gate/up/down mix-up would not fail on shapes on this model)."""
+    lora_model_cls, manager_cls, peft_helper_cls = _vllm_lora(monkeypatch)
     from vllm.config import LoRAConfig
 
     from agentgym.trainers.engines import write_peft_adapter
     from agentgym.trainers.models import adapter_state_dict
 
     peft = apply_lora(build_preset(preset, tokenizer, overrides=overrides), LoraSettings(r=8))
-    path = write_peft_adapter(
-        tmp_path / "adapter", adapter_state_dict(peft), adapter_config_dict(peft)
-    )
-    helper = peft_helper.PEFTHelper.from_local_dir(str(path), max_position_embeddings=2048)
+    with torch.no_grad():  # a non-zero adapter, so that a misread shows
+        for n, p in peft.named_parameters():
+            if "lora_" in n:
+                p.normal_(std=0.1, generator=torch.Generator().manual_seed(len(n)))
+    state = adapter_state_dict(peft)
+    path = write_peft_adapter(tmp_path / "adapter", state, adapter_config_dict(peft))
+    helper = peft_helper_cls.from_local_dir(str(path), max_position_embeddings=2048)
     helper.validate_legal(LoRAConfig(max_lora_rank=8, max_loras=1))
-    assert helper.r == 8
+    loaded = lora_model_cls.from_local_checkpoint(
+        str(path), VLLM_LORA_MODULES[preset], helper, lora_model_id=1, device="cpu"
+    )
+    ours = {k.removeprefix("base_model.model.").removesuffix(".lora_A.weight") for k in state}
+    assert set(loaded.loras) == {k for k in ours if not k.endswith("lora_B.weight")}
+    scaling = helper.vllm_lora_scaling_factor
+    assert scaling == pytest.approx(16.0 / 8)  # lora.alpha / r, as peft
+    if preset == "tiny-qwen2":
+        q = "model.layers.0.self_attn.q_proj"
+        torch.testing.assert_close(
+            loaded.loras[q].lora_a, state[f"base_model.model.{q}.lora_A.weight"]
+        )
+        return
+    from peft.tuners.lora.layer import ParamWrapper
+
+    deltas = {
+        m.parameter_name: m.get_delta_weight("default")
+        for m in peft.modules()
+        if isinstance(m, ParamWrapper)
+    }
+    experts = next(n for n in loaded.loras if n.endswith("mlp.experts"))
+    n_exp = deltas["down_proj"].shape[0]
+    manager = SimpleNamespace(
+        is_pooling_model=False,
+        model=SimpleNamespace(config=SimpleNamespace(architectures=["DeepseekV3ForCausalLM"])),
+    )
+    manager._get_lora_layer_weights = lambda lm, name: manager_cls._get_lora_layer_weights(
+        manager, lm, name
+    )
+    layer = SimpleNamespace(local_num_experts=n_exp, global_num_experts=n_exp, ep_rank=0)
+    manager_cls._convert_3d_to_2d_moe_lora(manager, loaded, layer, experts)
+    w = loaded.loras[experts]
+    (a1, a2, a3), (b1, b2, b3) = w.lora_a, w.lora_b  # gate (w1), down (w2), up (w3)
+    inter = b1.shape[1]
+    for e in range(n_exp):
+        torch.testing.assert_close(scaling * b1[e] @ a1[e], deltas["gate_up_proj"][e, :inter])
+        torch.testing.assert_close(scaling * b3[e] @ a3[e], deltas["gate_up_proj"][e, inter:])
+        torch.testing.assert_close(scaling * b2[e] @ a2[e], deltas["down_proj"][e])
 
 
 # ------------------------------------------------------------------ GPU smoke set

@@ -66,8 +66,10 @@ string's end; the text is decoded by agentgym's tokenizer
 install vLLM. Everything that does not need vLLM is unit-tested on CPU (the peft-format
 writer round trip, base-model saving, sampling-parameter translation, completion
 finishing against the HF engine, log-prob extraction, the mismatch measure, the
-missing-vLLM error, the engine arguments built from the options). The engine itself --
-vLLM's acceptance of the adapter files, LoRA on the tiny models, sleep/wake, per-request
+missing-vLLM error, the engine arguments built from the options); vLLM's own LoRA
+loading code reads the adapter files on CPU too (``scripts/vllm_cpu_check.sh``:
+``PEFTHelper``, ``LoRAModel`` and the 3-D expert conversion, which gives peft's
+per-expert deltas). The engine itself -- LoRA on the tiny models, sleep/wake, per-request
 seeds, the log-prob mismatch -- is covered by the ``gpu``-marked tests in
 ``tests/trainers/test_vllm_engine.py`` and by
 ``python -m agentgym.benchmarks.perf.vllm_engine``, which run only where CUDA and vLLM
