@@ -648,6 +648,39 @@ def test_vllms_own_lora_loader_reads_agentgyms_adapters(
         torch.testing.assert_close(scaling * b2[e] @ a2[e], deltas["down_proj"][e])
 
 
+def test_vllms_own_argument_classes_take_what_the_engine_passes(monkeypatch):
+    """Every ``vllm.LLM`` argument the engine builds is one of vLLM's engine arguments,
+    ``LoRARequest`` takes the 3-D declaration, and vLLM's ``SamplingParams`` draws the
+    temperature line where the config does."""
+    import dataclasses
+
+    _vllm_lora(monkeypatch)
+    from vllm import SamplingParams as VLLMSamplingParams
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.exceptions import VLLMValidationError
+    from vllm.lora.request import LoRARequest
+
+    from agentgym import SamplingParams
+    from agentgym.trainers.config import VLLM_MAX_TEMPERATURE
+    from agentgym.trainers.engines import vllm_sampling_kwargs
+
+    kwargs = vllm_llm_kwargs(
+        VLLMEngineOptions(max_num_seqs=8),
+        model_path="/m",
+        seed=0,
+        enable_sleep_mode=True,
+        max_lora_rank=8,
+        moe_3d_lora=True,
+    )
+    assert set(kwargs) <= {f.name for f in dataclasses.fields(EngineArgs)}
+    assert LoRARequest("a", 1, "/a", **lora_request_extras(True)).is_3d_lora_weight
+    top = SamplingParams(max_tokens=4, temperature=VLLM_MAX_TEMPERATURE)
+    VLLMSamplingParams(**vllm_sampling_kwargs(top, seed=1))
+    above = SamplingParams(max_tokens=4, temperature=VLLM_MAX_TEMPERATURE + 0.5)
+    with pytest.raises(VLLMValidationError, match=r"temperature must be in \[0, 2\]"):
+        VLLMSamplingParams(**vllm_sampling_kwargs(above, seed=1))
+
+
 # ------------------------------------------------------------------ GPU smoke set
 
 
