@@ -1,0 +1,91 @@
+"""The planner against what each rank of the trainer's mesh holds.
+
+``tests/helpers/parallel_bytes.py`` builds a ParallelLearner on the tiny DeepSeek-V3 under
+a layout (torchrun, gloo) and writes each rank's bytes of frozen base and of adapter;
+``plan_lora`` is asked for the same layout in its own terms (``Layout.planner_sizes``,
+FSDP2 as ZeRO-3 for the adapter, fp32 everywhere) and must give the same per-GPU figures
+for the pipeline stage it names as the worst.
+
+The planner does not model FSDP2's sharding of the *frozen* base over the data-parallel
+ranks (its ZeRO stages shard the adapter, its gradients and optimizer state): under
+``ep=2`` (two data-parallel groups) the trainer holds half the dense base the planner
+counts, so there the planner's base line is only checked to be an upper bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentgym.trainers.parallel import Layout
+from agentgym.trainers.plan import (
+    GIB,
+    Architecture,
+    Hardware,
+    LoraSpec,
+    ParallelSpec,
+    TrainSpec,
+    plan_lora,
+)
+
+HELPERS = Path(__file__).resolve().parents[1] / "helpers"
+
+
+def _rank_bytes(sizes: dict[str, int], out: Path) -> list[dict[str, int]]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HELPERS), env.get("PYTHONPATH")]))
+    nproc = Layout(**sizes).world_size
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    cmd += [f"--nproc-per-node={nproc}", str(HELPERS / "parallel_bytes.py"), json.dumps(sizes)]
+    proc = subprocess.run([*cmd, str(out)], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    rows = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+    assert sorted(r["rank"] for r in rows) == list(range(nproc))
+    return rows
+
+
+def _planned(sizes: dict[str, int]) -> tuple[int, dict[str, float]]:
+    from agentgym.trainers import build_preset, build_tokenizer
+
+    layout = Layout(**sizes)
+    arch = Architecture.from_config(build_preset("tiny-deepseek-v3", build_tokenizer()).config)
+    plan = plan_lora(
+        arch,
+        lora=LoraSpec(r=8),  # apply_lora's defaults: every attention projection + experts
+        parallel=ParallelSpec(**layout.planner_sizes(), zero_stage=3, sequence_parallel=False),
+        base_dtype="fp32",
+        train=TrainSpec(
+            micro_batch_size=1,
+            seq_len=64,
+            activation_dtype="fp32",
+            lora_dtype="fp32",
+            grad_dtype="fp32",
+            flash_attention=False,
+        ),
+        rollout=None,
+        hardware=Hardware(gpus=layout.world_size, gpu_mem_gib=1.0),
+        overheads=False,
+    )
+    return plan.stage, {i.name: i.gib * GIB for i in plan.items}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sizes", [{"tp": 2}, {"pp": 2}, {"ep": 2}], ids=["tp2", "pp2", "ep2"])
+def test_the_planner_sizes_each_ranks_weights_and_adapter(tmp_path, sizes):
+    rows = _rank_bytes(sizes, tmp_path)
+    stage, items = _planned(sizes)
+    worst = [r for r in rows if r["stage"] == stage]
+    assert worst
+    for r in worst:
+        assert r["lora"] == pytest.approx(items["LoRA params"], rel=1e-9)
+        if "ep" in sizes:  # FSDP2 also shards the frozen dense base over the 2 groups
+            assert r["base"] < items["base weights"]
+        else:
+            assert r["base"] == pytest.approx(items["base weights"], rel=1e-9)
+    # and the stage the planner names is the one holding the most
+    assert max(r["base"] + r["lora"] for r in rows) == max(r["base"] + r["lora"] for r in worst)
