@@ -255,7 +255,7 @@ def test_the_app_is_walled_in(app, services, page):
 """
 
 
-def _probe_task(root: Path, main: str, startup_timeout: int = 15) -> Path:
+def _probe_task(root: Path, main: str, startup_timeout: int = 15, tests: str = PROBE_TESTS) -> Path:
     task = root / "walled_in"
     files = {
         "task.toml": f"""\
@@ -282,7 +282,7 @@ def _probe_task(root: Path, main: str, startup_timeout: int = 15) -> Path:
         "tests_hidden/fixtures/echo.json": json.dumps(
             {"routes": [{"path": "/ping", "json": {"pong": True}}]}
         ),
-        "tests_hidden/test_walls.py": PROBE_TESTS,
+        "tests_hidden/test_walls.py": tests,
         "solution/walled_in/__init__.py": "",
         "solution/walled_in/__main__.py": main,
         "solution/walled_in/notes.txt": "the probe needs no more files\n",
@@ -338,3 +338,48 @@ def test_an_app_that_never_answers_fails_within_its_limits(tmp_path):
     assert result.passed == 0 and not result.tampered and not result.timed_out
     assert set(result.per_test.values()) <= {"failed", "error"}, result.per_test
     assert all(re.search(r"did not answer", d) for d in result.details.values()), result.details
+
+
+COVERED_PAGE_MAIN = """\
+import os
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+PAGE = b'''<!doctype html><html><body>
+<button id="go" onclick="document.getElementById('out').textContent = 'clicked'">Go</button>
+<p id="out"></p>
+<div id="cover" onclick="document.getElementById('out').textContent = 'cover'"
+     style="position: fixed; inset: 0; background: rgba(0, 0, 0, 0.1)"></div>
+<script>setTimeout(() => document.getElementById('cover').remove(), 800)</script>
+</body></html>'''
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(PAGE)))
+        self.end_headers()
+        self.wfile.write(PAGE)
+
+
+ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
+"""
+
+COVERED_PAGE_TESTS = """\
+def test_a_click_waits_until_nothing_covers_its_target(app, page):
+    page.goto(app.url + "/")
+    page.click("#go")  # a cover lies over the page for its first 0.8 s
+    page.wait_text("#out", "clicked")
+"""
+
+
+def test_a_click_lands_on_its_target_not_on_what_covers_it(tmp_path):
+    """The browser driver clicks an element once it is uncovered (a page still settling
+    would otherwise take the click on whatever lies over or moved under that point)."""
+    task = load_task(_probe_task(tmp_path, COVERED_PAGE_MAIN, tests=COVERED_PAGE_TESTS))
+    with docker_sandbox(task) as sb:
+        result = grade(task, task.reference_files(), sb, details=True)
+    assert result.passed == result.total == 1, (result.details, result.errors)
