@@ -251,6 +251,21 @@ def test_training_and_rollouts_in_bf16_end_to_end(tmp_path, toy_envs_registered)
     again.close()
 
 
+def test_ppo_critic_trains_in_bf16(tmp_path, toy_envs_registered):
+    """The critic's adapter and value head (float32 master weights on a bf16 base) train
+    end to end; its values come out in float32."""
+    trainer = DAPOTrainer(
+        _cfg(tmp_path, "model.dtype=bfloat16", "algorithm.name=ppo", "run.save_every=0")
+    )
+    critic = trainer.learner.critic
+    assert critic is not None
+    before = {n: p.detach().clone() for n, p in critic.named_parameters()}
+    _, m = trainer.train()
+    assert m["losses/value"] > 0 and {p.dtype for p in critic.parameters()} == {torch.float32}
+    assert any(not torch.equal(before[n], p.detach()) for n, p in critic.named_parameters())
+    trainer.close()
+
+
 def test_moe_expert_lora_trains_in_bf16(tmp_path, toy_envs_registered):
     cfg = _cfg(
         tmp_path,
