@@ -194,3 +194,21 @@ def test_parallel_layout_on_gpus_matches_one_gpu(
     gpu = ["model.device=auto", "model.dtype=float32", "distributed.backend=nccl"]
     _train_cli(_args(out, *gpu, *_layout(**sizes)), nproc)
     _assert_same_as_single(out, single, nproc, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_bf16_pipeline_computes_the_one_process_gradient(
+    tmp_path, tmp_path_factory, toy_envs_registered
+):
+    """``model.dtype=bfloat16`` (bf16 autocast, float32 LoRA masters) through the pipeline
+    schedule: the same episodes and, to bf16 rounding, the same gradient norms. (The
+    adapters are not compared: Adam's first steps are about ``lr * sign(g)``, so entries
+    whose gradient is near zero differ by up to ``2 lr`` under any change of rounding.)"""
+    single = _single_run(tmp_path_factory, "model.dtype=bfloat16")
+    out = tmp_path / "run"
+    _train_cli(_args(out, "model.dtype=bfloat16", *_layout(pp=2)), 2)
+    got, want = _steps(out), _steps(single)
+    assert len(got) == len(want) == 2
+    for (r1, _, g1), (r2, _, g2) in zip(got, want, strict=True):
+        assert r1 == r2
+        assert g1 == pytest.approx(g2, rel=2e-2)

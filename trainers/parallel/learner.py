@@ -44,6 +44,7 @@ from torch import nn
 from agentgym import ConfigError
 from agentgym.trainers.algorithm import selected_logprobs
 from agentgym.trainers.batch import MicroBatch
+from agentgym.trainers.device import autocast
 from agentgym.trainers.learner import Learner, make_optimizer
 from agentgym.trainers.parallel.experts import ExpertGroup, find_experts, shard_experts
 from agentgym.trainers.parallel.layout import Layout, stage_ranges
@@ -217,9 +218,11 @@ class ParallelLearner(Learner):
         sink = sums if self._reports else dict.fromkeys(sums, 0.0)
         return super()._accumulate(mb, *rest, sink)
 
-    def update(self, samples: Any, *, policy: bool = True) -> dict[str, float]:
+    def update(self, samples: Any, **kwargs: Any) -> dict[str, float]:
+        """:meth:`Learner.update`; under pipelining the largest log-prob gap is the
+        largest over the stages' micro-batches (all ranks)."""
         self._pp_mismatch = 0.0
-        out = super().update(samples, policy=policy)
+        out = super().update(samples, **kwargs)
         if self.runner is not None:
             worst = torch.tensor([self._pp_mismatch], dtype=torch.float64, device=self.pmesh.device)
             dist.all_reduce(worst, op=dist.ReduceOp.MAX)
@@ -247,7 +250,9 @@ class ParallelLearner(Learner):
 
         self._pp_running = True
         try:
-            self.runner.run(seqs, on_logits, pad_id=self.pad_id, backward=True)
+            # the schedule calls the stage module itself: the learner's autocast (bf16) here
+            with autocast(self._device(), self.compute_dtype):
+                self.runner.run(seqs, on_logits, pad_id=self.pad_id, backward=True)
         finally:
             self._pp_running = False
             self._pp_logits = self._pp_loss = None
@@ -268,7 +273,7 @@ class ParallelLearner(Learner):
             return lg.new_zeros(())
 
         ctx = self.model.disable_adapter() if reference else contextlib.nullcontext()
-        with ctx:
+        with ctx, autocast(self._device(), self.compute_dtype):
             self.runner.run(seqs, on_logits, pad_id=self.pad_id, backward=False)
         return outs
 
