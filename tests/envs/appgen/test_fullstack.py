@@ -1,8 +1,8 @@
 """Full-stack AppGen tasks on the real Docker sandbox: servers, browser, services, stages.
 
-* the oracle scores 1.0 on every full-stack task over several conversations (``slow``:
-  12 episodes, each graded with Chromium), the bare scaffold 0, a half-built project
-  partial credit;
+* the oracle scores 1.0 on every full-stack task over several conversations and the bare
+  scaffold 0 (both ``slow``: 12 gradings each, with Chromium); on three tasks the scaffold
+  scores 0 and a half-built project partial credit;
 * a staged task played by an agent that forgets the first request's preferences in the
   second conversation loses reward, and the breakdown names the lost requirements;
 * the boundary around the app, seen from the app itself (a task written here whose
@@ -82,6 +82,17 @@ def test_oracle_scores_one_on_every_fullstack_task():
         assert ep.num_conversations >= (b["stages"] + 1 if b["stages"] > 1 else 2)
         assert all(r["met"] for r in b["requirements"].values()), b["task"]
         assert ep.metrics["grade_seconds"] > 0
+
+
+@pytest.mark.slow
+def test_the_scaffold_scores_zero_on_every_fullstack_task():
+    with docker_sandbox(TASKS["outfit_planner"]) as sb:  # the largest limits of the set
+        for name in FULLSTACK:
+            task = TASKS[name]
+            bare = grade(task, task.initial_files(), sb)
+            sb.reset()
+            assert bare.total == task.num_hidden_tests > 0, name
+            assert bare.passed == 0 and not bare.tampered, (name, bare.per_test)
 
 
 @pytest.mark.parametrize("name", ["bookmarks", "guestbook", "outfit_planner"])
