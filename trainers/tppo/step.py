@@ -175,7 +175,9 @@ class TruncatedSteps:
             if samples:
                 policy_m = t.learner.update(samples, train_critic=False)
             if values_batch:
+                updates = t.learner.updates
                 critic_m = t.learner.update(values_batch, policy=False)
+                t.learner.updates = updates  # the policy's warm-up counts its own steps
         t._phase("sync")
         with tl.phase("sync"):
             if samples and not t.engine.shares_weights:
