@@ -174,8 +174,10 @@ def test_a_docker_program_ends_without_an_unclosed_socket_warning():
     shown (-W default, as under pytest or python -X dev) prints no ResourceWarning about
     the engine's socket when the interpreter ends."""
     r = subprocess.run(
-        [sys.executable, "-W", "default", "-m", "agentgym", "eval", "agentgym/AppGen-v0"]
-        + ["--policy", "oracle", "--episodes", "1"],
+        [
+            *(sys.executable, "-W", "default", "-m", "agentgym", "eval", "agentgym/AppGen-v0"),
+            *("--policy", "oracle", "--episodes", "1"),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
