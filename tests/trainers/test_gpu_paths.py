@@ -506,17 +506,18 @@ def test_gpu_single_process_trains_on_the_gpu_in_bf16(tmp_path, toy_envs_registe
 
 @pytest.mark.gpu
 def test_gpu_hf_engine_draws_noise_on_the_gpu_and_repeats_its_samples(tokenizer):
-    from agentgym import SamplingParams
+    from agentgym import Message, SamplingParams
     from agentgym.trainers.engines import GenerationRequest, HFEngine
     from agentgym.trainers.engines.sampling import RowNoise
 
     assert RowNoise([1], [True], 7, torch.device("cuda")).generators[0].device.type == "cuda"
     base = build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN)
-    place_model(base, ModelConfig())
+    place_model(base, ModelConfig())  # auto: the GPU, bf16
     engine = HFEngine(base, tokenizer)
+    assert engine.device.type == "cuda"
     reqs = [
         GenerationRequest(
-            [{"role": "user", "content": f"q{i}"}],
+            (Message("user", f"question {i}"),),
             SamplingParams(max_tokens=8, temperature=1.0, seed=i),
         )
         for i in range(4)
