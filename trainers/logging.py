@@ -24,6 +24,7 @@ __all__ = [
     "read_jsonl",
     "start_tracking",
     "train_summary",
+    "write_summary",
 ]
 
 
@@ -171,6 +172,21 @@ PROGRESS_KEYS = (
 def progress_stats(metrics: dict[str, Any]) -> dict[str, Any]:
     """The :data:`PROGRESS_KEYS` present in a step's metrics, under their short names."""
     return {short: metrics[k] for k, short in PROGRESS_KEYS if metrics.get(k) is not None}
+
+
+def write_summary(out: str | Path) -> None:
+    """At the end of a run: print :func:`train_summary`, and the first vs last held-out
+    evaluation (also written to ``eval_table.md``) when the run evaluated."""
+    from agentgym.trainers.evaluation import eval_table
+
+    out = Path(out)
+    rows = read_jsonl(out / "metrics.jsonl")
+    print(train_summary(rows, out))
+    evals = [r for r in rows if "eval/reward" in r]
+    if evals:
+        text = eval_table(evals[0], evals[-1])
+        (out / "eval_table.md").write_text(text + "\n", encoding="utf-8")
+        print(text)
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

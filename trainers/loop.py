@@ -77,7 +77,7 @@ from agentgym.trainers.device import place_model
 from agentgym.trainers.distributed import all_gather_objects, start_distributed
 from agentgym.trainers.engines import RolloutEngine, make_engine
 from agentgym.trainers.env_setup import env_corpus, env_kwargs, resolve_envs
-from agentgym.trainers.evaluation import episode_summary, eval_metrics, eval_table, evaluate_async
+from agentgym.trainers.evaluation import episode_summary, eval_metrics, evaluate_async
 from agentgym.trainers.health import (
     LAUNCHER_ENV,
     IntervalTotal,
@@ -93,6 +93,7 @@ from agentgym.trainers.logging import (
     plot_run,
     progress_stats,
     start_tracking,
+    write_summary,
 )
 from agentgym.trainers.models import apply_lora, build_model_and_tokenizer
 from agentgym.trainers.rollout_phase import RolloutPhase, shaped_rewards
@@ -517,7 +518,7 @@ class DAPOTrainer:
         history = []
         progress = Progress(
             cfg.run.max_steps,
-            desc="dapo",
+            desc=cfg.algorithm.name or "dapo",
             start=self.step,
             enabled=cfg.run.progress and self.dist.is_main,
         )
@@ -580,7 +581,7 @@ class DAPOTrainer:
             if cfg.run.plots and self.dist.is_main:
                 plot_run(self.out)
             if self.dist.is_main:
-                self._write_summary()
+                write_summary(self.out)
         finally:
             if self.run_lock is not None:
                 self.run_lock.release()
@@ -590,14 +591,3 @@ class DAPOTrainer:
         """A message on stderr, from rank 0 only."""
         if self.dist.is_main:
             print(text, file=sys.stderr)
-
-    def _write_summary(self) -> None:
-        from agentgym.trainers.logging import read_jsonl, train_summary
-
-        rows = read_jsonl(self.out / "metrics.jsonl")
-        print(train_summary(rows, self.out))
-        evals = [r for r in rows if "eval/reward" in r]
-        if evals:
-            text = eval_table(evals[0], evals[-1])
-            (self.out / "eval_table.md").write_text(text + "\n", encoding="utf-8")
-            print(text)
