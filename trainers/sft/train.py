@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from agentgym import Progress, SamplingParams, derive_seed, save_config
+from agentgym.trainers.device import autocast, compute_dtype, keep_master_weights, place_model
 from agentgym.trainers.engines import HFEngine
 from agentgym.trainers.evaluation import eval_table, evaluate_async
 from agentgym.trainers.logging import JsonlWriter, start_tracking
@@ -134,21 +135,25 @@ def batch_loss(
     groups: int = 1,
     *,
     backward: bool = True,
+    precision: torch.dtype | None = None,
 ) -> float:
     """Mean cross-entropy over the reply tokens of ``items``; with ``backward`` its
-    gradient is accumulated into the parameters (see the module docstring)."""
+    gradient is accumulated into the parameters (see the module docstring). The batch
+    goes to the model's device; ``precision`` (bf16) runs the forward under autocast."""
     total = sum(len(r) for _, r in items)
     body, head = _head_and_body(model)
     loss_sum = 0.0
+    device = next(model.parameters()).device
     for part in length_groups(items, groups):
-        ids, _, labels = _collate(part, pad)
+        ids, _, labels = (t.to(device) for t in _collate(part, pad))
         targets = labels[:, 1:]
         keep = targets != -100
-        if body is not None and head is not None:
-            hidden = body(input_ids=ids, use_cache=False).last_hidden_state[:, :-1]
-            logits = head(hidden[keep]).float()
-        else:  # a model that does not expose its head: full logits
-            logits = model(input_ids=ids, use_cache=False).logits[:, :-1][keep].float()
+        with autocast(device, precision):
+            if body is not None and head is not None:
+                hidden = body(input_ids=ids, use_cache=False).last_hidden_state[:, :-1]
+                logits = head(hidden[keep]).float()
+            else:  # a model that does not expose its head: full logits
+                logits = model(input_ids=ids, use_cache=False).logits[:, :-1][keep].float()
         loss = torch.nn.functional.cross_entropy(logits, targets[keep], reduction="sum") / total
         if backward:
             loss.backward()
@@ -167,8 +172,11 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
     t_start = time.monotonic()
 
     model, tok, examples = build_model_and_examples(cfg)
+    model = place_model(model, cfg.model)  # model.device / model.dtype, as the trainer
     if cfg.lora.enabled:
         model = apply_lora(model, cfg.lora, seed=derive_seed("lora", cfg.run.seed))
+    precision = compute_dtype(model)  # bf16 base: autocast, float32 trainable weights
+    keep_master_weights(model)
     encoded = [
         (encode_prompt(tok, msgs), encode_completion(tok, reply)) for msgs, reply in examples
     ]
@@ -236,7 +244,9 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
             opt.zero_grad(set_to_none=True)
-            loss = batch_loss(model, [encoded[i] for i in idx], pad, t.length_groups)
+            loss = batch_loss(
+                model, [encoded[i] for i in idx], pad, t.length_groups, precision=precision
+            )
             gn = torch.nn.utils.clip_grad_norm_(
                 params, t.max_grad_norm if t.max_grad_norm > 0 else math.inf
             )
