@@ -184,7 +184,7 @@ def _play(
         action = actor(env, obs, info)
         if kind == "summary":
             last = obs[-1]
-            summary_prompt = env.unwrapped.memory.summary_prompt
+            summary_prompt = env.unwrapped.memory.summary_prompt.split("{reason}")[-1].strip()
             if last.role != "user" or summary_prompt not in last.content:
                 raise EnvCheckError(
                     f"{env_id}: a summary turn's observation must end with a user message "

@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 
 from agentgym.errors import ConfigError, EnvStateError
-from agentgym.memory import MemoryConfig, summary_reason
+from agentgym.memory import MemoryConfig, render_summary_prompt, summary_reason
 from agentgym.spaces import ChatObservation, UnicodeText
 from agentgym.tokens import (
     TokenCounter,
@@ -232,7 +232,7 @@ class ConversationEnv(gym.Env[list[Message], str]):
             if len(self._conversations) >= self.memory.max_conversations:
                 return self._end("max_conversations", terminated=False)
             sep = "\n\n" if feedback else ""
-            ask = f"{reason} {self.memory.summary_prompt}"
+            ask = render_summary_prompt(self.memory.summary_prompt, reason)
             conv.messages.append(Message("user", feedback + sep + ask))
             self._next_kind = "summary"
         else:

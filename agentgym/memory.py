@@ -6,8 +6,9 @@ The rule, applied after every ordinary ("act") turn that does not end the episod
 1. The env builds the next prompt of the current conversation.
 2. If that prompt plus ``reserve_tokens`` (room for the next reply) would exceed
    ``token_budget`` tokens, or the conversation already holds ``every_k_turns`` act turns,
-   the env does not continue: it appends to the feedback why the context ends (the budget
-   or the turn count) and ``summary_prompt``, and the next turn is a "summary" turn.
+   the env does not continue: it appends ``summary_prompt`` to the feedback (its
+   ``{reason}`` says why the context ends: the budget or the turn count), and the next
+   turn is a "summary" turn.
 3. The reply to a summary turn, cut to ``summary_max_tokens`` tokens, becomes the
    *memory*. The next observation is a fresh conversation: the system prompt, then one
    user message made from the task, the memory and the env's state digest
@@ -25,20 +26,29 @@ from dataclasses import dataclass
 from agentgym.errors import ConfigError
 
 DEFAULT_SUMMARY_PROMPT = (
-    "Write a summary of everything you will need to finish the task: facts you learned, "
+    "{reason} Write a summary of everything you will need to finish the task: facts you learned, "
     "decisions made, progress so far and next steps. Only this summary, the task and the "
     "current state will be shown to you in the new context. Reply with the summary only."
 )
 
-#: what a summary turn says before ``summary_prompt``: why this context ends
+#: what ``{reason}`` in a summary prompt becomes: why this context ends
 BUDGET_REASON = "Your context is full and will be cleared."
-TURNS_REASON = "This context has reached its limit of {k} turns and will be cleared."
+TURNS_REASON = "This context has reached its limit of {k} and will be cleared."
 
 
 def summary_reason(every_k_turns: int | None, by_turns: bool) -> str:
     """The sentence that tells the agent why its context ends: the token budget, or the
     every-K-turns rule (``by_turns``)."""
-    return TURNS_REASON.format(k=every_k_turns) if by_turns else BUDGET_REASON
+    if not by_turns:
+        return BUDGET_REASON
+    k = every_k_turns or 1
+    return TURNS_REASON.format(k="1 turn" if k == 1 else f"{k} turns")
+
+
+def render_summary_prompt(summary_prompt: str, reason: str) -> str:
+    """``summary_prompt`` with ``{reason}`` replaced by ``reason``; a prompt without the
+    placeholder is the env's own wording and is used as it is."""
+    return summary_prompt.replace("{reason}", reason).strip()
 
 
 DEFAULT_RESUME_TEMPLATE = (
@@ -60,8 +70,9 @@ class MemoryConfig:
             prompt still fits (``None``: ``summary_max_tokens``).
         every_k_turns: also ask for a summary after this many act turns in a
             conversation (``None``: only on budget).
-        summary_prompt: the instruction appended to the feedback of a summary turn, after
-            a sentence saying why the context ends (:func:`summary_reason`).
+        summary_prompt: the instruction appended to the feedback of a summary turn;
+            ``{reason}`` in it becomes the sentence that says why the context ends
+            (:func:`summary_reason`: the budget, or the every-K-turns rule).
         summary_max_tokens: the memory is cut to this many tokens.
         max_conversations: the episode is truncated after this many conversations.
         resume_template: how the first user message of a new conversation is built; it

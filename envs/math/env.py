@@ -49,7 +49,7 @@ DEFAULT_TEMPLATES = {
 CONTINUE_MESSAGE = "Continue. When you reach the final answer, state it in the required format."
 
 MATH_SUMMARY_PROMPT = (
-    "Summarise your work on the problem so far: the approach, the intermediate results "
+    "{reason} Summarise your work on the problem so far: the approach, the intermediate results "
     "you trust, and what remains to do. Only the problem and this summary will be shown to "
     "you in the new context. Reply with the summary only."
 )

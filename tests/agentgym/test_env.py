@@ -74,9 +74,10 @@ def test_summary_after_every_k_turns_starts_a_new_conversation_with_memory_and_d
     play(env, ["next"])
     obs, _, _, _, info = env.step("next")
     assert info["turn_kind"] == "summary" and info["conversation"] == 0
-    assert env.memory.summary_prompt in obs[-1].content
     # the turn rule, not the budget, ended this context: the agent is told so
-    assert "limit of 2 turns" in obs[-1].content and "context is full" not in obs[-1].content
+    reason = "This context has reached its limit of 2 turns and will be cleared."
+    assert obs[-1].content.endswith(env.memory.summary_prompt.replace("{reason}", reason))
+    assert "context is full" not in obs[-1].content
     counter = env.counter
     obs, reward, terminated, truncated, info = env.step("my notes: counted twice")
     assert (reward, terminated, truncated) == (0.0, False, False)
@@ -100,9 +101,8 @@ def test_budget_trigger_fires_before_the_prompt_would_overflow():
         obs, *_, info = env.step("summary text" if before == "summary" else "next")
         kinds.append(before)
         if info["turn_kind"] == "summary":  # the budget ended it, and the agent is told so
-            assert obs[-1].content.endswith(
-                "Your context is full and will be cleared. " + mem.summary_prompt
-            )
+            full = "Your context is full and will be cleared."
+            assert obs[-1].content.endswith(mem.summary_prompt.replace("{reason}", full))
         # every act prompt fits the budget with room for the reply
         if info["turn_kind"] == "act":
             assert count_message_tokens(obs) + mem.reserve <= mem.token_budget
