@@ -14,6 +14,11 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 RUN_DIR="${RUN_DIR:-runs/quickstart}"
+# torch's two CPU threads wait for each other by spinning (OpenMP's default); on a machine
+# where other work takes the cores a spinning thread holds a core its partner needs, and
+# a warm-start step took 26 s instead of 1.5 s (perf.sft, load average 14-20). Passive
+# waiting sleeps instead. Set OMP_WAIT_POLICY yourself to choose otherwise.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 START=$(date +%s)
 
 # agentgym alone: the quickstart needs none of the extras (AGENTGYM_EXTRAS=dev for the tests')
