@@ -342,12 +342,17 @@ def memory_recall() -> Suite:
 
 
 def appgen() -> Suite:
-    """Every AppGen-v0 task once per seed 0..11 (one seed per task), two samples each."""
+    """Every AppGen-v0 task once per seed 0..23 (one seed per task), two samples each.
+
+    Version 2: the 12 full-stack tasks joined the 12 library tasks."""
     return Suite(
         name="appgen",
-        version=1,
-        description="Multi-file application generation, graded by each task's tests.",
-        entries=(SuiteEntry("tasks", APPGEN_ENV, tuple(range(12))),),
+        version=2,
+        description=(
+            "Multi-file application generation (libraries and full-stack web apps), "
+            "graded by each task's tests."
+        ),
+        entries=(SuiteEntry("tasks", APPGEN_ENV, tuple(range(24))),),
         samples_per_task=2,
         temperature=0.6,
         top_p=0.95,

@@ -47,7 +47,10 @@ def test_every_loss_and_estimator_is_registered_with_its_aggregation():
         "reinforce++",
         "apo",
         "apo_group",
+        "gae",  # per token, from the critic (PPO / VAPO / T-PPO)
     }
+    assert ADVANTAGE_ESTIMATORS["gae"].needs_critic
+    assert not any(s.needs_critic for n, s in ADVANTAGE_ESTIMATORS.items() if n != "gae")
     agg = {n: s.aggregation for n, s in POLICY_LOSSES.items()}
     assert agg["gspo"] == SEQ_MEAN_TOKEN_MEAN and agg["apo"] == SEQ_MEAN
     assert agg["dapo"] == agg["ppo"] == agg["cispo"] == agg["reinforce"] == TOKEN_MEAN

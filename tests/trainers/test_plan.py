@@ -185,6 +185,9 @@ def test_sleep_mode_off_keeps_engine_memory_in_training() -> None:
 
 def test_bad_layouts_are_config_errors(tmp_path) -> None:
     with pytest.raises(ConfigError, match=r"change plan\.parallel\.dp"):
+        plan_both(inputs_671b("plan.gpus=64"))  # 4 x 6 x 2 = 48 GPUs, not 64
+    # the planner's sizes must agree with the trainer's own layout (distributed:)
+    with pytest.raises(ConfigError, match=r"is not the trainer's layout"):
         plan_both(inputs_671b("plan.parallel.dp=4"))
     with pytest.raises(ConfigError, match="must divide"):
         inputs_671b("plan.parallel.ep=3")
