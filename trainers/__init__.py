@@ -46,6 +46,7 @@ _LAZY = {
     "prepare_run_folder": "agentgym.trainers.run_folder",
     "clean_failed_start": "agentgym.trainers.run_folder",
     "folder_state": "agentgym.trainers.run_folder",
+    "has_checkpoint": "agentgym.trainers.run_folder",
     # A*PO's value stage (agentgym apo-values)
     "compute_apo_values": "agentgym.trainers.apo",
     # the SFT stage

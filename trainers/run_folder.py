@@ -43,6 +43,11 @@ def _rows(path: Path) -> int:
         return sum(1 for line in f if line.strip())
 
 
+def has_checkpoint(out: str | Path) -> bool:
+    """Whether ``out`` holds a checkpoint to resume from."""
+    return bool(_checkpoints(Path(out)))
+
+
 def describe_run(out: str | Path) -> str | None:
     """What ``out`` holds of a previous run, in words, or ``None`` (no run there)."""
     out = Path(out)

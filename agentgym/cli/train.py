@@ -191,10 +191,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _prepare(args: argparse.Namespace, cfg: Any, command: str) -> bool:
     """The run folder's rule (trainers/run_folder.py) in the process the user started;
-    ranks under torchrun skip it (their launcher applied it). Returns whether to resume."""
-    from agentgym.trainers import under_torchrun
+    ranks under torchrun and the launchers of nodes other than 0 skip it (node 0's
+    launcher applies it to the shared folder). Returns whether to resume."""
+    from agentgym.trainers import has_checkpoint, under_torchrun
 
-    if under_torchrun():
+    if under_torchrun() or getattr(args, "node_rank", 0) != 0:
+        if getattr(args, "resume_if_present", False):
+            return has_checkpoint(cfg.run.output_dir)
         return bool(getattr(args, "resume", False))
     from agentgym.trainers import prepare_run_folder
 

@@ -22,7 +22,7 @@ def test_builtin_suites_are_listed_and_well_formed():
     assert [e.name for e in math.entries][-1] == "hard"
     assert math.entries[-1].env_kwargs == {"source": "hard"}
     assert [e.env_kwargs.get("levels") for e in math.entries[:-1]] == [1, 2, 3]
-    assert get_suite("appgen").entries[0].seeds == tuple(range(12))
+    assert get_suite("appgen").entries[0].seeds == tuple(range(24))  # 12 library + 12 full-stack
     assert get_suite("appgen").primary_metric == "pass_rate"
     assert get_suite("memory-recall").primary_metric == "reward"
 
