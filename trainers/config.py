@@ -526,14 +526,6 @@ class TrainConfig:
             f"algorithm.advantage={self.algorithm.advantage} needs a critic, which is a second "
             "LoRA adapter on the policy's base: set lora.enabled=true.",
         )
-        _check(
-            not self.algorithm.uses_critic
-            or self.critic.updates_per_batch == 1
-            or self.distributed.strategy != "deepspeed",
-            "critic.updates_per_batch > 1 is not available with distributed.strategy="
-            "deepspeed (its optimizer would move the policy on the critic's extra steps); "
-            "use fsdp2, or 1.",
-        )
         if self.rollout.engine == "vllm":
             _check_vllm_wiring(self)
         _check(

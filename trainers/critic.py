@@ -56,8 +56,6 @@ class CriticConfig:
         value_coef: weight of the value loss in the critic's update.
         updates_per_batch: optimizer steps the critic takes on each mini-batch (the
             policy takes one); more than 1 fits the values faster (PPO's epochs).
-            DeepSpeed: 1 only (its optimizer would move the policy on the extra steps
-            through Adam's momentum).
         pretrain_steps: VAPO's value pretraining: before any policy update, train the
             critic alone for up to this many steps on rollouts of the warm-start policy
             (0: off; the critic then starts from a value of 0 everywhere, and its first
@@ -245,6 +243,16 @@ def episode_advantages(
     return list(adv[0].split(lengths)), list(targets[0].split(lengths))
 
 
+def whiten(adv: dict[int, Tensor]) -> dict[int, Tensor]:
+    """The advantages shifted and scaled to mean 0 and std 1 over all their tokens
+    (``algorithm.whiten_advantages``); unchanged with fewer than two tokens."""
+    flat = torch.cat(list(adv.values())) if adv else torch.zeros(0)
+    if flat.numel() < 2:
+        return adv
+    mean, std = flat.mean(), flat.std()
+    return {i: (a - mean) / (std + 1e-8) for i, a in adv.items()}
+
+
 def attach_advantages(
     value_fn: Callable[[Any], Tensor],
     samples: Sequence[Any],
@@ -259,7 +267,8 @@ def attach_advantages(
     plus the critic's statistics (explained variance, means).
 
     Every rank values every micro-batch (``full``, all ranks' shares), so that GAE, which
-    chains an episode's turns wherever they landed, sees the same values everywhere.
+    chains an episode's turns wherever they landed, sees the same values everywhere (and
+    ``algorithm.whiten_advantages`` the same batch statistics).
     """
     import dataclasses
 
@@ -290,6 +299,9 @@ def attach_advantages(
         )
         adv.update(zip(turns, a, strict=True))
         tgt.update(zip(turns, t, strict=True))
+    raw = adv  # the statistics below are the raw GAE advantages'
+    if getattr(algo, "whiten_advantages", False):
+        adv = whiten(adv)
     out = []
     for m, mbs in enumerate(full):
         rows = []
@@ -308,7 +320,7 @@ def attach_advantages(
         out.append(rows)
     flat_v = torch.cat([values[i] for i in sorted(values)]) if values else torch.zeros(0)
     flat_t = torch.cat([tgt[i] for i in sorted(tgt)]) if tgt else torch.zeros(0)
-    flat_a = torch.cat([adv[i] for i in sorted(adv)]) if adv else torch.zeros(0)
+    flat_a = torch.cat([raw[i] for i in sorted(raw)]) if raw else torch.zeros(0)
     ones = torch.ones_like(flat_v)
     stats = {
         "critic/explained_variance": explained_variance(flat_v[None], flat_t[None], ones[None]),

@@ -111,6 +111,9 @@ class Learner:
         keep_master_weights(model)
         self.optimizer = self._setup()
         self.updates = 0
+        #: each parameter group's gradient norm before clipping at the last optimizer
+        #: step (the policy's first, then the critic's)
+        self.group_norms: list[float] = []
 
     # ------------------------------------------------------------ strategy hooks
     def _setup(self) -> torch.optim.Optimizer:
@@ -137,7 +140,23 @@ class Learner:
             norms.append(float(norm))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.group_norms = norms
         return norms[0]
+
+    def _critic_norm(self) -> float:
+        """The critic group's gradient norm at the last step (the last group)."""
+        return self.group_norms[-1] if len(self.group_norms) > 1 else float("nan")
+
+    def _zero_grad(self) -> None:
+        """Clear the gradients before a mini-batch's first backward pass."""
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _critic_only_step(self) -> float:
+        """An optimizer step after a backward pass of the critic alone (value
+        pretraining, the critic's extra updates): the policy must not move. Here its
+        gradients are None, which AdamW skips (no decay, no moment or step-count
+        change); strategies whose optimizer steps every group whatever holds it."""
+        return self._optimizer_step()
 
     @contextlib.contextmanager
     def generation(self) -> Iterator[torch.nn.Module]:
@@ -366,19 +385,21 @@ class Learner:
             "nll": 0.0,
         }
         mismatch_max = 0.0
-        grad_norms = []
+        grad_norms: list[float] = []
+        critic_norms: list[float] = []
         if not self.model.training:
             self.model.train()
         for m, mbs in enumerate(all_mbs):
             if totals[m] == 0:
                 continue
             self._set_lr()
-            self.optimizer.zero_grad(set_to_none=True)
+            self._zero_grad()
             if self.critic is not None and train_critic:
                 extra = (critic_updates or self.critic.cfg.updates_per_batch) - 1
                 for k in range(extra + 1):
                     if k:  # the previous pass's critic-only step
-                        self._optimizer_step()
+                        self._critic_only_step()
+                        critic_norms.append(self._critic_norm())
                     for mb in mbs:
                         loss = self._critic_backward(mb.to(self._device()), totals[m], scale)
                         sums["value_loss"] += loss / (extra + 1)
@@ -399,7 +420,9 @@ class Learner:
                             sums,
                         ),
                     )
-            grad_norms.append(self._optimizer_step())
+            grad_norms.append(self._optimizer_step() if policy else self._critic_only_step())
+            if self.critic is not None and train_critic:
+                critic_norms.append(self._critic_norm())
             self.updates += 1
         trained_critic = self.critic is not None and train_critic
         if self.dist.world_size > 1:  # each rank summed over its own micro-batches
@@ -427,6 +450,11 @@ class Learner:
             "charts/tis_truncated_share": sums["tis_truncated"] / known,
             "charts/tis_masked_share": sums["tis_masked"] / known,
             **({"losses/value": sums["value_loss"] / steps} if trained_critic else {}),
+            **(
+                {"losses/critic_grad_norm": sum(critic_norms) / len(critic_norms)}
+                if critic_norms
+                else {}
+            ),
             **critic_stats,
             **({"losses/nll_positive": sums["nll"] / steps} if algo.nll_coef > 0 else {}),
             **self._replay_metrics(),

@@ -135,6 +135,8 @@ class DeepSpeedLearner(Learner):
             model=self.model, optimizer=optimizer, config=config, dist_init_required=False
         )
         self.engine = engine
+        if self.critic is not None:
+            clip_each_group(ds_optimizer)
         return ds_optimizer
 
     def _forward_module(self) -> Any:
@@ -143,10 +145,64 @@ class DeepSpeedLearner(Learner):
     def _backward(self, loss: torch.Tensor) -> None:
         self.engine.backward(loss, scale_wrt_gas=False)
 
+    def _zero_grad(self) -> None:
+        """ZeRO-3 keeps the reduced gradients in one flat buffer and, on the first
+        backward pass after a step, *copies* each parameter's gradient into its slice,
+        adding on later passes; ``zero_grad`` leaves the buffer as it is. A parameter
+        without a gradient in that first pass (the policy's LoRA while the critic's
+        backward runs first; an expert no token of the first micro-batch reached) then
+        adds onto the previous step's gradient. Zeroing the buffer makes every pass's
+        gradient land on zeros."""
+        super()._zero_grad()
+        flat = getattr(self.optimizer, "grad_partitions_flat_buffer", None)
+        if self.zero_stage == 3 and flat is not None:
+            flat.zero_()
+
     def _optimizer_step(self) -> float:
         self.engine.step()
+        if self.zero_stage == 3:  # the critic-only steps' next pass starts on zeros too
+            self._zero_grad()
+        group_norms = getattr(self.optimizer, "agentgym_group_norms", None)
+        if group_norms is not None:  # clip_each_group: each group's own norm
+            self.group_norms = list(group_norms)
+            return self.group_norms[0]
         norm = self.engine.get_global_grad_norm()
-        return float(norm) if norm is not None else 0.0
+        self.group_norms = [float(norm) if norm is not None else 0.0]
+        return self.group_norms[0]
+
+    def _critic_only_step(self) -> float:
+        """ZeRO steps every parameter group, the policy's too, with zero gradients where
+        it got none: AdamW would then decay the policy's weights and count a step in its
+        bias correction (the first policy update after value pretraining would be about
+        half as large as a single process's). The policy's groups step with learning
+        rate 0 and get their optimizer state back afterwards."""
+        zero = self.optimizer
+        inner = zero.optimizer  # the torch AdamW over ZeRO's flat fp32 partitions
+        frozen = {
+            i for i, g in enumerate(inner.param_groups) if g.get("name", "policy") != "critic"
+        }
+        if hasattr(zero, "sub_group_to_group_id"):  # ZeRO-3 steps one sub-group at a time
+            flat = [
+                zero.fp32_partitioned_groups_flat[sub]
+                for sub, group in zero.sub_group_to_group_id.items()
+                if group in frozen
+            ]
+        else:
+            flat = [p for i in frozen for p in inner.param_groups[i]["params"]]
+        saved = [(p, _clone_state(inner.state.get(p))) for p in flat]
+        lrs = {i: inner.param_groups[i]["lr"] for i in frozen}
+        for i in frozen:
+            inner.param_groups[i]["lr"] = 0.0
+        try:
+            return self._optimizer_step()
+        finally:
+            for i, lr in lrs.items():
+                inner.param_groups[i]["lr"] = lr
+            for p, before in saved:
+                if before is None:
+                    inner.state.pop(p, None)
+                else:
+                    inner.state[p] = before
 
     @contextlib.contextmanager
     def generation(self) -> Iterator[torch.nn.Module]:
@@ -189,6 +245,80 @@ class DeepSpeedLearner(Learner):
     def load_optimizer_state(self, states: Sequence[dict[str, Any]]) -> None:
         # ZeRO-2 merges every partition's state; ZeRO-3 picks its own rank's
         self.optimizer.load_state_dict(list(states))
+
+
+def _clone_state(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    if state is None or not state:
+        return None
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
+
+
+def clip_each_group(optimizer: Any) -> None:
+    """Make a ZeRO-2/3 optimizer clip each parameter group by its own gradient norm, as
+    the single-process learner does (the policy's and the critic's groups each to
+    ``optim.max_grad_norm``), instead of DeepSpeed's one norm over all groups: with a
+    joint clip, the critic's value-loss gradients would shrink the policy's step and the
+    policy's the critic's, and a sharded run would not compute the single process's
+    update.
+
+    DeepSpeed computes every group's norm (reduced over ranks) and then scales each
+    group by the joint one; this wraps its norm and scaling methods on this one
+    optimizer object so that each group is scaled by its own. The groups' norms are
+    kept as ``agentgym_group_norms`` (what the learner logs).
+    """
+    from deepspeed.runtime.utils import combine_grad_norm_groups
+
+    if getattr(optimizer, "cpu_offload", False) or getattr(optimizer, "offload_optimizer", False):
+        raise ConfigError(
+            "a critic under DeepSpeed needs per-group gradient clipping, which agentgym "
+            "does not do with optimizer offload: turn offload off or use fsdp2."
+        )
+    if hasattr(optimizer, "sub_group_to_group_id"):  # ZeRO-3: sub-groups of param groups
+        get_norms, clip = optimizer._get_norm_groups, optimizer.unscale_and_clip_grads
+        owner = optimizer.sub_group_to_group_id
+
+        def norms_zero3() -> list[torch.Tensor]:
+            norms = get_norms()
+            by_group: dict[int, list[torch.Tensor]] = {}
+            for sub, norm in enumerate(norms):
+                by_group.setdefault(owner[sub], []).append(norm)
+            combined = {g: combine_grad_norm_groups(n) for g, n in by_group.items()}
+            optimizer.agentgym_scaled_norms = combined
+            scale = float(optimizer.loss_scale)
+            optimizer.agentgym_group_norms = [float(combined[g]) / scale for g in sorted(combined)]
+            return norms
+
+        def clip_zero3(sub_group_id: int, total_norm: torch.Tensor) -> None:
+            clip(sub_group_id, optimizer.agentgym_scaled_norms[owner[sub_group_id]])
+
+        optimizer._get_norm_groups, optimizer.unscale_and_clip_grads = norms_zero3, clip_zero3
+        return
+    if not hasattr(optimizer, "averaged_gradients") or not hasattr(optimizer, "scaled_global_norm"):
+        raise ConfigError(  # pragma: no cover - a DeepSpeed whose ZeRO internals moved
+            "this DeepSpeed version's ZeRO optimizer has no per-group norms that agentgym "
+            "knows: a critic cannot be trained under it; use distributed.strategy=fsdp2."
+        )
+    clip2 = optimizer.unscale_and_clip_grads
+
+    def norm_zero2(norm_type: int = 2) -> torch.Tensor:
+        norms = [
+            optimizer.get_grad_norm_direct(
+                optimizer.averaged_gradients[i], optimizer.params_in_partition[i]
+            )
+            for i in range(len(optimizer.bit16_groups))
+        ]
+        optimizer.agentgym_scaled_norms, optimizer.agentgym_next = norms, 0
+        scale = float(optimizer.loss_scale)
+        optimizer.agentgym_group_norms = [float(n) / scale for n in norms]
+        return combine_grad_norm_groups(norms, norm_type=norm_type)
+
+    def clip_zero2(grad_groups_flat: list[torch.Tensor], total_norm: torch.Tensor) -> None:
+        # called once per group, in group order, after scaled_global_norm
+        i = optimizer.agentgym_next
+        optimizer.agentgym_next += 1
+        clip2(grad_groups_flat, optimizer.agentgym_scaled_norms[i])
+
+    optimizer.scaled_global_norm, optimizer.unscale_and_clip_grads = norm_zero2, clip_zero2
 
 
 class FSDP2Learner(Learner):

@@ -65,16 +65,13 @@ def test_presets_set_the_pieces_and_refuse_a_contradiction():
         load_config(TrainConfig, None, ["algorithm.name=vapo", "lora.enabled=false"])
     with pytest.raises(ConfigError, match="share_base"):
         CriticConfig(share_base=False)
-    with pytest.raises(ConfigError, match="deepspeed"):
-        load_config(
-            TrainConfig,
-            None,
-            [
-                "algorithm.name=ppo",
-                "critic.updates_per_batch=2",
-                "distributed.strategy=deepspeed",
-            ],
-        )
+    # the critic's extra steps leave the policy alone under DeepSpeed too (tested below)
+    ds = load_config(
+        TrainConfig,
+        None,
+        ["algorithm.name=ppo", "critic.updates_per_batch=2", "distributed.strategy=deepspeed"],
+    )
+    assert ds.critic.updates_per_batch == 2
 
 
 def test_episode_advantages_chain_the_turns_and_credit_the_terminal_reward():
@@ -261,10 +258,17 @@ def test_a_resumed_value_based_run_restores_the_critic(tmp_path, toy_envs_regist
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["fsdp2", "deepspeed"])
+@pytest.mark.parametrize("strategy", ["fsdp2", "deepspeed-3", "deepspeed-2"])
 def test_vapo_in_two_processes_matches_one(tmp_path, toy_envs_registered, strategy):
-    """FSDP2 and ZeRO-3: the critic's values, GAE and both updates on two ranks equal the
-    one-process run (every rank values the whole batch; the critic's head is sharded)."""
+    """FSDP2, ZeRO-3 and ZeRO-2: value pretraining, the critic's values, GAE and both
+    updates (with a critic-only extra step) on two ranks equal the one-process run (every
+    rank values the whole batch; the critic's head is sharded).
+
+    It pins three things DeepSpeed got wrong before: the critic's gradient norm passes
+    ``optim.max_grad_norm`` (0.2 here; each group must be clipped by its own norm, not
+    the joint one); critic-only steps must leave the policy's optimizer state alone (ZeRO steps
+    every group); and ZeRO-3 must not add the previous step's gradient to a parameter
+    that had none in the first backward pass (the policy's, after the critic's pass)."""
     import os
     import subprocess
     import sys
@@ -280,11 +284,14 @@ def test_vapo_in_two_processes_matches_one(tmp_path, toy_envs_registered, strate
         "algorithm.name=vapo",
         "algorithm.micro_batch_size=3",
         "critic.pretrain_steps=1",
+        "critic.updates_per_batch=2",
+        "optim.max_grad_norm=0.2",
         "run.save_every=2",
     ]
     single = tmp_path / "single"
     DAPOTrainer(load_config(TrainConfig, None, [*common, f"run.output_dir={single}"])).train()
     out = tmp_path / "two"
+    name, _, stage = strategy.partition("-")
     proc = subprocess.run(
         [
             sys.executable,
@@ -293,7 +300,8 @@ def test_vapo_in_two_processes_matches_one(tmp_path, toy_envs_registered, strate
             "train",
             *common,
             f"run.output_dir={out}",
-            f"distributed.strategy={strategy}",
+            f"distributed.strategy={name}",
+            *([f"distributed.zero_stage={stage}"] if stage else []),
             "--nproc",
             "2",
         ],
@@ -308,20 +316,25 @@ def test_vapo_in_two_processes_matches_one(tmp_path, toy_envs_registered, strate
         },
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    for name in ("critic_pretrain.jsonl", "metrics.jsonl"):
-        got, want = read_jsonl(out / name), read_jsonl(single / name)
+    for log in ("critic_pretrain.jsonl", "metrics.jsonl"):
+        got, want = read_jsonl(out / log), read_jsonl(single / log)
         assert len(got) == len(want) >= 1
         for a, b in zip(got, want, strict=True):
             for key in ("losses/value", "critic/explained_variance", "critic/advantage_mean"):
-                assert a[key] == pytest.approx(b[key], abs=1e-5), (name, key)
+                assert a[key] == pytest.approx(b[key], abs=1e-5), (log, key)
             if "losses/total" in b:
                 assert a["charts/reward"] == pytest.approx(b["charts/reward"], abs=1e-9)
                 assert a["losses/total"] == pytest.approx(b["losses/total"], abs=1e-5)
-    ckpt = Path("checkpoints") / "step_000002" / "critic.safetensors"
-    a, b = load_file(str(out / ckpt)), load_file(str(single / ckpt))
-    assert a.keys() == b.keys()
-    for k in a:
-        torch.testing.assert_close(a[k], b[k], atol=1e-4, rtol=1e-4, msg=k)
+                for key in ("losses/grad_norm", "losses/critic_grad_norm"):
+                    assert a[key] == pytest.approx(b[key], rel=1e-3), (log, key)
+    rows = read_jsonl(single / "metrics.jsonl")
+    assert max(r["losses/critic_grad_norm"] for r in rows) > 0.2  # the clip is exercised
+    step = Path("checkpoints") / "step_000002"
+    for ckpt in (step / "critic.safetensors", step / "adapter" / "adapter_model.safetensors"):
+        a, b = load_file(str(out / ckpt)), load_file(str(single / ckpt))
+        assert a.keys() == b.keys()
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], atol=1e-4, rtol=1e-4, msg=k)
 
 
 def test_each_conversation_is_valued_from_what_it_sees_and_the_reward_crosses_them(
@@ -360,7 +373,9 @@ def test_each_conversation_is_valued_from_what_it_sees_and_the_reward_crosses_th
     samples = episodes_to_samples(
         episodes, [0.0] * len(episodes), tokenizer, rewards=[1.0, 0.0], positive=[True, False]
     )
-    algo = AlgorithmConfig(advantage="gae", gamma=1.0, lam_policy=1.0, lam_critic=1.0)
+    algo = AlgorithmConfig(
+        advantage="gae", gamma=1.0, lam_policy=1.0, lam_critic=1.0, whiten_advantages=False
+    )
     minis = [list(range(len(samples)))]
     full = [make_microbatches(samples, 2, tokenizer.pad_token_id)]
     model.eval()
@@ -382,3 +397,49 @@ def test_each_conversation_is_valued_from_what_it_sees_and_the_reward_crosses_th
         )
     assert {s.reward for s in samples if s.episode == 0} == {1.0}
     assert stats["critic/value_mean"] != 0.0
+
+
+def test_whitened_advantages_are_the_raw_ones_shifted_and_scaled_over_the_batch():
+    """``algorithm.whiten_advantages`` (on by default): the batch's token advantages get
+    mean 0 and std 1 over all its tokens, whichever sample they sit in; the order of the
+    advantages and the value targets are those of raw GAE."""
+    from agentgym.trainers.algorithm import AlgorithmConfig
+    from agentgym.trainers.critic import attach_advantages, whiten
+
+    raw = {0: torch.tensor([1.0, 2.0]), 1: torch.tensor([3.0, 4.0, 5.0])}
+    out = whiten(raw)
+    flat = torch.cat([out[0], out[1]])
+    # mean 3, unbiased std sqrt(2.5)
+    torch.testing.assert_close(flat, (torch.arange(1.0, 6.0) - 3.0) / 2.5**0.5)
+    assert whiten({0: torch.tensor([0.7])})[0].item() == pytest.approx(0.7)  # too few tokens
+
+    samples = [
+        Sample((1, 2), (3, 4, 5), 0.0, episode=0, reward=1.0),
+        Sample((1, 2), (6, 7), 0.0, episode=1, reward=0.0),
+    ]
+    full = [make_microbatches(samples, 8, 0)]
+
+    def run(**kw: object) -> tuple[torch.Tensor, torch.Tensor]:
+        algo = AlgorithmConfig(advantage="gae", lam_policy=1.0, lam_critic=1.0, **kw)
+        out, stats = attach_advantages(
+            lambda mb: torch.full(mb.targets.shape, 0.25),
+            samples,
+            [[0, 1]],
+            full,
+            algo,
+            torch.device("cpu"),
+        )
+        (mb,) = out[0]
+        rows = {mb.indices[b]: b for b in range(2)}
+        adv = torch.cat([mb.token_advantages[rows[0], :3], mb.token_advantages[rows[1], :2]])
+        tgt = torch.cat([mb.value_targets[rows[0], :3], mb.value_targets[rows[1], :2]])
+        assert stats["critic/advantage_std"] > 0  # the raw advantages' statistics
+        return adv, tgt
+
+    raw_adv, raw_tgt = run(whiten_advantages=False)
+    torch.testing.assert_close(raw_adv, torch.tensor([0.75] * 3 + [-0.25] * 2))
+    adv, tgt = run()
+    assert float(adv.mean()) == pytest.approx(0.0, abs=1e-6)
+    assert float(adv.std()) == pytest.approx(1.0, abs=1e-5)
+    torch.testing.assert_close(adv, (raw_adv - raw_adv.mean()) / raw_adv.std())
+    torch.testing.assert_close(tgt, raw_tgt)  # the critic's targets are not whitened

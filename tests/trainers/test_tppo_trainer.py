@@ -65,7 +65,7 @@ def test_a_cut_window_gets_extended_gae_and_an_ended_one_its_reward():
         Segment(slot=1, turn=0, prompt_ids=(1, 2), ids=(6, 7), logprobs=(0.0,) * 2),
     ]
     samples = segment_samples(segs, {1: (1.0, True)})
-    algo = AlgorithmConfig(advantage="gae", lam_policy=1.0, lam_critic=1.0)
+    algo = AlgorithmConfig(advantage="gae", lam_policy=1.0, lam_critic=1.0, whiten_advantages=False)
     full = [make_microbatches(samples, 8, 0)]
     out, _ = attach_advantages(
         lambda mb: torch.full(mb.targets.shape, 0.25),

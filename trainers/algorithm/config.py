@@ -54,6 +54,11 @@ class AlgorithmConfig:
             critic's targets (decoupled GAE when they differ).
         lam_alpha: VAPO's length-adaptive ``lam_policy = 1 - 1 / (lam_alpha * length)``
             per episode (``null``: the fixed ``lam_policy``).
+        whiten_advantages: ``gae`` only: shift and scale the batch's token advantages to
+            mean 0 and std 1 over all its policy tokens (as verl's, TRL's and CleanRL's
+            PPO do). Raw GAE advantages are on the reward's scale (std about 0.1 for a
+            0/1 reward on a task the policy mostly solves), so without it the policy's
+            step is some ten times smaller than under the group-normalised ``grpo``.
         nll_coef: weight of VAPO's positive-example LM loss (``-logp`` on the tokens of
             correct episodes); 0: off.
         router_replay: MoE models: the rollout engine records the experts each router
@@ -99,6 +104,7 @@ class AlgorithmConfig:
     lam_policy: float = 0.95
     lam_critic: float = 0.95
     lam_alpha: float | None = None
+    whiten_advantages: bool = True
     nll_coef: float = 0.0
     dynamic_sampling: bool = True
     max_generation_rounds: int = 3
