@@ -38,6 +38,8 @@ from agentgym.trainers.algorithm import decoupled_gae, length_adaptive_lambda, t
 
 ADAPTER = "critic"
 HEAD = "agentgym_value_head"
+#: the separate critic model's place in the policy's module tree (``share_base: false``)
+BACKBONE = "agentgym_critic_model"
 
 
 @dataclass
@@ -45,13 +47,18 @@ class CriticConfig:
     """The critic (used when ``algorithm.advantage`` is ``gae``: PPO, VAPO).
 
     Attributes:
-        share_base: the critic is a second LoRA adapter plus a value head on the policy's
-            own frozen base (no second copy of the base weights). ``false`` is not built
-            yet: a separate critic model would need ``path``.
-        path: a separate critic model (a local HF directory) for ``share_base: false``.
-        r / alpha: the critic adapter's LoRA rank and scaling numerator.
-        target_modules: Linear leaf names to adapt (``null``: the policy adapter's).
-        lr: the critic's learning rate (the adapter and the head).
+        share_base: ``true``: the critic is a second LoRA adapter plus a value head on the
+            policy's own frozen base (no second copy of the base weights). ``false``: the
+            critic is a separate model read from ``path`` plus a value head, all of its
+            weights trained (verl's layout: typically a smaller model than the policy).
+        path: the separate critic model (``share_base: false``): a local Hugging Face
+            directory (``save_pretrained`` output) whose tokenizer is the policy's (it
+            reads the policy's token ids; the vocabulary sizes must match).
+        r / alpha: the critic adapter's LoRA rank and scaling numerator (``share_base:
+            true`` only).
+        target_modules: Linear leaf names to adapt (``null``: the policy adapter's;
+            ``share_base: true`` only).
+        lr: the critic's learning rate (the adapter or separate model, and the head).
         value_clip: PPO's value clip (``null``: no clip).
         value_coef: weight of the value loss in the critic's update.
         updates_per_batch: optimizer steps the critic takes on each mini-batch (the
@@ -80,9 +87,15 @@ class CriticConfig:
 
     def __post_init__(self) -> None:
         _check(
-            self.share_base,
-            "critic.share_base: false (a separate critic model) is not built yet; the critic "
-            "is a LoRA adapter and a value head on the policy's base (share_base: true).",
+            self.share_base or bool(self.path),
+            "critic.share_base: false needs critic.path: a local model directory for the "
+            "separate critic (or share_base: true for an adapter on the policy's base).",
+        )
+        _check(
+            self.path is None or not self.share_base,
+            "critic.path is read only with critic.share_base: false (with share_base: true "
+            "the critic is an adapter on the policy's own base): set share_base: false, or "
+            "drop critic.path.",
         )
         _check(self.r >= 1, f"critic.r must be >= 1, got {self.r}.")
         _check(self.lr > 0, f"critic.lr must be > 0, got {self.lr}.")
@@ -97,18 +110,42 @@ class CriticConfig:
 
 
 class Critic:
-    """The critic's adapter and value head on a peft model (see the module docstring)."""
+    """The critic on a peft policy: a second adapter on its base, or a separate model
+    (``share_base: false``), plus the value head (see the module docstring).
+
+    A separate critic model is attached to the policy's base model as a submodule
+    (:data:`BACKBONE`) beside the head, so that every strategy shards, gathers and
+    checkpoints it with the rest (FSDP2 makes its layers units of their own); the
+    policy's forward never calls it, and the policy's adapter state, which the engines
+    sync and the checkpoints store, holds LoRA weights only.
+    """
 
     def __init__(self, model: Any, cfg: CriticConfig, *, seed: int = 0) -> None:
-        from peft import LoraConfig
-
-        if not hasattr(model, "add_adapter") or not hasattr(model, "peft_config"):
+        if not hasattr(model, "get_base_model") or not hasattr(model, "peft_config"):
             raise ConfigError(
-                "the critic is a second LoRA adapter on the policy's base: it needs "
-                "lora.enabled=true."
+                "the critic attaches to the LoRA policy's model (an adapter on its base, or "
+                "a separate model beside it): it needs lora.enabled=true."
             )
         self.model, self.cfg = model, cfg
         base = model.get_base_model()
+        dtype, device = next(base.parameters()).dtype, next(base.parameters()).device
+        if cfg.share_base:
+            self._add_adapter(seed)
+            hidden = int(base.config.hidden_size)
+        else:
+            backbone = load_critic_model(cfg.path or "", like=base)
+            base.add_module(BACKBONE, backbone.to(device=device))
+            hidden = int(backbone.config.hidden_size)
+        head = nn.Linear(hidden, 1)
+        nn.init.zeros_(head.weight)  # V = 0 everywhere at the start
+        nn.init.zeros_(head.bias)
+        base.add_module(HEAD, head.to(device=device, dtype=dtype))
+        self._activate("default")
+
+    def _add_adapter(self, seed: int) -> None:
+        from peft import LoraConfig
+
+        cfg, model = self.cfg, self.model
         # the policy adapter's layers unless the section names its own (leaf names)
         targets = cfg.target_modules or sorted(model.peft_config["default"].target_modules)
         with torch.random.fork_rng(devices=[]):
@@ -123,39 +160,44 @@ class Critic:
                     task_type="CAUSAL_LM",
                 ),
             )
-        hidden = int(base.config.hidden_size)
-        head = nn.Linear(hidden, 1)
-        nn.init.zeros_(head.weight)  # V = 0 everywhere at the start
-        nn.init.zeros_(head.bias)
-        dtype = next(base.parameters()).dtype
-        base.add_module(HEAD, head.to(device=next(base.parameters()).device, dtype=dtype))
-        self._activate("default")
 
     @property
     def head(self) -> nn.Linear:
         return getattr(self.model.get_base_model(), HEAD)
 
+    @property
+    def backbone(self) -> nn.Module | None:
+        """The separate critic model (``share_base: false``), else None."""
+        return getattr(self.model.get_base_model(), BACKBONE, None)
+
     def named_parameters(self) -> list[tuple[str, nn.Parameter]]:
-        """The critic's trainable parameters (its adapter and the value head), by the
-        model's own names."""
+        """The critic's trainable parameters (its adapter or separate model, and the
+        value head), by the model's own names."""
         return [
-            (n, p) for n, p in self.model.named_parameters() if f".{ADAPTER}." in n or HEAD in n
+            (n, p)
+            for n, p in self.model.named_parameters()
+            if f".{ADAPTER}." in n or HEAD in n or BACKBONE in n
         ]
 
     def parameters(self) -> list[nn.Parameter]:
         return [p for _, p in self.named_parameters()]
 
     def _activate(self, name: str) -> None:
-        self.model.set_adapter(name)
-        for n, p in self.model.named_parameters():  # set_adapter froze the other adapter
-            if "lora_" in n:
-                p.requires_grad_(True)
-        for p in self.head.parameters():
+        if self.cfg.share_base:
+            self.model.set_adapter(name)
+            for n, p in self.model.named_parameters():  # set_adapter froze the other adapter
+                if "lora_" in n:
+                    p.requires_grad_(True)
+        for p in self.parameters() if not self.cfg.share_base else self.head.parameters():
             p.requires_grad_(True)
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
-        """The critic adapter is the active one inside the block (the policy's after)."""
+        """The critic adapter is the active one inside the block (the policy's after);
+        a separate critic model needs no switch."""
+        if not self.cfg.share_base:
+            yield
+            return
         self._activate(ADAPTER)
         try:
             yield
@@ -197,6 +239,27 @@ class Critic:
                 p.copy_(value)
             else:
                 p.data.copy_(value.to(p.device))
+
+
+def load_critic_model(path: str, *, like: nn.Module) -> nn.Module:
+    """The separate critic model (``critic.path``): a causal LM read from a local
+    directory in the policy's dtype, all of its weights trainable. Its vocabulary must
+    be the policy's, since it reads the policy's token ids."""
+    from agentgym.trainers.models import load_model
+
+    dtype = next(like.parameters()).dtype
+    backbone, _ = load_model(path, dtype=dtype)
+    theirs = int(getattr(backbone.config, "vocab_size", 0))
+    ours = int(getattr(like.config, "vocab_size", 0))
+    if theirs != ours:
+        raise ConfigError(
+            f"critic.path {path!r} has a vocabulary of {theirs} tokens and the policy {ours}: "
+            "the separate critic reads the policy's token ids, so it must use the policy's "
+            "tokenizer (a model of the same family, or one trained with that tokenizer)."
+        )
+    backbone.requires_grad_(True)
+    backbone.train()
+    return backbone
 
 
 def episode_advantages(

@@ -34,13 +34,14 @@ from agentgym.trainers.algorithm import (
     token_entropy,
     value_loss,
 )
-from agentgym.trainers.batch import MicroBatch, Sample, make_microbatches, positions
+from agentgym.trainers.batch import MicroBatch, Sample, make_microbatches
 from agentgym.trainers.config import AlgorithmConfig, OptimConfig
 from agentgym.trainers.critic import Critic, CriticConfig, attach_advantages
 from agentgym.trainers.device import autocast, compute_dtype, host_copy, keep_master_weights
 from agentgym.trainers.distributed import SINGLE, DistInfo, all_gather_objects, all_reduce_sum
 from agentgym.trainers.fused_lora import fused_lora_forward
-from agentgym.trainers.router_replay import RoutingReplay, flat
+from agentgym.trainers.replies import model_replies
+from agentgym.trainers.router_replay import RoutingReplay
 
 
 def make_optimizer(
@@ -143,6 +144,10 @@ class Learner:
         self.group_norms = norms
         return norms[0]
 
+    def _before_side_forward(self) -> None:
+        """Called before a forward pass of a module other than :meth:`_forward_module`
+        (the separate critic model), for strategies that count passes themselves."""
+
     def _critic_norm(self) -> float:
         """The critic group's gradient norm at the last step (the last group)."""
         return self.group_norms[-1] if len(self.group_norms) > 1 else float("nan")
@@ -177,103 +182,43 @@ class Learner:
         """The critic's ``[B, R]`` values of the states that predict each sampled token,
         from its own adapter (:meth:`_replies`' last hidden states through the head)."""
         assert self.critic is not None
+        backbone = self.critic.backbone
+        if backbone is not None:  # a separate critic model (critic.share_base: false)
+            return self.critic.values(self._replies(mb, hidden=True, module=backbone))
         with self.critic.active():
             # the critic's LoRA layers as one matmul each (fused reads the active adapter)
             fused = fused_lora_forward(self.model) if self.lora else contextlib.nullcontext(0)
             with fused:
                 return self.critic.values(self._replies(mb, hidden=True))
 
-    def _replies(self, mb: MicroBatch, *, hidden: bool) -> torch.Tensor:
+    def _replies(
+        self, mb: MicroBatch, *, hidden: bool, module: torch.nn.Module | None = None
+    ) -> torch.Tensor:
         """The model's output at the positions that predict each sampled token: logits
         ``[B, R, V]`` (float32), or with ``hidden`` the last hidden states ``[B, R, H]``
         (the vocabulary projection is then skipped). Runs under :attr:`compute_dtype`
-        autocast (:meth:`_replies_in_precision`)."""
+        autocast (:meth:`_replies_in_precision`). ``module``: another causal LM to run
+        instead of the policy (the separate critic model; no router replay)."""
         with autocast(self._device(), self.compute_dtype):
-            return self._replies_in_precision(mb, hidden=hidden)
+            return self._replies_in_precision(mb, hidden=hidden, module=module)
 
-    def _replies_in_precision(self, mb: MicroBatch, *, hidden: bool) -> torch.Tensor:
-        """:meth:`_replies`' body.
-
-        With :attr:`share_prompts`, each distinct prompt of the micro-batch runs through
-        the model once, filling a KV cache; the cache rows are then copied to the samples
-        that continue that prompt and the replies run on top of it. Gradients flow back
-        through the copied cache into the one prompt pass, so loss and gradients are those
-        of the plain layout (:meth:`MicroBatch.sequences`, one full row per sample), with
-        the prompt computed once instead of ``G`` times.
-        """
-        module = self._forward_module()
-        replay = self.replay if self.replay is not None and mb.reply_routing is not None else None
-        extra: dict[str, Any] = (
-            {"output_hidden_states": True, "logits_to_keep": 1} if hidden else {}
+    def _replies_in_precision(
+        self, mb: MicroBatch, *, hidden: bool, module: torch.nn.Module | None = None
+    ) -> torch.Tensor:
+        """:meth:`_replies`' body (:func:`~agentgym.trainers.replies.model_replies`;
+        prompts shared with :attr:`share_prompts`)."""
+        own = module is None
+        replay = self.replay if own and mb.reply_routing is not None else None
+        if not own:
+            self._before_side_forward()
+        return model_replies(
+            self._forward_module() if module is None else module,
+            mb,
+            hidden=hidden,
+            share_prompts=self.share_prompts,
+            cache_config=self.model.config if module is None else module.config,
+            replay=replay,
         )
-
-        def pick(out: Any) -> torch.Tensor:
-            return out.hidden_states[-1] if hidden else out.logits.float()
-
-        if not (self.share_prompts and mb.num_prompts < mb.num_samples):
-            input_ids, attention, position_ids = mb.sequences()
-            if replay is not None:
-                assert mb.prompt_routing is not None
-                replay.set(
-                    flat(torch.cat([mb.prompt_routing[:, mb.prompt_of], mb.reply_routing], 2))
-                )
-            try:
-                out = module(
-                    input_ids=input_ids,
-                    attention_mask=attention,
-                    position_ids=position_ids,
-                    use_cache=False,
-                    **extra,
-                )
-            finally:
-                if replay is not None:
-                    replay.set(None)
-            return mb.reply_logits(pick(out))
-        from transformers import DynamicCache
-
-        prompt_pos = positions(mb.prompt_mask)
-        cache = DynamicCache(config=self.model.config)
-        if replay is not None:
-            assert mb.prompt_routing is not None
-            replay.set(flat(mb.prompt_routing))
-        try:
-            out = module(
-                input_ids=mb.prompt_ids,
-                attention_mask=mb.prompt_mask,
-                position_ids=prompt_pos,
-                past_key_values=cache,
-                use_cache=True,
-                **({**extra, "logits_to_keep": 1}),
-            )
-        finally:
-            if replay is not None:
-                replay.set(None)
-        first = pick(out)[:, -1:].index_select(0, mb.prompt_of)  # predicts each reply's token 0
-        r = mb.targets.shape[1]
-        if r == 1:
-            return first
-        cache.batch_select_indices(mb.prompt_of)
-        # the last sampled token predicts nothing that is trained: leave it out
-        start = prompt_pos[:, -1:].index_select(0, mb.prompt_of) + 1
-        if replay is not None:
-            assert mb.reply_routing is not None
-            replay.set(flat(mb.reply_routing[:, :, : r - 1]))
-        try:
-            rest = module(
-                input_ids=mb.targets[:, :-1],
-                attention_mask=torch.cat(
-                    [mb.prompt_mask.index_select(0, mb.prompt_of), mb.response_mask[:, :-1]],
-                    dim=1,
-                ),
-                position_ids=start + torch.arange(r - 1, device=start.device),
-                past_key_values=cache,
-                use_cache=True,
-                **extra,
-            )
-        finally:
-            if replay is not None:
-                replay.set(None)
-        return torch.cat([first, pick(rest)], dim=1)
 
     def _device(self) -> torch.device:
         return next(self.model.parameters()).device

@@ -158,6 +158,15 @@ class DeepSpeedLearner(Learner):
         if self.zero_stage == 3 and flat is not None:
             flat.zero_()
 
+    def _before_side_forward(self) -> None:
+        """The engine's forward tells ZeRO a new pass begins (ZeRO-3 counts passes to
+        know whether a gradient starts or adds to the step's); a module called outside
+        the engine (the separate critic model) must do the same, else each of its
+        passes overwrote the previous ones' gradients."""
+        clear = getattr(self.optimizer, "clear_backward_seen_flag", None)
+        if clear is not None:
+            clear()
+
     def _optimizer_step(self) -> float:
         self.engine.step()
         if self.zero_stage == 3:  # the critic-only steps' next pass starts on zeros too
@@ -341,7 +350,12 @@ class FSDP2Learner(Learner):
         root = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
         for layer in _decoder_layers(root):
             fully_shard(layer, mesh=mesh)
-        if self.critic is not None:  # called outside the root's forward: a unit of its own
+        if self.critic is not None:  # called outside the root's forward: units of their own
+            backbone = self.critic.backbone
+            if backbone is not None:  # a separate critic model: per layer, like the policy
+                for layer in _decoder_layers(backbone):
+                    fully_shard(layer, mesh=mesh)
+                fully_shard(backbone, mesh=mesh)
             fully_shard(self.critic.head, mesh=mesh)
         fully_shard(root, mesh=mesh)
         self._root = root

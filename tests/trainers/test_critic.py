@@ -61,6 +61,16 @@ def test_presets_set_the_pieces_and_refuse_a_contradiction():
     assert not load_config(TrainConfig, None, []).algorithm.uses_critic
     with pytest.raises(ConfigError, match=r"algorithm\.name=ppo sets algorithm\.loss='ppo'"):
         load_config(TrainConfig, None, ["algorithm.name=ppo", "algorithm.loss=gspo"])
+    with pytest.raises(ConfigError, match=r"algorithm\.name=vapo sets algorithm\.advantage"):
+        load_config(TrainConfig, None, ["algorithm.name=vapo", "algorithm.advantage=rloo"])
+    # the preset's numbers are tunable defaults: the config's value wins
+    tuned = load_config(
+        TrainConfig,
+        None,
+        ["algorithm.name=vapo", "algorithm.lam_alpha=1.0", "algorithm.nll_coef=0"],
+    ).algorithm
+    assert (tuned.lam_alpha, tuned.lam_critic) == (1.0, 1.0)
+    assert tuned.nll_coef == 0.1  # 0 is the field's default: the preset fills it
     with pytest.raises(ConfigError, match=r"lora\.enabled=true"):
         load_config(TrainConfig, None, ["algorithm.name=vapo", "lora.enabled=false"])
     with pytest.raises(ConfigError, match="share_base"):
@@ -258,7 +268,9 @@ def test_a_resumed_value_based_run_restores_the_critic(tmp_path, toy_envs_regist
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["fsdp2", "deepspeed-3", "deepspeed-2"])
+@pytest.mark.parametrize(
+    "strategy", ["fsdp2", "deepspeed-3", "deepspeed-2", "fsdp2+model", "deepspeed-3+model"]
+)
 def test_vapo_in_two_processes_matches_one(tmp_path, toy_envs_registered, strategy):
     """FSDP2, ZeRO-3 and ZeRO-2: value pretraining, the critic's values, GAE and both
     updates (with a critic-only extra step) on two ranks equal the one-process run (every
@@ -268,7 +280,8 @@ def test_vapo_in_two_processes_matches_one(tmp_path, toy_envs_registered, strate
     ``optim.max_grad_norm`` (0.2 here; each group must be clipped by its own norm, not
     the joint one); critic-only steps must leave the policy's optimizer state alone (ZeRO steps
     every group); and ZeRO-3 must not add the previous step's gradient to a parameter
-    that had none in the first backward pass (the policy's, after the critic's pass)."""
+    that had none in the first backward pass (the policy's, after the critic's pass).
+    ``+model``: the critic is a separate model (``critic.share_base: false``)."""
     import os
     import subprocess
     import sys
@@ -288,6 +301,20 @@ def test_vapo_in_two_processes_matches_one(tmp_path, toy_envs_registered, strate
         "optim.max_grad_norm=0.2",
         "run.save_every=2",
     ]
+    strategy, separate, _ = strategy.partition("+model")
+    if separate:
+        from agentgym.trainers.config import ModelConfig
+        from agentgym.trainers.models import build_model_and_tokenizer, save_model
+
+        small = {
+            **TINY_QWEN,
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "tie_word_embeddings": False,
+        }
+        critic, tok = build_model_and_tokenizer(ModelConfig(preset_overrides=small))
+        path = save_model(critic, tok, tmp_path / "critic")
+        common += ["critic.share_base=false", f"critic.path={path}"]
     single = tmp_path / "single"
     DAPOTrainer(load_config(TrainConfig, None, [*common, f"run.output_dir={single}"])).train()
     out = tmp_path / "two"

@@ -27,8 +27,10 @@ class AlgorithmConfig:
             for value pretraining), ``tppo`` (T-PPO over truncated rollouts, with
             ``rollout.truncate_window``: loss ``dapo``, advantage ``gae`` with
             ``lam_policy = 0.95``, ``lam_critic = 1`` (Monte-Carlo returns), no dynamic
-            sampling). A preset sets only fields left at their defaults and
-            refuses one set to something else.
+            sampling). A preset sets only fields left at their defaults. It refuses a
+            ``loss`` or ``advantage`` set to another (that would be another algorithm);
+            its numbers (lambdas, ``lam_alpha``, ``nll_coef``, ...) are defaults that a
+            config may tune.
         loss: the policy loss by name (``dapo``, ``ppo``, ``gspo``, ``cispo``,
             ``reinforce``, ``apo``; see docs/trainer.md's table and
             :data:`~agentgym.trainers.algorithm.POLICY_LOSSES`).
@@ -167,12 +169,16 @@ class AlgorithmConfig:
             current, default = getattr(self, key), defaults[key].default
             if current == default:
                 setattr(self, key, value)
-            elif current != value:
+            elif current != value and key in PRESET_DEFINES:
                 raise ConfigError(
                     f"algorithm.name={self.name} sets algorithm.{key}={value!r}, but the config "
                     f"sets {current!r}: drop one of them (or leave algorithm.name unset)."
                 )
 
+
+#: the fields that make a preset the algorithm it is (a config may not set them to
+#: something else); the rest of a preset's fields are tunable defaults
+PRESET_DEFINES = frozenset({"loss", "advantage"})
 
 #: what each ``algorithm.name`` sets (fields left at their defaults only)
 PRESETS: dict[str, dict[str, object]] = {
