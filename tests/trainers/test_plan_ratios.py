@@ -5,7 +5,7 @@ does transfer: a training step's time grows with its tokens, LoRA skips the weig
 gradients of the frozen base (one forward's matrix products fewer), and full activation
 checkpointing adds one forward. Each case below times a forward + backward of the tiny
 DeepSeek-V3-style MoE (widened to hidden 256 so matrix products, not Python, dominate),
-takes the fastest of a few repeats of each setting, alternating between the two (robust
+takes the fastest of seven repeats of each setting, alternating between the two (robust
 to a loaded machine), and compares the
 measured ratio of two settings with the ratio :func:`train_time` predicts for the same
 shapes on a "GPU" whose peaks cancel out. No absolute time is asserted; a ratio must
@@ -76,7 +76,7 @@ def _stepper(model, *, batch: int, checkpointing: bool = False):
     return step
 
 
-def measured_ratio(a, b, repeats: int = 3) -> float:
+def measured_ratio(a, b, repeats: int = 7) -> float:
     """Fastest time of step ``a`` over fastest time of step ``b``, measured alternately
     (a, b, a, b, ...) so that a change in the machine's load hits both."""
     best_a = best_b = float("inf")
