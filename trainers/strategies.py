@@ -256,6 +256,17 @@ class DeepSpeedLearner(Learner):
         self.optimizer.load_state_dict(list(states))
 
 
+#: what :func:`clip_each_group` and the ZeRO-3 learner's hooks read of DeepSpeed's
+#: ZeRO-3 optimizer (checked when a critic is set up)
+ZERO3_INTERNALS = (
+    "_get_norm_groups",
+    "fp32_partitioned_groups_flat",
+    "grad_partitions_flat_buffer",
+    "clear_backward_seen_flag",
+    "loss_scale",
+)
+
+
 def _clone_state(state: dict[str, Any] | None) -> dict[str, Any] | None:
     if state is None or not state:
         return None
@@ -282,7 +293,23 @@ def clip_each_group(optimizer: Any) -> None:
             "a critic under DeepSpeed needs per-group gradient clipping, which agentgym "
             "does not do with optimizer offload: turn offload off or use fsdp2."
         )
-    if hasattr(optimizer, "sub_group_to_group_id"):  # ZeRO-3: sub-groups of param groups
+    zero3 = hasattr(optimizer, "sub_group_to_group_id")  # sub-groups of param groups
+    needed = (
+        ZERO3_INTERNALS
+        if zero3
+        else ("averaged_gradients", "scaled_global_norm", "get_grad_norm_direct", "bit16_groups")
+    )
+    missing = [
+        a for a in (*needed, "optimizer", "unscale_and_clip_grads") if not hasattr(optimizer, a)
+    ]
+    if missing:
+        raise ConfigError(  # pragma: no cover - a DeepSpeed whose ZeRO internals moved
+            f"this DeepSpeed version's ZeRO optimizer lacks {missing}, which agentgym needs to "
+            "train a critic under it exactly (per-group clipping, critic-only steps, "
+            "gradient passes); use distributed.strategy=fsdp2, or DeepSpeed 0.19 (the "
+            "version it was tested with)."
+        )
+    if zero3:
         get_norms, clip = optimizer._get_norm_groups, optimizer.unscale_and_clip_grads
         owner = optimizer.sub_group_to_group_id
 
@@ -302,11 +329,6 @@ def clip_each_group(optimizer: Any) -> None:
 
         optimizer._get_norm_groups, optimizer.unscale_and_clip_grads = norms_zero3, clip_zero3
         return
-    if not hasattr(optimizer, "averaged_gradients") or not hasattr(optimizer, "scaled_global_norm"):
-        raise ConfigError(  # pragma: no cover - a DeepSpeed whose ZeRO internals moved
-            "this DeepSpeed version's ZeRO optimizer has no per-group norms that agentgym "
-            "knows: a critic cannot be trained under it; use distributed.strategy=fsdp2."
-        )
     clip2 = optimizer.unscale_and_clip_grads
 
     def norm_zero2(norm_type: int = 2) -> torch.Tensor:
