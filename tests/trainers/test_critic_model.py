@@ -4,8 +4,6 @@ train, the policy's base and adapter do not move on its updates."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from conftest import TINY_QWEN
@@ -121,26 +119,16 @@ def test_values_come_from_the_critic_model_and_its_update_moves_only_the_critic(
 
 
 def _args(tmp_path, critic_dir, *extra: str) -> list[str]:
-    return [
-        f"run.output_dir={tmp_path / 'run'}",
-        "run.max_steps=2",
-        "run.threads=1",
-        "run.progress=false",
-        "run.plots=false",
-        "envs=[{id: agentgym-test/EvenChars-v0}]",
-        f"model.preset_overrides={json.dumps(TINY_QWEN)}",
-        "rollout.group_size=4",
-        "rollout.batch_tasks=2",
-        "rollout.max_tokens=8",
-        "algorithm.max_generation_rounds=1",
-        "algorithm.on_cap=train",
-        "optim.lr=0.01",
-        "critic.lr=0.01",
+    """test_critic's tiny VAPO run with the separate critic model."""
+    from test_critic import _args as critic_run
+
+    return critic_run(
+        tmp_path,
         "algorithm.name=vapo",
         "critic.share_base=false",
         f"critic.path={critic_dir}",
         *extra,
-    ]
+    )
 
 
 def test_a_run_with_a_separate_critic_trains_it_and_resumes_it(
