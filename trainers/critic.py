@@ -363,7 +363,7 @@ def attach_advantages(
         adv.update(zip(turns, a, strict=True))
         tgt.update(zip(turns, t, strict=True))
     raw = adv  # the statistics below are the raw GAE advantages'
-    if getattr(algo, "whiten_advantages", False):
+    if algo.whiten_advantages:
         adv = whiten(adv)
     out = []
     for m, mbs in enumerate(full):
