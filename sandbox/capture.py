@@ -31,6 +31,17 @@ class CappedBuffer:
         self.total = 0
         self._chunks.clear()
 
+    def drop_prefix(self, prefix: bytes) -> bool:
+        """Remove ``prefix`` from the start of what was fed, if it is there (a marker the
+        backend's own wrapper wrote before the command's output); whether it was."""
+        value = self.getvalue()
+        if not value.startswith(prefix):
+            return False
+        self._chunks = [value[len(prefix) :]]
+        self.kept -= len(prefix)
+        self.total -= len(prefix)
+        return True
+
     @property
     def truncated(self) -> bool:
         """Whether more bytes arrived than were kept."""

@@ -69,6 +69,7 @@ from agentgym.sandbox.docker.leftovers import prune
 from agentgym.sandbox.docker.scripts import (
     CLEAN,
     CLEAN_PARTLY,
+    CLEANED,
     CLEANUP_FAILED,
     HELPER_TIMEOUT,
     KEEPER_USER,
@@ -294,8 +295,7 @@ class DockerSandbox(Sandbox):
         if end.exit_code == 127:
             hint = " The image needs python3 for file transfer."
         raise SandboxError(
-            f"Sandbox file operation {args[0]!r} failed (exit {end.exit_code}): "
-            f"{err.text().strip()[-500:]}{hint}"
+            f"Sandbox file operation {args[0]!r} failed ({_engine_said(end, out, err)}).{hint}"
         )
 
     def _exec_wrapped(
@@ -311,39 +311,52 @@ class DockerSandbox(Sandbox):
         user: str | None = None,
     ) -> ExecEnd:
         """Run ``argv`` inside the wrapper (as ``user``, default ``limits.user``), cleaning
-        up after the previous holder first when :meth:`reset` asked for it; a container that
-        cannot be cleaned is replaced once."""
+        up after the previous holder first when :meth:`reset` asked for it.
+
+        A container that cannot be cleaned is replaced and the command runs in the fresh
+        one: the wrapper could not empty the writable places, or the engine could not start
+        the exec at all (the wrapper's :data:`CLEANED` mark is missing), as when the previous
+        holder's processes fill the pids or memory limit the exec's own processes count in.
+        """
         if self._needs_clean and (user is not None or self._other_users):
             self._clean_every_user(then_sandbox_user=user is not None)
         if user is not None:
             self._other_users.add(user)
-        for attempt in (0, 1):
-            clean = self._needs_clean
-            end = self._stream(
-                wrapped_argv(
-                    argv, clean=CLEAN if clean else NO_CLEAN, workdir=workdir, timeout=timeout
-                ),
-                stdin=stdin,
-                env=env,
-                deadline=timeout + 2.0 + 0.05 * timeout,
-                out=out,
-                err=err,
-                kill_on_deadline=True,
-                user=user,
-            )
-            if not clean:
-                return end
-            if end.exit_code == 125 and CLEANUP_FAILED in err.text():
-                if attempt == 0:
-                    log.warning("sandbox %s could not be cleaned; replacing it", self.name)
-                    out.clear()
-                    err.clear()
-                    self._replace()
-                    continue
-                raise SandboxError("Could not clean a sandbox even after replacing it.")
+        clean = self._needs_clean
+        err.limit += len(CLEANED) if clean else 0
+        end = self._stream(
+            wrapped_argv(
+                argv, clean=CLEAN if clean else NO_CLEAN, workdir=workdir, timeout=timeout
+            ),
+            stdin=stdin,
+            env=env,
+            deadline=timeout + 2.0 + 0.05 * timeout,
+            out=out,
+            err=err,
+            kill_on_deadline=True,
+            user=user,
+        )
+        if not clean:
+            return end
+        err.limit -= len(CLEANED)
+        if err.drop_prefix(CLEANED):
             self._needs_clean = False
             return end
-        raise AssertionError("unreachable")
+        failed = CLEANUP_FAILED if end.exit_code == 125 else _engine_said(end, out, err)
+        log.warning("sandbox %s could not be cleaned (%s); replacing it", self.name, failed)
+        out.clear()
+        err.clear()
+        self._replace()  # a fresh container: the command runs again there, with no clean
+        return self._exec_wrapped(
+            argv,
+            timeout=timeout,
+            stdin=stdin,
+            env=env,
+            workdir=workdir,
+            out=out,
+            err=err,
+            user=user,
+        )
 
     def _clean_every_user(self, then_sandbox_user: bool = True) -> None:
         """Kill every process and remove every file of every user that ran commands.
@@ -486,6 +499,13 @@ class DockerSandbox(Sandbox):
         count = oom_kills(report)
         seen, self._oom_seen = self._oom_seen, max(self._oom_seen, count)
         return count > seen
+
+
+def _engine_said(end: ExecEnd, out: CappedBuffer, err: CappedBuffer) -> str:
+    """What a failed exec left to read: the engine writes why it could not start one
+    (``OCI runtime exec failed: ...``) on the stdout stream, with exit code 126."""
+    said = (err.text().strip() or out.text().strip())[-300:]
+    return f"exit {end.exit_code}" + (f", {said!r}" if said else ", no output")
 
 
 def _running(state: dict[str, Any]) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 __all__ = [
     "BASE_ENV",
     "CLEAN",
+    "CLEANED",
     "CLEANUP_FAILED",
     "CLEAN_PARTLY",
     "HELPER_TIMEOUT",
@@ -44,6 +45,9 @@ BASE_ENV = {
 HELPER_TIMEOUT = 120.0
 #: what the wrapper prints (exit 125) when it could not empty the writable places
 CLEANUP_FAILED = "agentgym-sandbox: could not empty the workspace"
+#: what the wrapper writes first on stderr once a clean has run: a cleaning exec whose
+#: stderr does not start with it never ran its clean (the engine could not start it)
+CLEANED = b"agentgym-sandbox: cleaned\n"
 # the places a command can write, emptied when a pooled sandbox changes hands
 _WRITABLE = ("/workspace", "/tmp", "/dev/shm")
 _GLOBS = " ".join(f"{d}/* {d}/.[!.]* {d}/..?*" for d in _WRITABLE)
@@ -73,7 +77,7 @@ READ_OOM = (
 # empty the writable places and check that nothing is left; 2: the same, leaving what this
 # user may not remove to another user's pass; 3 and 4: as 1 and 2 for root, whose kill
 # -1 would reach the container's keeper), $2 = working directory, $3 = timeout in
-# seconds, then the command's argv.
+# seconds, then the command's argv. A clean that ran says so first on stderr (CLEANED).
 _WRAPPER = f"""
 if [ "$1" != 0 ]; then
   case "$1" in
@@ -90,6 +94,7 @@ if [ "$1" != 0 ]; then
       done
     fi
   fi
+  printf '%s\n' '{CLEANED.decode().strip()}' >&2
 fi
 cd -- "$2" 2>/dev/null || {{ echo "agentgym-sandbox: no directory ${{2#{WORKSPACE}/}} in the workspace" >&2; exit 2; }}
 t=$3; shift 3

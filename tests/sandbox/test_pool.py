@@ -80,6 +80,60 @@ def test_broken_sandboxes_are_replaced():
         assert pool.stats()["replaced"] == 3
 
 
+def _engine_refuses(monkeypatch, times: int) -> list[str]:
+    """Make the engine fail to start the next ``times`` execs the way it does when the
+    previous holder's processes fill the container's pids or memory limit (exit 126, its
+    reason on stdout, nothing run); the argv of each refused exec is recorded."""
+    import agentgym.sandbox.docker.sandbox as dsb
+    from agentgym.sandbox.docker.streaming import ExecEnd
+
+    real, refused = dsb.stream_exec, []
+
+    def flaky(api, cid, argv, **kw):
+        if len(refused) < times:
+            refused.append(" ".join(argv))
+            kw["stdout"].feed(b"OCI runtime exec failed: read init-p: connection reset by peer")
+            return ExecEnd(126, 0.01, False, None)
+        return real(api, cid, argv, **kw)
+
+    monkeypatch.setattr(dsb, "stream_exec", flaky)
+    return refused
+
+
+def test_a_clean_the_engine_cannot_start_replaces_the_container(monkeypatch):
+    with SandboxPool(size=1, backend="docker", prune=False) as pool:
+        sb = pool.acquire()
+        first = sb.container_id
+        sb.write_files({"left.txt": "by the first holder"})
+        assert sb.run("nohup sleep 600 >/dev/null 2>&1 &").ok
+        pool.release(sb)
+        refused = _engine_refuses(monkeypatch, times=1)
+        sb = pool.acquire()
+        sb.write_files({"mine.txt": "second holder"})  # the exec that should have cleaned
+        assert len(refused) == 1 and "agentgym-sandbox 1" in refused[0]  # it was a clean
+        assert sb.container_id != first and not container_exists(first)
+        assert sb.list_files() == ["mine.txt"]
+        assert sb.run(["python3", "-c", COUNT_USER_PROCS]).stdout == "0\n"  # no sleep left
+        r = sb.run("echo out; echo err >&2")
+        assert (r.stdout, r.stderr) == ("out\n", "err\n")  # the clean's mark is not output
+        pool.release(sb)
+
+
+def test_an_exec_refused_in_the_fresh_container_too_says_what_the_engine_said(monkeypatch):
+    with SandboxPool(size=1, backend="docker", prune=False) as pool:
+        sb = pool.acquire()
+        sb.run("true")
+        pool.release(sb)
+        refused = _engine_refuses(monkeypatch, times=2)
+        sb = pool.acquire()
+        with pytest.raises(SandboxError, match=r"'write' failed \(exit 126, 'OCI runtime exec"):
+            sb.write_files({"a.txt": "a"})
+        assert "agentgym-sandbox 0" in refused[1]  # the fresh container needed no clean
+        sb.write_files({"a.txt": "a"})  # the engine recovered: the sandbox is usable
+        assert sb.list_files() == ["a.txt"]
+        pool.release(sb)
+
+
 def test_pool_is_bounded_and_release_is_checked():
     with SandboxPool(size=2, backend="docker", warm=0, prune=False) as pool:
         a, b = pool.acquire(), pool.acquire()
