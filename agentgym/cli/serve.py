@@ -65,6 +65,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="a batch waits this long after the last arrival for more requests (hf; 5)",
     )
+    p.add_argument(
+        "--device",
+        default=None,
+        help="auto (default: cuda:0 where torch sees a GPU, else cpu), cpu, cuda or cuda:N (hf)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=["auto", "bfloat16", "float32"],
+        default="auto",
+        help="the weights' dtype; auto (default): bfloat16 on a GPU that has it, else float32",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (hf)")
     p.add_argument("--seed", type=int, default=0, help="seed for requests that bring none")
     p.add_argument(
@@ -90,6 +101,7 @@ def parse_lora(specs: list[str]) -> list[tuple[str, str]]:
 
 #: HF-server options that vLLM has no counterpart for (flag -> argparse attribute)
 HF_ONLY = {
+    "--device": "device",
     "--max-batch": "max_batch",
     "--gather-window-ms": "gather_window_ms",
     "--threads": "threads",
@@ -113,6 +125,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         args.model,
         loras=loras,
         served_name=args.served_model_name,
+        device=args.device or "auto",
+        dtype=args.dtype,
         max_model_len=args.max_model_len,
         max_batch=64 if args.max_batch is None else args.max_batch,
         gather_window_s=(5.0 if args.gather_window_ms is None else args.gather_window_ms) / 1000.0,
@@ -159,6 +173,7 @@ def _serve_vllm(args: argparse.Namespace, loras: list[tuple[str, str]]) -> int:
             host=args.host,
             port=args.port,
             max_model_len=args.max_model_len,
+            dtype=args.dtype,
             seed=args.seed,
             runtime_lora=not args.no_runtime_lora,
         )

@@ -26,6 +26,7 @@ openai = pytest.importorskip(
 )
 pytest.importorskip("aiohttp", reason="agentgym serve needs aiohttp: pip install 'agentgym[serve]'")
 
+from agentgym import ConfigError  # noqa: E402
 from agentgym.cli import main  # noqa: E402
 
 ADAPTER = "trained"
@@ -390,3 +391,25 @@ def test_the_serve_command_and_agentgym_eval_over_http(trained, tmp_path):
         proc.terminate()
         proc.wait(timeout=30)
     assert Path(out).exists()
+
+
+def test_the_base_is_placed_on_the_device_and_in_the_dtype_asked_for(trained):
+    import torch
+
+    from agentgym.trainers.serve import load_served_models
+
+    base, adapter = trained
+    served = load_served_models(
+        str(base), loras=[("a", str(adapter))], device="cpu", dtype="bfloat16"
+    )
+    try:
+        weights = {p.dtype for n, p in served.base.named_parameters() if "lora" not in n}
+        assert weights == {torch.bfloat16} and served.base.device.type == "cpu"
+        out = served.call(lambda: served.score("a", [1, 2, 3], [4, 5], 2, str))
+        assert [t.token for t in out] == ["4", "5"] and all(t.logprob <= 0 for t in out)
+        assert all(len(t.top) == 2 for t in out)
+    finally:
+        served.close()
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="torch sees no GPU"):
+            load_served_models(str(base), device="cuda")

@@ -86,6 +86,10 @@ def test_without_adapters_or_runtime_loading_vllm_serves_the_base_alone(tmp_path
     cmd = vllm_server_command(model, runtime_lora=False)
     assert "--enable-lora" not in cmd.argv and "--lora-modules" not in cmd.argv
     assert "--max-model-len" not in cmd.argv  # vLLM's default: the model's
+    assert "--dtype" not in cmd.argv  # vLLM's auto
+    assert cmd.argv[-2:] != ["--dtype", "bfloat16"]
+    bf16 = vllm_server_command(model, dtype="bfloat16", runtime_lora=False)
+    assert bf16.argv[bf16.argv.index("--dtype") + 1] == "bfloat16"
     assert cmd.argv[cmd.argv.index("--served-model-name") + 1] == model
     assert cmd.env == {}
     # runtime loading alone still needs LoRA switched on, at vLLM's default rank
@@ -120,10 +124,12 @@ def test_hf_only_options_are_refused_with_vllm(tmp_path, capsys, monkeypatch):
     import agentgym.trainers.serve.vllm as serve_vllm
 
     monkeypatch.setattr(serve_vllm, "vllm_present", lambda: True)
-    rc = main(["serve", "--engine", "vllm", "--model", _model_dir(tmp_path), "--threads", "2"])
-    assert rc == 2
-    err = capsys.readouterr().err
-    assert "--threads" in err and "--engine hf" in err
+    model = _model_dir(tmp_path)
+    for flag, value in (("--threads", "2"), ("--device", "cuda:1")):
+        rc = main(["serve", "--engine", "vllm", "--model", model, flag, value])
+        assert rc == 2
+        err = capsys.readouterr().err
+        assert flag in err and "--engine hf" in err
 
 
 def _free_port():

@@ -398,26 +398,32 @@ def load_served_models(
     *,
     loras: Sequence[tuple[str, str]] = (),
     served_name: str | None = None,
+    device: str = "auto",
+    dtype: str = "auto",
     **kwargs: Any,
 ) -> ServedModels:
-    """Load ``model`` (a local HF directory, or a preset name) and its adapters.
+    """Load ``model`` (a local HF directory, or a preset name) and its adapters, on
+    ``device`` in ``dtype`` (the trainer's ``model.device`` / ``model.dtype`` rules: auto
+    is the first GPU in bfloat16 where torch sees one, else the CPU in float32).
 
     A preset (``tiny-qwen2``, ``tiny-deepseek-v3``) is built in process with a byte-level
     tokenizer and random weights: for trying the server, not for answers.
     """
     from agentgym.trainers.config import ModelConfig
+    from agentgym.trainers.device import place_model
     from agentgym.trainers.models import PRESETS, build_model_and_tokenizer
 
     if Path(model).is_dir():
-        cfg = ModelConfig(path=model)
+        cfg = ModelConfig(path=model, device=device, dtype=dtype)
     elif model in PRESETS:
-        cfg = ModelConfig(preset=model)
+        cfg = ModelConfig(preset=model, device=device, dtype=dtype)
     else:
         raise ConfigError(
             f"--model {model!r} is neither a local model directory (with config.json) nor "
             f"a preset ({', '.join(PRESETS)})."
         )
     base, tokenizer = build_model_and_tokenizer(cfg)
+    base = place_model(base, cfg)  # before the adapters: peft puts them on the base's device
     served = ServedModels(base, tokenizer, base_name=served_name or model, **kwargs)
     try:
         for name, path in loras:

@@ -101,6 +101,7 @@ def vllm_server_command(
     host: str = "127.0.0.1",
     port: int = 8000,
     max_model_len: int | None = None,
+    dtype: str = "auto",
     seed: int = 0,
     runtime_lora: bool = True,
     python: str | None = None,
@@ -122,6 +123,8 @@ def vllm_server_command(
     argv += ["--host", host, "--port", str(port), "--seed", str(seed)]
     if max_model_len is not None:
         argv += ["--max-model-len", str(max_model_len)]
+    if dtype != "auto":
+        argv += ["--dtype", dtype]
     env: dict[str, str] = {}
     if loras or runtime_lora:
         ranks = [adapter_rank(path) for _, path in loras]
