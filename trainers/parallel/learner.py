@@ -44,7 +44,7 @@ from torch import nn
 from agentgym import ConfigError
 from agentgym.trainers.algorithm import selected_logprobs
 from agentgym.trainers.batch import MicroBatch
-from agentgym.trainers.device import autocast
+from agentgym.trainers.device import autocast, host_copy
 from agentgym.trainers.learner import Learner, make_optimizer
 from agentgym.trainers.parallel.experts import ExpertGroup, find_experts, shard_experts
 from agentgym.trainers.parallel.layout import Layout, stage_ranges
@@ -358,14 +358,12 @@ class ParallelLearner(Learner):
         return sorted(n for n in self.params.shapes if "lora_" in n)
 
     def adapter_state(self) -> dict[str, torch.Tensor]:
-        """The whole adapter in peft naming, on every rank (all ranks call it)."""
+        """The whole adapter in peft naming, full tensors on the host, on every rank (all
+        ranks call it): what the engines, the checkpoints and the adapter digest read."""
         from peft import get_peft_model_state_dict
 
         full = self.params.gather(self._lora_names())
-        return {
-            k: v.detach().clone()
-            for k, v in get_peft_model_state_dict(self.gen_model, state_dict=full).items()
-        }
+        return host_copy(get_peft_model_state_dict(self.gen_model, state_dict=full))
 
     def load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
         """Put a whole (peft-named) adapter into this rank's shares of it."""
