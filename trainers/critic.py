@@ -173,11 +173,7 @@ class Critic:
     def named_parameters(self) -> list[tuple[str, nn.Parameter]]:
         """The critic's trainable parameters (its adapter or separate model, and the
         value head), by the model's own names."""
-        return [
-            (n, p)
-            for n, p in self.model.named_parameters()
-            if f".{ADAPTER}." in n or HEAD in n or BACKBONE in n
-        ]
+        return [(n, p) for n, p in self.model.named_parameters() if is_critic_name(n)]
 
     def parameters(self) -> list[nn.Parameter]:
         return [p for _, p in self.named_parameters()]
@@ -239,6 +235,12 @@ class Critic:
                 p.copy_(value)
             else:
                 p.data.copy_(value.to(p.device))
+
+
+def is_critic_name(name: str) -> bool:
+    """Whether a parameter name of the policy's model is the critic's (its adapter, its
+    separate model or the value head)."""
+    return f".{ADAPTER}." in name or HEAD in name or BACKBONE in name
 
 
 def load_critic_model(path: str, *, like: nn.Module) -> nn.Module:

@@ -141,6 +141,69 @@ def test_parallel_layout_matches_one_process(tmp_path, single_run, sizes, nproc)
     assert all(s["charts/logprob_mismatch_max"] < 1e-4 for s in steps)  # engine == learner
 
 
+#: VAPO with its critic adapter: value pretraining, two critic steps per batch (the
+#: first a critic-only step) and a clip that bites
+CRITIC = (
+    "algorithm.name=vapo",
+    "critic.pretrain_steps=1",
+    "critic.updates_per_batch=2",
+    "optim.max_grad_norm=0.2",
+)
+
+
+def _assert_same_critic(out: Path, single: Path) -> None:
+    """The critic's metrics and checkpoint equal the one-process run's."""
+    for log in ("critic_pretrain.jsonl", "metrics.jsonl"):
+        got, want = read_jsonl(out / log), read_jsonl(single / log)
+        assert len(got) == len(want) >= 1
+        for a, b in zip(got, want, strict=True):
+            for key in ("losses/value", "critic/explained_variance", "critic/advantage_mean"):
+                assert a[key] == pytest.approx(b[key], abs=1e-5), (log, key)
+            if "losses/critic_grad_norm" in b:
+                assert a["losses/critic_grad_norm"] == pytest.approx(
+                    b["losses/critic_grad_norm"], rel=1e-4
+                )
+    assert max(r["losses/critic_grad_norm"] for r in read_jsonl(single / "metrics.jsonl")) > 0.2
+    for step in (1, 2):
+        ckpt = Path("checkpoints") / f"step_{step:06d}" / "critic.safetensors"
+        a, b = load_file(str(out / ckpt)), load_file(str(single / ckpt))
+        assert a.keys() == b.keys() and any("agentgym_value_head" in k for k in a)
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], atol=1e-4, rtol=1e-4, msg=k)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sizes", "nproc"), [({"ep": 2}, 2), ({"tp": 2}, 2)], ids=["ep2", "tp2"])
+def test_a_critic_on_the_mesh_matches_one_process(
+    tmp_path, tmp_path_factory, toy_envs_registered, sizes, nproc
+):
+    """VAPO's critic adapter and value head split with the policy (tensor-parallel LoRA,
+    the head sharded by FSDP2): the same values, value losses, clipped critic steps and
+    critic checkpoint as one process, and the same policy update."""
+    single = _single_run(tmp_path_factory, *CRITIC)
+    out = tmp_path / "run"
+    _train_cli(_args(out, *CRITIC, *_layout(**sizes)), nproc)
+    _assert_same_as_single(out, single, nproc, atol=1e-4)
+    _assert_same_critic(out, single)
+
+
+@pytest.mark.slow
+def test_a_critic_on_the_mesh_resumes(tmp_path, tmp_path_factory, toy_envs_registered):
+    """Step 1 under ep=2, then ``--resume``: the critic's shares come back from its
+    checkpoint and step 2 is the uninterrupted one-process run's."""
+    single = _single_run(tmp_path_factory, *CRITIC)
+    out = tmp_path / "run"
+    args = _args(out, *CRITIC, *_layout(ep=2))
+    _train_cli([*args, "run.max_steps=1"], 2)
+    proc = _train_cli(args, 2, "--resume")
+    assert "resumed from" in proc.stdout
+    (r1, l1, g1), (r2, l2, g2) = _steps(out)[-1], _steps(single)[-1]
+    assert (r1, l1) == pytest.approx((r2, l2), abs=1e-6) and g1 == pytest.approx(g2, rel=1e-4)
+    b = read_jsonl(single / "metrics.jsonl")[-1]
+    a = read_jsonl(out / "metrics.jsonl")[-1]
+    assert a["losses/value"] == pytest.approx(b["losses/value"], abs=1e-5)
+
+
 @pytest.mark.slow
 def test_parallel_resume_continues_like_an_uninterrupted_run(tmp_path, single_run):
     """Step 1 under tp=2, then ``--resume`` with the same layout: the per-rank optimizer

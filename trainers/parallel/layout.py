@@ -198,6 +198,23 @@ class Layout:
         return c.tp == 0 and c.pp == self.pp - 1
 
 
+def check_mesh_critic(share_base: bool, layout: Layout) -> None:
+    """What of a critic a device mesh runs: its adapter on the policy's base, without
+    pipeline stages (a clear error otherwise)."""
+    mesh = f"distributed {layout.describe()}"
+    if not share_base:
+        raise ConfigError(
+            f"a separate critic model (critic.share_base: false) does not run on a device "
+            f"mesh ({mesh}): use the critic adapter on the policy's base "
+            "(critic.share_base: true), or strategy fsdp2 / deepspeed without dp_shard/tp/ep/pp."
+        )
+    if layout.pp > 1:
+        raise ConfigError(
+            f"a critic (PPO/VAPO) does not run under pipeline parallelism yet ({mesh}): "
+            "use dp_shard/tp/ep without pp, or a critic-free algorithm (dapo)."
+        )
+
+
 def check_train_config(cfg: Any) -> None:
     """A trainer config's ``model.quantize`` against its layout, what a mesh does not run
     (a critic, router replay, LoRA dropout), and the ``distributed`` layout against the
@@ -215,11 +232,7 @@ def check_train_config(cfg: Any) -> None:
         return
     mesh = f"distributed {layout.describe()}"
     if cfg.algorithm.uses_critic:
-        raise ConfigError(
-            f"a critic (algorithm.advantage={cfg.algorithm.advantage}) does not run on a "
-            f"device mesh yet ({mesh}): use strategy fsdp2 or deepspeed without "
-            "dp_shard/tp/ep/pp, or a critic-free algorithm (dapo)."
-        )
+        check_mesh_critic(cfg.critic.share_base, layout)
     if cfg.algorithm.router_replay:
         raise ConfigError(
             f"algorithm.router_replay does not run on a device mesh yet ({mesh}): set it to "

@@ -22,10 +22,16 @@ micro-batching, same metrics) whose model is split over the mesh of
 5. generation gathers every tensor into the generation model for the rollout and frees
    it again; checkpoints gather the adapter into an ordinary peft state dict.
 
-Refused here (a clear error at start): a critic (``algorithm.advantage: gae``), router
-replay, LoRA dropout (ranks would draw different masks) and, because ranks must run the
-same number of forward passes in lock step, shared-prompt micro-batches are turned off
-except under pure tensor parallelism.
+The critic of PPO/VAPO (``critic.share_base: true``: its adapter and value head on the
+policy's base) is split like the policy's adapter: its LoRA with the layer it adapts,
+the head (on the root) sharded by FSDP2; each parameter group is clipped on its own, and
+its checkpoint gathers whole tensors through :class:`~.state.ParamMap`.
+
+Refused here (a clear error at start): a critic under pipeline parallelism or as a
+separate model (``critic.share_base: false``), router replay, LoRA dropout (ranks would
+draw different masks) and, because ranks must run the same number of forward passes in
+lock step, shared-prompt micro-batches are turned off except under pure tensor
+parallelism.
 """
 
 from __future__ import annotations
@@ -44,10 +50,11 @@ from torch import nn
 from agentgym import ConfigError
 from agentgym.trainers.algorithm import selected_logprobs
 from agentgym.trainers.batch import MicroBatch
+from agentgym.trainers.critic import is_critic_name
 from agentgym.trainers.device import autocast, host_copy
 from agentgym.trainers.learner import Learner, make_optimizer
 from agentgym.trainers.parallel.experts import ExpertGroup, find_experts, shard_experts
-from agentgym.trainers.parallel.layout import Layout, stage_ranges
+from agentgym.trainers.parallel.layout import Layout, check_mesh_critic, stage_ranges
 from agentgym.trainers.parallel.mesh import ParallelMesh, build_mesh
 from agentgym.trainers.parallel.pipeline import PipelineRunner, StageModule, cut_stage
 from agentgym.trainers.parallel.quant import is_quantized
@@ -72,10 +79,7 @@ class ParallelLearner(Learner):
     # ------------------------------------------------------------------ set-up
     def _refuse(self) -> None:
         if self.critic is not None:
-            raise ConfigError(
-                "a critic (algorithm.advantage: gae) is not supported with distributed "
-                "dp_shard/tp/ep/pp; use strategy fsdp2 without them, or deepspeed."
-            )
+            check_mesh_critic(self.critic.cfg.share_base, self.layout)
         if self.replay is not None:
             raise ConfigError(
                 "algorithm.router_replay is not supported with distributed dp_shard/tp/ep/pp."
@@ -104,6 +108,8 @@ class ParallelLearner(Learner):
         shapes = {n: (p.shape, p.dtype) for n, p in gen.named_parameters()}
         self.gen_model = gen
         self.model = copy.deepcopy(gen)
+        if self.critic is not None:  # the critic trains on the training model's copy
+            self.critic.model = self.model
         self._free_generation_model()
         self.share_prompts = self.share_prompts and layout.dp == 1 and layout.pp == 1
         lm = self.model.get_base_model()
@@ -140,7 +146,7 @@ class ParallelLearner(Learner):
         self._pp_loss: torch.Tensor | None = None
         self._pp_mismatch = 0.0
         self._reports = layout.reports_metrics(self.dist.rank)
-        return make_optimizer(self.model, self.optim_cfg)
+        return make_optimizer(self.model, self.optim_cfg, self.critic)
 
     def _apply_fsdp(self, lm: nn.Module, layers: list[nn.Module]) -> None:
         """FSDP2 units: each layer's experts over ``dp_shard`` (or left out of FSDP when
@@ -178,8 +184,13 @@ class ParallelLearner(Learner):
                 p.data = torch.empty(0, dtype=p.dtype, device=p.device)
 
     def _gathered_names(self) -> list[str]:
-        """The parameters :meth:`generation` gathers: all but a quantized base."""
-        return [n for n, p in self.gen_model.named_parameters() if not is_quantized(p)]
+        """The parameters :meth:`generation` gathers: all but a quantized base and the
+        critic (generation never runs it)."""
+        return [
+            n
+            for n, p in self.gen_model.named_parameters()
+            if not is_quantized(p) and not is_critic_name(n)
+        ]
 
     # ------------------------------------------------------------------ hooks
     def _my_microbatches(self, mbs: list[MicroBatch]) -> list[MicroBatch]:
@@ -302,23 +313,34 @@ class ParallelLearner(Learner):
         return total.sqrt()
 
     def _optimizer_step(self) -> float:
+        """Clip each parameter group (the policy's, the critic's) on its own by the norm
+        of its whole gradient, step, zero; returns the policy's norm before clipping."""
         if self.runner is not None:
             self._run_pipeline()
-        params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
         names = {id(p): n for n, p in self.model.named_parameters()}
-        if self.layout.ep > 1:  # every ep rank's tokens reached the expert: their sum
-            for p in params:
-                if names[id(p)] in self._expert_names:
-                    p.grad.div_(self.layout.ep)
-        norm = self._grad_norm(params)
         max_norm = self.optim_cfg.max_grad_norm
-        if max_norm > 0:
-            coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-            for p in params:
-                p.grad.mul_(coef.to(torch.float32))
+        norms = []
+        for group in self.optimizer.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if self.layout.ep > 1:  # every ep rank's tokens reached the expert: their sum
+                for p in params:
+                    if names[id(p)] in self._expert_names:
+                        p.grad.div_(self.layout.ep)
+            norm = self._grad_norm(params)
+            if max_norm > 0:
+                coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+                for p in params:
+                    p.grad.mul_(coef.to(torch.float32))
+            norms.append(float(norm))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(norm)
+        self.group_norms = norms
+        return norms[0]
+
+    def _critic_backward(self, mb: MicroBatch, total_tokens: int, scale: float) -> float:
+        # the tp ranks of a data-parallel rank share its micro-batches: one reports
+        loss = super()._critic_backward(mb, total_tokens, scale)
+        return loss if self._reports else 0.0
 
     # ------------------------------------------------------------------ checkpoints
     def optimizer_state(self) -> dict[str, Any]:
@@ -355,7 +377,26 @@ class ParallelLearner(Learner):
             self._free_generation_model()
 
     def _lora_names(self) -> list[str]:
-        return sorted(n for n in self.params.shapes if "lora_" in n)
+        """The policy adapter's parameters (not the critic's)."""
+        return sorted(n for n in self.params.shapes if "lora_" in n and not is_critic_name(n))
+
+    def critic_state(self) -> dict[str, torch.Tensor] | None:
+        """The critic's adapter and head, whole tensors on the host (all ranks call it)."""
+        if self.critic is None:
+            return None
+        names = [n for n in self.params.shapes if is_critic_name(n)]
+        return host_copy(self.params.gather(names))
+
+    def load_critic_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Put a :meth:`critic_state` back into this rank's shares of it."""
+        names = {n for n in self.params.shapes if is_critic_name(n)}
+        if names != set(state):
+            raise ConfigError(
+                "the checkpoint's critic does not fit this critic (different critic.r, "
+                f"critic.target_modules or model): missing {sorted(names - set(state))[:3]}, "
+                f"unexpected {sorted(set(state) - names)[:3]}."
+            )
+        self.params.load(state)
 
     def adapter_state(self) -> dict[str, torch.Tensor]:
         """The whole adapter in peft naming, full tensors on the host, on every rank (all
