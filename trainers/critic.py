@@ -319,15 +319,15 @@ def whiten(adv: dict[int, Tensor]) -> dict[int, Tensor]:
 
 
 def attach_advantages(
-    value_fn: Callable[[Any], Tensor],
+    value_fn: Callable[[list[Any]], list[Tensor]],
     samples: Sequence[Any],
     minis: Sequence[Sequence[int]],
     full: Sequence[Sequence[Any]],
     algo: Any,
     device: torch.device,
 ) -> tuple[list[list[Any]], dict[str, float]]:
-    """Value the whole batch with ``value_fn`` (micro-batch -> ``[B, R]`` values: the
-    learner's critic pass), run (decoupled) GAE per episode, and return the
+    """Value the whole batch with ``value_fn`` (micro-batches -> their ``[B, R]``
+    values: the learner's critic passes), run (decoupled) GAE per episode, and return the
     micro-batches with ``token_advantages``, ``old_values`` and ``value_targets`` set,
     plus the critic's statistics (explained variance, means).
 
@@ -340,13 +340,14 @@ def attach_advantages(
     from agentgym.trainers.algorithm import explained_variance
 
     values: dict[int, Tensor] = {}
+    placed = [(m, mb) for m, mbs in enumerate(full) for mb in mbs]
     with torch.no_grad():
-        for m, mbs in enumerate(full):
-            for mb in mbs:
-                v = value_fn(mb.to(device)).cpu()
-                for b, j in enumerate(mb.indices):
-                    n = len(samples[minis[m][j]].response_ids)
-                    values[minis[m][j]] = v[b, :n]
+        valued = value_fn([mb.to(device) for _, mb in placed])
+    for (m, mb), v in zip(placed, valued, strict=True):
+        v = v.cpu()
+        for b, j in enumerate(mb.indices):
+            n = len(samples[minis[m][j]].response_ids)
+            values[minis[m][j]] = v[b, :n]
     by_episode: dict[int, list[int]] = {}
     for i, s in enumerate(samples):
         by_episode.setdefault(s.episode, []).append(i)  # turns in order

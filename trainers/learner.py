@@ -178,6 +178,11 @@ class Learner:
         (:meth:`_replies`)."""
         return self._replies(mb, hidden=False)
 
+    def value_batches(self, mbs: Sequence[MicroBatch]) -> list[torch.Tensor]:
+        """The critic's values of each micro-batch (:meth:`_values`; a pipeline runs
+        them all through its stages at once)."""
+        return [self._values(mb) for mb in mbs]
+
     def _values(self, mb: MicroBatch) -> torch.Tensor:
         """The critic's ``[B, R]`` values of the states that predict each sampled token,
         from its own adapter (:meth:`_replies`' last hidden states through the head)."""
@@ -296,7 +301,7 @@ class Learner:
         if self.critic is not None:
             self.model.eval()
             full, critic_stats = attach_advantages(
-                self._values, samples, minis, full, algo, self._device()
+                self.value_batches, samples, minis, full, algo, self._device()
             )
         # VAPO's positive-example NLL divides by the tokens of correct samples
         pos_totals = [
@@ -346,8 +351,8 @@ class Learner:
                         self._critic_only_step()
                         critic_norms.append(self._critic_norm())
                     for mb in mbs:
-                        loss = self._critic_backward(mb.to(self._device()), totals[m], scale)
-                        sums["value_loss"] += loss / (extra + 1)
+                        dev_mb = mb.to(self._device())
+                        self._critic_backward(dev_mb, totals[m], scale, sums, 1.0 / (extra + 1))
             # LoRA layers as one matmul each while training (same loss and gradients)
             fused = fused_lora_forward(self.model) if self.lora else contextlib.nullcontext(0)
             with fused:
@@ -408,12 +413,20 @@ class Learner:
             "charts/optimizer_steps": float(len(grad_norms)),
         }
 
-    def _critic_backward(self, mb: MicroBatch, total_tokens: int, scale: float) -> float:
-        """The critic's clipped value loss on one micro-batch, backward; returns it."""
+    def _critic_backward(
+        self, mb: MicroBatch, total_tokens: int, scale: float, sums: dict[str, float], weight: float
+    ) -> None:
+        """The critic's clipped value loss on one micro-batch, backward; ``weight`` times
+        the loss is added to ``sums["value_loss"]``."""
+        loss = self._value_loss(self._values(mb), mb, total_tokens)
+        self._backward(loss * scale if scale != 1.0 else loss)
+        sums["value_loss"] += weight * float(loss.detach())
+
+    def _value_loss(self, values: torch.Tensor, mb: MicroBatch, total_tokens: int) -> torch.Tensor:
+        """The critic's clipped value loss of ``values`` (``[B, R]``) on ``mb``."""
         assert self.critic is not None and mb.old_values is not None
         cfg = self.critic.cfg
-        values = self._values(mb)
-        loss = cfg.value_coef * value_loss(
+        return cfg.value_coef * value_loss(
             values,
             mb.old_values.to(values.device),
             mb.value_targets.to(values.device),
@@ -421,8 +434,6 @@ class Learner:
             total_tokens=total_tokens,
             clip=cfg.value_clip,
         )
-        self._backward(loss * scale if scale != 1.0 else loss)
-        return float(loss.detach())
 
     def _replay_metrics(self) -> dict[str, float]:
         """Router replay's counts since the last update: positions replayed, and the share

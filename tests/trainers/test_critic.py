@@ -406,7 +406,9 @@ def test_each_conversation_is_valued_from_what_it_sees_and_the_reward_crosses_th
     minis = [list(range(len(samples)))]
     full = [make_microbatches(samples, 2, tokenizer.pad_token_id)]
     model.eval()
-    out, stats = attach_advantages(learner._values, samples, minis, full, algo, torch.device("cpu"))
+    out, stats = attach_advantages(
+        learner.value_batches, samples, minis, full, algo, torch.device("cpu")
+    )
     by_sample = {}
     for mb in out[0]:
         for row, i in enumerate(mb.indices):
@@ -449,7 +451,7 @@ def test_whitened_advantages_are_the_raw_ones_shifted_and_scaled_over_the_batch(
     def run(**kw: object) -> tuple[torch.Tensor, torch.Tensor]:
         algo = AlgorithmConfig(advantage="gae", lam_policy=1.0, lam_critic=1.0, **kw)
         out, stats = attach_advantages(
-            lambda mb: torch.full(mb.targets.shape, 0.25),
+            lambda mbs: [torch.full(mb.targets.shape, 0.25) for mb in mbs],
             samples,
             [[0, 1]],
             full,

@@ -173,13 +173,18 @@ def _assert_same_critic(out: Path, single: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("sizes", "nproc"), [({"ep": 2}, 2), ({"tp": 2}, 2)], ids=["ep2", "tp2"])
+@pytest.mark.parametrize(
+    ("sizes", "nproc"),
+    [({"ep": 2}, 2), ({"tp": 2}, 2), ({"pp": 2}, 2), ({"ep": 2, "pp": 2}, 4)],
+    ids=["ep2", "tp2", "pp2", "ep2-pp2"],
+)
 def test_a_critic_on_the_mesh_matches_one_process(
     tmp_path, tmp_path_factory, toy_envs_registered, sizes, nproc
 ):
     """VAPO's critic adapter and value head split with the policy (tensor-parallel LoRA,
-    the head sharded by FSDP2): the same values, value losses, clipped critic steps and
-    critic checkpoint as one process, and the same policy update."""
+    the head sharded by FSDP2, the critic's passes through the pipeline's stages): the
+    same values, value losses, clipped critic steps and critic checkpoint as one process,
+    and the same policy update."""
     single = _single_run(tmp_path_factory, *CRITIC)
     out = tmp_path / "run"
     _train_cli(_args(out, *CRITIC, *_layout(**sizes)), nproc)
@@ -189,13 +194,14 @@ def test_a_critic_on_the_mesh_matches_one_process(
 
 @pytest.mark.slow
 def test_a_critic_on_the_mesh_resumes(tmp_path, tmp_path_factory, toy_envs_registered):
-    """Step 1 under ep=2, then ``--resume``: the critic's shares come back from its
-    checkpoint and step 2 is the uninterrupted one-process run's."""
+    """Step 1 under ep=2, pp=2, then ``--resume``: the critic's shares (FSDP2 shards, on
+    the stage that holds them) come back from its checkpoint and step 2 is the
+    uninterrupted one-process run's."""
     single = _single_run(tmp_path_factory, *CRITIC)
     out = tmp_path / "run"
-    args = _args(out, *CRITIC, *_layout(ep=2))
-    _train_cli([*args, "run.max_steps=1"], 2)
-    proc = _train_cli(args, 2, "--resume")
+    args = _args(out, *CRITIC, *_layout(ep=2, pp=2))
+    _train_cli([*args, "run.max_steps=1"], 4)
+    proc = _train_cli(args, 4, "--resume")
     assert "resumed from" in proc.stdout
     (r1, l1, g1), (r2, l2, g2) = _steps(out)[-1], _steps(single)[-1]
     assert (r1, l1) == pytest.approx((r2, l2), abs=1e-6) and g1 == pytest.approx(g2, rel=1e-4)

@@ -68,7 +68,7 @@ def test_a_cut_window_gets_extended_gae_and_an_ended_one_its_reward():
     algo = AlgorithmConfig(advantage="gae", lam_policy=1.0, lam_critic=1.0, whiten_advantages=False)
     full = [make_microbatches(samples, 8, 0)]
     out, _ = attach_advantages(
-        lambda mb: torch.full(mb.targets.shape, 0.25),
+        lambda mbs: [torch.full(mb.targets.shape, 0.25) for mb in mbs],
         samples,
         [[0, 1]],
         full,

@@ -199,19 +199,14 @@ class Layout:
 
 
 def check_mesh_critic(share_base: bool, layout: Layout) -> None:
-    """What of a critic a device mesh runs: its adapter on the policy's base, without
-    pipeline stages (a clear error otherwise)."""
+    """What of a critic a device mesh runs: its adapter on the policy's base (a clear
+    error for a separate critic model)."""
     mesh = f"distributed {layout.describe()}"
     if not share_base:
         raise ConfigError(
             f"a separate critic model (critic.share_base: false) does not run on a device "
             f"mesh ({mesh}): use the critic adapter on the policy's base "
             "(critic.share_base: true), or strategy fsdp2 / deepspeed without dp_shard/tp/ep/pp."
-        )
-    if layout.pp > 1:
-        raise ConfigError(
-            f"a critic (PPO/VAPO) does not run under pipeline parallelism yet ({mesh}): "
-            "use dp_shard/tp/ep without pp, or a critic-free algorithm (dapo)."
         )
 
 

@@ -27,8 +27,11 @@ policy's base) is split like the policy's adapter: its LoRA with the layer it ad
 the head (on the root) sharded by FSDP2; each parameter group is clipped on its own, and
 its checkpoint gathers whole tensors through :class:`~.state.ParamMap`.
 
-Refused here (a clear error at start): a critic under pipeline parallelism or as a
-separate model (``critic.share_base: false``), router replay, LoRA dropout (ranks would
+Under pipelining the critic's passes run through the stages like the policy's, the last
+stage returning values (:class:`~.pipeline.StageModule`), broadcast to every stage.
+
+Refused here (a clear error at start): a separate critic model (``critic.share_base:
+false``), router replay, LoRA dropout (ranks would
 draw different masks) and, because ranks must run the same number of forward passes in
 lock step, shared-prompt micro-batches are turned off except under pure tensor
 parallelism.
@@ -141,6 +144,7 @@ class ParallelLearner(Learner):
             else None
         )
         self._queue: list[tuple[MicroBatch, tuple[Any, ...]]] = []
+        self._critic_queue: list[tuple[Any, ...]] = []
         self._pp_running = False
         self._pp_logits: torch.Tensor | None = None
         self._pp_loss: torch.Tensor | None = None
@@ -316,6 +320,7 @@ class ParallelLearner(Learner):
         """Clip each parameter group (the policy's, the critic's) on its own by the norm
         of its whole gradient, step, zero; returns the policy's norm before clipping."""
         if self.runner is not None:
+            self._run_critic_pipeline()
             self._run_pipeline()
         names = {id(p): n for n, p in self.model.named_parameters()}
         max_norm = self.optim_cfg.max_grad_norm
@@ -337,10 +342,59 @@ class ParallelLearner(Learner):
         self.group_norms = norms
         return norms[0]
 
-    def _critic_backward(self, mb: MicroBatch, total_tokens: int, scale: float) -> float:
-        # the tp ranks of a data-parallel rank share its micro-batches: one reports
-        loss = super()._critic_backward(mb, total_tokens, scale)
-        return loss if self._reports else 0.0
+    def _critic_backward(
+        self, mb: MicroBatch, total_tokens: int, scale: float, sums: dict[str, float], weight: float
+    ) -> None:
+        # the tp ranks and stages of a data-parallel rank share its micro-batches: one reports
+        sink = sums if self._reports else dict.fromkeys(sums, 0.0)
+        if self.runner is not None:  # run by the pipeline schedule at the next step
+            self._critic_queue.append((mb, total_tokens, scale, sink, weight))
+            return
+        super()._critic_backward(mb, total_tokens, scale, sink, weight)
+
+    def _run_critic_pipeline(self) -> None:
+        """The queued critic passes of this step through the 1F1B schedule, the critic's
+        adapter active and the last stage returning values."""
+        queue, self._critic_queue = self._critic_queue, []
+        if not queue:
+            return
+        assert self.runner is not None and self.critic is not None
+        seqs = [mb.sequences() for mb, *_ in queue]
+        share = self.layout.dp / self.dist.world_size  # as _backward scales the policy's
+
+        def on_values(i: int, out: torch.Tensor) -> torch.Tensor:
+            mb, total, scale, sink, weight = queue[i]
+            rows, cols = seqs[i][0].shape
+            values = mb.reply_logits(out[:rows, :cols]).squeeze(-1).float()
+            loss = self._value_loss(values, mb, total)
+            sink["value_loss"] += weight * float(loss.detach())
+            return loss * (scale * share)
+
+        with self.critic.active(), autocast(self._device(), self.compute_dtype):
+            self.runner.run(seqs, on_values, pad_id=self.pad_id, backward=True, values=True)
+
+    @torch.no_grad()
+    def value_batches(self, mbs: Sequence[MicroBatch]) -> list[torch.Tensor]:
+        """Under pipelining: every micro-batch through the stages at once, the values
+        broadcast from the last stage to the others (every rank runs GAE)."""
+        if self.runner is None:
+            return super().value_batches(mbs)
+        assert self.critic is not None
+        mbs = [mb.to(self._device()) for mb in mbs]
+        outs = [torch.zeros(mb.targets.shape, device=self._device()) for mb in mbs]
+        seqs = [mb.sequences() for mb in mbs]
+
+        def on_values(i: int, out: torch.Tensor) -> torch.Tensor:
+            rows, cols = seqs[i][0].shape
+            outs[i] = mbs[i].reply_logits(out[:rows, :cols]).squeeze(-1).float().contiguous()
+            return out.new_zeros(())
+
+        with self.critic.active(), autocast(self._device(), self.compute_dtype):
+            self.runner.run(seqs, on_values, pad_id=self.pad_id, backward=False, values=True)
+        last = self.pmesh.pp_peer(self.layout.pp - 1)
+        for t in outs:
+            dist.broadcast(t, src=last, group=self.pmesh.pp_group)
+        return outs
 
     # ------------------------------------------------------------------ checkpoints
     def optimizer_state(self) -> dict[str, Any]:

@@ -7,7 +7,10 @@ replaces the others by empty placeholders, so a rank holds only its stage's weig
 position_ids)`` embeds (first stage) or takes the previous stage's hidden states, builds
 the causal mask and the rotary embeddings the way the model's own ``forward`` does, runs
 its layers and returns ``(hidden, attention_mask, position_ids)`` for the next stage (the
-integer masks travel along and get no gradient) or the logits (last stage).
+integer masks travel along and get no gradient) or the logits (last stage). With
+``values_out`` set, the last stage returns the critic's values instead (``[rows, cols,
+1]``: the value head of PPO/VAPO on the final normed hidden states, which it holds as a
+submodule so that a sharding wrapper of the stage covers it).
 
 :class:`PipelineRunner` runs a list of micro-batches through the stages with
 ``Schedule1F1B`` (one forward and one backward alternate once the pipeline is full, so
@@ -19,7 +22,9 @@ the loss). Its loss function hands each micro-batch's logits to the learner, whi
 computes the same loss as without pipelining (``scale_grads=False``: the learner's loss
 is already normalised by the token count of the whole mini-batch). A new stage and
 schedule are built per call: their buffers are sized by shape inference, and the shapes
-change every step.
+change every step. The schedule's set-up clears the gradients of FSDP-wrapped modules, so
+:meth:`PipelineRunner.run` keeps those an earlier run of the same step left (the
+critic's passes, before the policy's) and adds them back.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from agentgym.trainers.critic import HEAD
 from agentgym.trainers.parallel.tensor_parallel import decoder_layers
 
 
@@ -68,6 +74,10 @@ class StageModule(nn.Module):
         self.rotary = root.rotary_emb
         self.norm = root.norm if self.last else None
         self.head = lm.lm_head if self.last else None
+        #: the critic's value head (:data:`~agentgym.trainers.critic.HEAD`), last stage only
+        self.value_head = getattr(lm, HEAD, None) if self.last else None
+        #: the last stage returns values, not logits (the critic's passes)
+        self.values_out = False
 
     def forward(
         self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
@@ -92,6 +102,11 @@ class StageModule(nn.Module):
                 use_cache=False,
                 position_embeddings=rope,
             )
+        if self.last and self.values_out:
+            if self.value_head is None:
+                raise RuntimeError("values_out on a model without the critic's value head")
+            hidden = self.norm(hidden)
+            return self.value_head(hidden.to(self.value_head.weight.dtype))
         if self.last:
             return self.head(self.norm(hidden))
         return hidden, attention_mask, position_ids
@@ -140,7 +155,7 @@ class PipelineRunner:
     def is_last(self) -> bool:
         return self.stage == self.stages - 1
 
-    def _static_shapes(self, rows: int, cols: int) -> dict[str, Any]:
+    def _static_shapes(self, rows: int, cols: int, values: bool = False) -> dict[str, Any]:
         """Example inputs and outputs of this stage for one micro-batch (meta tensors):
         the schedule sizes its buffers from them instead of running a forward and a
         backward on uninitialised buffers to infer them (which would also call the
@@ -155,7 +170,8 @@ class PipelineRunner:
         # requires_grad marks what the backward pass sends between stages
         hidden = (empty(rows, cols, cfg.hidden_size, dt=dtype).requires_grad_(), *masks)
         inputs = (empty(rows, cols, dt=torch.long), *masks) if self.stage == 0 else hidden
-        outputs = (empty(rows, cols, cfg.vocab_size, dt=dtype),) if self.is_last else hidden
+        width = 1 if values else cfg.vocab_size
+        outputs = (empty(rows, cols, width, dt=dtype),) if self.is_last else hidden
         # gradients flow through the hidden states only (the masks are integers)
         grads = (empty(rows, cols, cfg.hidden_size, dt=dtype), None, None)
         return {
@@ -172,25 +188,28 @@ class PipelineRunner:
         *,
         pad_id: int,
         backward: bool,
+        values: bool = False,
     ) -> None:
         """Run ``seqs`` (one entry per micro-batch) through the pipeline.
 
         On the last stage ``on_logits(i, logits)`` receives micro-batch ``i``'s logits
-        (``[rows, cols, V]``, padded) and returns its loss; with ``backward`` the
-        schedule back-propagates that loss (1F1B), otherwise it only runs forward.
+        (``[rows, cols, V]``, padded; with ``values`` the critic's values, ``[rows, cols,
+        1]``) and returns its loss; with ``backward`` the schedule back-propagates that
+        loss (1F1B), otherwise it only runs forward.
         """
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
         ids, att, pos, rows = stack_padded(seqs, pad_id)
         ids, att, pos = ids.to(self.device), att.to(self.device), pos.to(self.device)
         n = len(seqs)
+        self.module.values_out = values
         stage = PipelineStage(
             self.module,
             self.stage,
             self.stages,
             self.device,
             group=self.group,
-            **self._static_shapes(rows, ids.shape[1]),
+            **self._static_shapes(rows, ids.shape[1], values),
         )
 
         def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -202,4 +221,15 @@ class PipelineRunner:
         )
         args = (ids, att, pos) if self.stage == 0 else ()
         run = schedule.step if backward else schedule.eval
-        run(*args, target=target, losses=[] if self.is_last else None, return_outputs=False)
+        # the schedule's set-up clears the gradients of FSDP-wrapped modules (it assumes a
+        # first call per step): keep those of an earlier run of this step (the critic's
+        # passes before the policy's) aside and add them back
+        kept = {p: p.grad for p in self.module.parameters() if p.grad is not None}
+        for p in kept:
+            p.grad = None
+        try:
+            run(*args, target=target, losses=[] if self.is_last else None, return_outputs=False)
+        finally:
+            self.module.values_out = False
+            for p, g in kept.items():
+                p.grad = g if p.grad is None else p.grad + g
