@@ -63,8 +63,10 @@ def result_671b():
         ),
     ],
 )
-def test_fast_memory_equals_plan_lora(parallel, mbs, ckpt, base, rollout) -> None:
+@pytest.mark.parametrize("critic_r", [0, 8])  # PPO/VAPO's critic adapter beside the policy's
+def test_fast_memory_equals_plan_lora(parallel, mbs, ckpt, base, rollout, critic_r) -> None:
     inp = inputs_671b()
+    inp = replace(inp, lora=replace(inp.lora, critic_r=critic_r))
     train = replace(inp.train, micro_batch_size=mbs, activation_checkpointing=ckpt)
     tp, pp, dp, ep, seqs, sleep = rollout
     r = replace(

@@ -131,6 +131,64 @@ def test_pipeline_bubble_is_pp_minus_one_slots() -> None:
     assert t1.bubble == 0
 
 
+def test_a_critic_costs_its_passes_its_valuation_and_its_adapter() -> None:
+    """VAPO on the 671B layout: the critic's training passes (one per
+    ``critic.updates_per_batch``) through the same pipeline, each with its bubble, its
+    valuation as one more forward pass, and its adapter's states in memory."""
+    from agentgym.trainers.plan import plan_lora
+    from agentgym.trainers.plan.architecture import critic_spec, trained_adapter_elems
+    from agentgym.trainers.plan.memory import pipeline_stages
+
+    dapo = spec_671b()
+    vapo = spec_671b("algorithm.name=vapo", "critic.r=8", "critic.updates_per_batch=2")
+    assert vapo.lora.critic_r == 8 and dapo.lora.critic_r == 0
+    assert vapo.workload.critic_passes == 2
+    assert vapo.workload.logprob_passes == dapo.workload.logprob_passes + 1
+    base = dict(
+        parallel=ParallelSpec(tp=4, ep=8, pp=6, dp=2),
+        base_dtype="fp8",
+        micro_batch_size=1,
+        checkpointing=True,
+        cluster=dapo.cluster,
+        eff=dapo.eff,
+    )
+    d = train_time(DEEPSEEK_V3, work=dapo.workload, lora=dapo.lora, **base)
+    v = train_time(DEEPSEEK_V3, work=vapo.workload, lora=vapo.lora, **base)
+    alone = train_time(
+        DEEPSEEK_V3, work=replace(vapo.workload, critic_passes=0), lora=vapo.lora, **base
+    )
+    # each critic pass costs a policy pass less the LM head and the policy's wider adapter
+    per_pass = (v.compute - alone.compute) / 2
+    assert 0.8 * d.compute < per_pass < d.compute
+    assert v.bubble == pytest.approx(d.bubble * (1 + 2 * per_pass / d.compute), rel=0.05)
+    assert d.logprobs == 0 < v.logprobs < per_pass  # the valuation: one forward pass
+    assert v.useful_flops > d.useful_flops and v.optimizer > d.optimizer
+    assert step_time(vapo).seconds > step_time(dapo).seconds
+    # memory: the critic adapter's values, on the policy's attention targets, no experts
+    plans = [
+        plan_lora(
+            DEEPSEEK_V3,
+            lora=spec.lora,
+            parallel=ParallelSpec(tp=4, ep=8, pp=6, dp=2, zero_stage=1),
+            base_dtype="fp8",
+            train=replace(plan_inputs(load_config(TrainConfig, CONFIG_671B, [])).train),
+            rollout=None,
+            hardware=plan_inputs(load_config(TrainConfig, CONFIG_671B, [])).hardware,
+            overheads=False,
+        )
+        for spec in (dapo, vapo)
+    ]
+    items = [{i.name: i.gib for i in p.items} for p in plans]
+    assert plans[0].stage == plans[1].stage
+    layers = pipeline_stages(DEEPSEEK_V3.num_layers, 6)[plans[1].stage]
+    critic_elems, experts = trained_adapter_elems(
+        DEEPSEEK_V3, critic_spec(vapo.lora), layers.start, layers.stop, 4, 8
+    )
+    assert experts == 0 and critic_elems > 0
+    grown = items[1]["LoRA params"] - items[0]["LoRA params"]
+    assert grown == pytest.approx(critic_elems * 2 / 2**30, rel=1e-6)  # bf16 values
+
+
 def test_step_adds_up_and_names_its_bottleneck() -> None:
     step = step_time(spec_671b())
     assert step.seconds == pytest.approx(sum(step.phases.values()))

@@ -295,17 +295,23 @@ class LoraSpec:
 
     Field names match :func:`agentgym.trainers.models.apply_lora` (``r``, ``alpha``,
     ``target_modules``, ``target_experts``); ``target_modules=None`` means every attention
-    projection, as there.
+    projection, as there. ``critic_r``: the rank of PPO/VAPO's critic adapter on the same
+    base (``critic.r`` with ``critic.share_base``; 0 without a critic), which adapts the
+    same Linear leaves but not the routed experts (:class:`~agentgym.trainers.critic.Critic`)
+    and trains beside the policy's; the engine never holds it.
     """
 
     r: int = 16
     alpha: float = 32.0
     target_modules: tuple[str, ...] | None = None
     target_experts: bool = True
+    critic_r: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.r, int) or self.r < 1:
             raise ConfigError(f"lora.r must be a positive integer, got {self.r!r}.")
+        if not isinstance(self.critic_r, int) or self.critic_r < 0:
+            raise ConfigError(f"critic.r must be a positive integer, got {self.critic_r!r}.")
         if self.target_modules is not None:
             known = ATTENTION_TARGETS + MLP_TARGETS
             for name in self.target_modules:
@@ -327,6 +333,32 @@ def lora_linears(arch: Architecture, index: int, lora: LoraSpec) -> list[Linear]
         elif lin.name in wanted:
             out.append(lin)
     return out
+
+
+def critic_spec(lora: LoraSpec) -> LoraSpec | None:
+    """The critic's adapter as a spec of its own (None without a critic)."""
+    if lora.critic_r == 0:
+        return None
+    return LoraSpec(r=lora.critic_r, target_modules=lora.target_modules, target_experts=False)
+
+
+def trained_adapter_elems(
+    arch: Architecture, lora: LoraSpec, start: int, stop: int, tp: int, ep: int
+) -> tuple[float, float]:
+    """Adapter values one GPU of a stage trains over layers ``[start, stop)``: ``(dense,
+    routed experts)``, the critic's adapter included (its optimizer states and gradients
+    live beside the policy's)."""
+    dense = expert = 0.0
+    for spec in (lora, critic_spec(lora)):
+        if spec is None:
+            continue
+        for index in range(start, stop):
+            for lin in lora_linears(arch, index, spec):
+                if lin.group == "experts":
+                    expert += lora_params(lin, spec.r) / ep
+                else:
+                    dense += lora_params(lin, spec.r, tp)
+    return dense, expert
 
 
 def lora_params(lin: Linear, r: int, tp: int = 1) -> float:

@@ -220,6 +220,7 @@ def timing_inputs(cfg: TrainConfig, gpus: int) -> TimingInputs:
         )
     algo = cfg.algorithm
     needs_ref = algo.kl_coef > 0 or POLICY_LOSSES[algo.loss].needs_reference
+    critic = algo.uses_critic  # its valuation is one more forward pass over the batch
     workload = Workload(
         episodes=cfg.rollout.batch_tasks * cfg.rollout.group_size,
         group_size=cfg.rollout.group_size,
@@ -230,8 +231,9 @@ def timing_inputs(cfg: TrainConfig, gpus: int) -> TimingInputs:
         conversations=ws.conversations,
         env_seconds=ws.env_seconds,
         share_prompts=algo.share_prompts,
-        logprob_passes=int(algo.updates_per_batch > 1) + int(needs_ref),
+        logprob_passes=int(algo.updates_per_batch > 1) + int(needs_ref) + int(critic),
         updates=algo.updates_per_batch,
+        critic_passes=cfg.critic.updates_per_batch if critic else 0,
     )
     graphs = cfg.rollout.engine == "vllm" and not cfg.rollout.engine_settings.enforce_eager
     return TimingInputs(
@@ -363,6 +365,16 @@ def plan_inputs(
             "lora.enabled is false: the trainer would fine-tune every weight (the full "
             "fine-tune column); the LoRA column is the adapter the lora section describes.",
         )
+    if cfg.algorithm.uses_critic and not cfg.critic.share_base:
+        notes += (
+            "critic.share_base is false: the separate critic model's weights, states and "
+            "passes are not in these figures (only a critic adapter on the base is modelled).",
+        )
+    elif cfg.algorithm.uses_critic and cfg.critic.target_modules is not None:
+        notes += (
+            "the critic adapter is sized on the policy adapter's target modules, not "
+            "critic.target_modules.",
+        )
     targets = cfg.lora.target_modules
     return PlanInputs(
         arch=arch,
@@ -371,6 +383,7 @@ def plan_inputs(
             alpha=cfg.lora.alpha,
             target_modules=tuple(targets) if targets is not None else None,
             target_experts=cfg.lora.target_experts,
+            critic_r=cfg.critic.r if cfg.algorithm.uses_critic and cfg.critic.share_base else 0,
         ),
         parallel=parallel,
         base_dtype=settings.base_weights,

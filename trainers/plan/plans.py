@@ -21,8 +21,7 @@ from agentgym.trainers.plan.architecture import (
     count_lora_parameters,
     count_parameters,
     layer_linears,
-    lora_linears,
-    lora_params,
+    trained_adapter_elems,
 )
 from agentgym.trainers.plan.memory import (
     GIB,
@@ -211,14 +210,11 @@ def plan_lora(
             linear_bytes=lin_b,
             other_bytes=other_b,
         )
-        # adapter elements, split into what is replicated over DP and over expert-DP
-        dense_lora = expert_lora = 0.0
-        for index in layers:
-            for lin in lora_linears(arch, index, lora):
-                if lin.group == "experts":
-                    expert_lora += lora_params(lin, lora.r) / ep
-                else:
-                    dense_lora += lora_params(lin, lora.r, tp)
+        # adapter elements (the critic's too), split into what is replicated over DP and
+        # over expert-DP
+        dense_lora, expert_lora = trained_adapter_elems(
+            arch, lora, layers.start, layers.stop, tp, ep
+        )
         lora_elems = dense_lora + expert_lora
 
         def zero(elems_dense: float, elems_expert: float, stage_min: int) -> float:
@@ -259,7 +255,9 @@ def plan_lora(
                 "LoRA params",
                 params_bytes / GIB,
                 "both",
-                f"{lora_elems:,.0f} adapter values, {train.lora_dtype}",
+                f"{lora_elems:,.0f} adapter values"
+                + (" (policy + critic)" if lora.critic_r else "")
+                + f", {train.lora_dtype}",
             ),
             LineItem("LoRA grads", grads_bytes / GIB, "train", train.grad_dtype),
             LineItem(

@@ -22,10 +22,14 @@ distributed optimizer over the replicas of each weight), which ``plan_full_finet
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from agentgym.trainers.plan.architecture import Architecture, LoraSpec, lora_linears, lora_params
+from agentgym.trainers.plan.architecture import (
+    Architecture,
+    LoraSpec,
+    trained_adapter_elems,
+)
 from agentgym.trainers.plan.flops import layer_sums
 from agentgym.trainers.plan.memory import (
     COMM_BUFFERS_GIB,
@@ -75,16 +79,7 @@ def _stage_acts(
     return max(elems), sum(elems)
 
 
-@lru_cache(maxsize=8192)
-def _stage_lora(arch: Architecture, lora: LoraSpec, start: int, stop: int, tp: int, ep: int):
-    dense = expert = 0.0
-    for index in range(start, stop):
-        for lin in lora_linears(arch, index, lora):
-            if lin.group == "experts":
-                expert += lora_params(lin, lora.r) / ep
-            else:
-                dense += lora_params(lin, lora.r, tp)
-    return dense, expert
+_stage_lora = lru_cache(maxsize=8192)(trained_adapter_elems)
 
 
 def _weights(
@@ -219,7 +214,8 @@ def rollout_memory(
         )
         weights = dense + expert
         if lora is not None:
-            d, e = _stage_lora(arch, lora, layers.start, layers.stop, rollout.tp, rollout.ep)
+            served = replace(lora, critic_r=0)  # the engine holds the policy's adapter only
+            d, e = _stage_lora(arch, served, layers.start, layers.stop, rollout.tp, rollout.ep)
             weights += 2.0 * (d + e)
         kv = kv_layer * len(layers)
         if weights + kv > best[0]:

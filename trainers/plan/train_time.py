@@ -22,6 +22,13 @@ micro-batches per replica), so the bubble is ``(pp - 1)`` slots. Then the gradie
 all-reduce over the data-parallel replicas of each trainable weight and an AdamW step
 that streams its states through HBM. Log-prob passes (no gradient) are forwards through
 the same pipeline.
+
+A critic (PPO/VAPO: ``lora.critic_r`` and ``work.critic_passes``) adds, per mini-batch,
+that many passes of its own through the same pipeline (forward, recomputation and the
+activations' backward through the frozen base, its rank-``critic_r`` adapter on the
+policy's non-expert targets, the value head instead of the LM head), each a schedule
+run with its own bubble, and for each extra pass a critic-only gradient sync and AdamW
+step; its valuation of the batch is one more log-prob pass (``work.logprob_passes``).
 """
 
 from __future__ import annotations
@@ -30,7 +37,12 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from agentgym.trainers.plan.architecture import Architecture, LoraSpec, lora_linears, lora_params
+from agentgym.trainers.plan.architecture import (
+    Architecture,
+    LoraSpec,
+    critic_spec,
+    trained_adapter_elems,
+)
 from agentgym.trainers.plan.flops import head_bytes, head_flops, layer_sums, lora_flops
 from agentgym.trainers.plan.hardware import Cluster
 from agentgym.trainers.plan.links import Links
@@ -87,16 +99,7 @@ class TrainTime:
         )
 
 
-@lru_cache(maxsize=4096)
-def _lora_elems(arch: Architecture, lora: LoraSpec, start: int, stop: int, tp: int, ep: int):
-    dense = expert = 0.0
-    for index in range(start, stop):
-        for lin in lora_linears(arch, index, lora):
-            if lin.group == "experts":
-                expert += lora_params(lin, lora.r) / ep
-            else:
-                dense += lora_params(lin, lora.r, tp)
-    return dense, expert
+_lora_elems = lru_cache(maxsize=4096)(trained_adapter_elems)
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,33 @@ def train_time(
     u = work.updates
     compute, comm, overhead = u * m * worst.compute, u * m * worst.comm, u * m * worst.overhead
     bubble = u * (pp - 1) * slot
+    membound = u * m * worst.memory_bound
+    critic = critic_spec(lora) if lora is not None else None
+    k = work.critic_passes if critic is not None else 0
+    if k:  # the critic's passes: no LM head on the last stage, its own adapter
+        cslots = [
+            _slot(
+                arch,
+                layers,
+                first=s == 0,
+                last=False,
+                tokens=tokens,
+                seq=work.seq_tokens,
+                lora=critic,
+                parallel=slot_layout,
+                base_dtype=base_dtype,
+                checkpointing=checkpointing,
+                cluster=cluster,
+                eff=eff,
+            )
+            for s, layers in enumerate(stages)
+        ]
+        cw = max(cslots, key=lambda x: x.compute + x.comm + x.overhead)
+        compute += u * k * m * cw.compute
+        comm += u * k * m * cw.comm
+        overhead += u * k * m * cw.overhead
+        bubble += u * k * (pp - 1) * (cw.compute + cw.comm + cw.overhead)
+        membound += u * k * m * cw.memory_bound
     fwd = max(slots, key=lambda x: x.fwd + x.fwd_comm + x.fwd_overhead)
     fwd_slot = fwd.fwd + fwd.fwd_comm + fwd.fwd_overhead
     logprobs = work.logprob_passes * (u * m + pp - 1) * fwd_slot
@@ -268,6 +298,11 @@ def train_time(
     # ZeRO-1 and up (Megatron's distributed optimizer) shard the optimizer states
     shard = dense / dp + expert / expert_dp if parallel.zero_stage >= 1 else dense + expert
     optimizer = u * shard * 36.0 / (cluster.hbm_bytes_per_s * eff.hbm)
+    if k > 1 and critic is not None:  # the critic-only steps: its gradients and states
+        c = max(_lora_elems(arch, critic, r.start, r.stop, tp, ep)[0] for r in stages)
+        grad_sync += u * (k - 1) * links.all_reduce(c * grad_b, dp, spans=dp_spans and dp > 1)
+        c_shard = c / dp if parallel.zero_stage >= 1 else c
+        optimizer += u * (k - 1) * c_shard * 36.0 / (cluster.hbm_bytes_per_s * eff.hbm)
     offload = 0.0
     if offload_state:
         state = shard * 12.0 + (dense + expert) * (2.0 + grad_b)
@@ -279,10 +314,14 @@ def train_time(
     adapter = lora_flops(arch, lora, 0, arch.num_layers) if lora is not None else 0.0
     bwd_factor = 2.0 if lora is None else 1.0
     useful = work.train_tokens * (per_token_fwd * (1 + bwd_factor) + 3 * attn + 3 * adapter)
+    if k and critic is not None:  # forward and the activations' backward, no LM head
+        critic_fwd = sums.matmul_flops()
+        critic_adapter = lora_flops(arch, critic, 0, arch.num_layers)
+        useful += k * work.train_tokens * (2 * critic_fwd + 3 * attn + 3 * critic_adapter)
     lp_flops = work.logprob_passes * work.train_tokens * (per_token_fwd + attn + adapter)
     tally = Tally()
-    tally.add("HBM bandwidth", u * m * worst.memory_bound + optimizer)
-    tally.add("compute", compute - u * m * worst.memory_bound)
+    tally.add("HBM bandwidth", membound + optimizer)
+    tally.add("compute", compute - membound)
     tally.add("network" if worst.comm_spans else "NVLink", comm)
     tally.add("network" if dp_spans else "NVLink", grad_sync)
     tally.add("launch/host overhead", overhead)

@@ -42,6 +42,9 @@ class Workload:
             log-probs when a batch takes several optimizer steps; reference log-probs
             when a KL term needs them).
         updates: optimizer steps per batch.
+        critic_passes: training passes of a critic over each mini-batch (PPO/VAPO's
+            ``critic.updates_per_batch``; 0 without a critic, whose valuation pass is
+            counted in ``logprob_passes``).
     """
 
     episodes: int
@@ -55,6 +58,7 @@ class Workload:
     share_prompts: bool = True
     logprob_passes: int = 0
     updates: int = 1
+    critic_passes: int = 0
 
     def __post_init__(self) -> None:
         if self.distribution not in DISTRIBUTIONS:
