@@ -36,3 +36,29 @@ def tokenizer():
 def toy_envs_registered():
     toy_envs.register()
     return toy_envs
+
+
+def assert_same_critic(out: Path, single: Path, *, steps: tuple[int, ...], rel: float) -> None:
+    """A multi-process run's critic equals the one-process run's: the value pretraining
+    and step logs (value loss, explained variance, advantages; the critic's gradient
+    norm to ``rel``), a clip that bit, and ``critic.safetensors`` at ``steps``."""
+    from safetensors.torch import load_file
+
+    from agentgym.trainers.logging import read_jsonl
+
+    for log in ("critic_pretrain.jsonl", "metrics.jsonl"):
+        got, want = read_jsonl(out / log), read_jsonl(single / log)
+        assert len(got) == len(want) >= 1
+        for a, b in zip(got, want, strict=True):
+            for key in ("losses/value", "critic/explained_variance", "critic/advantage_mean"):
+                assert a[key] == pytest.approx(b[key], abs=1e-5), (log, key)
+            if "losses/critic_grad_norm" in b:
+                key = "losses/critic_grad_norm"
+                assert a[key] == pytest.approx(b[key], rel=rel), (log, key)
+    assert max(r["losses/critic_grad_norm"] for r in read_jsonl(single / "metrics.jsonl")) > 0.2
+    for step in steps:
+        ckpt = Path("checkpoints") / f"step_{step:06d}" / "critic.safetensors"
+        a, b = load_file(str(out / ckpt)), load_file(str(single / ckpt))
+        assert a.keys() == b.keys() and any("agentgym_value_head" in k for k in a)
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], atol=1e-4, rtol=1e-4, msg=k)

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import assert_same_critic
 from safetensors.torch import load_file
 
 from agentgym import load_config
@@ -151,27 +152,6 @@ CRITIC = (
 )
 
 
-def _assert_same_critic(out: Path, single: Path) -> None:
-    """The critic's metrics and checkpoint equal the one-process run's."""
-    for log in ("critic_pretrain.jsonl", "metrics.jsonl"):
-        got, want = read_jsonl(out / log), read_jsonl(single / log)
-        assert len(got) == len(want) >= 1
-        for a, b in zip(got, want, strict=True):
-            for key in ("losses/value", "critic/explained_variance", "critic/advantage_mean"):
-                assert a[key] == pytest.approx(b[key], abs=1e-5), (log, key)
-            if "losses/critic_grad_norm" in b:
-                assert a["losses/critic_grad_norm"] == pytest.approx(
-                    b["losses/critic_grad_norm"], rel=1e-4
-                )
-    assert max(r["losses/critic_grad_norm"] for r in read_jsonl(single / "metrics.jsonl")) > 0.2
-    for step in (1, 2):
-        ckpt = Path("checkpoints") / f"step_{step:06d}" / "critic.safetensors"
-        a, b = load_file(str(out / ckpt)), load_file(str(single / ckpt))
-        assert a.keys() == b.keys() and any("agentgym_value_head" in k for k in a)
-        for k in a:
-            torch.testing.assert_close(a[k], b[k], atol=1e-4, rtol=1e-4, msg=k)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("sizes", "nproc"),
@@ -189,7 +169,7 @@ def test_a_critic_on_the_mesh_matches_one_process(
     out = tmp_path / "run"
     _train_cli(_args(out, *CRITIC, *_layout(**sizes)), nproc)
     _assert_same_as_single(out, single, nproc, atol=1e-4)
-    _assert_same_critic(out, single)
+    assert_same_critic(out, single, steps=(1, 2), rel=1e-4)
 
 
 @pytest.mark.slow

@@ -224,41 +224,17 @@ def train_time(
     m = max(1, math.ceil(per_replica / micro_batch_size))
     tokens = work.train_tokens / (work.updates * dp * m)
     stages = pipeline_stages(arch.num_layers, pp)
-    slots = [
-        _slot(
-            arch,
-            layers,
-            first=s == 0,
-            last=s == pp - 1,
-            tokens=tokens,
-            seq=work.seq_tokens,
-            lora=lora,
-            parallel=slot_layout,
-            base_dtype=base_dtype,
-            checkpointing=checkpointing,
-            cluster=cluster,
-            eff=eff,
-        )
-        for s, layers in enumerate(stages)
-    ]
-    worst = max(slots, key=lambda x: x.compute + x.comm + x.overhead)
-    slot = worst.compute + worst.comm + worst.overhead
-    u = work.updates
-    compute, comm, overhead = u * m * worst.compute, u * m * worst.comm, u * m * worst.overhead
-    bubble = u * (pp - 1) * slot
-    membound = u * m * worst.memory_bound
-    critic = critic_spec(lora) if lora is not None else None
-    k = work.critic_passes if critic is not None else 0
-    if k:  # the critic's passes: no LM head on the last stage, its own adapter
-        cslots = [
+
+    def stage_slots(adapter: LoraSpec | None, head: bool) -> list[_Slot]:
+        return [
             _slot(
                 arch,
                 layers,
                 first=s == 0,
-                last=False,
+                last=head and s == pp - 1,
                 tokens=tokens,
                 seq=work.seq_tokens,
-                lora=critic,
+                lora=adapter,
                 parallel=slot_layout,
                 base_dtype=base_dtype,
                 checkpointing=checkpointing,
@@ -267,7 +243,21 @@ def train_time(
             )
             for s, layers in enumerate(stages)
         ]
-        cw = max(cslots, key=lambda x: x.compute + x.comm + x.overhead)
+
+    def slowest(slots: list[_Slot]) -> _Slot:
+        return max(slots, key=lambda x: x.compute + x.comm + x.overhead)
+
+    slots = stage_slots(lora, head=True)
+    worst = slowest(slots)
+    slot = worst.compute + worst.comm + worst.overhead
+    u = work.updates
+    compute, comm, overhead = u * m * worst.compute, u * m * worst.comm, u * m * worst.overhead
+    bubble = u * (pp - 1) * slot
+    membound = u * m * worst.memory_bound
+    critic = critic_spec(lora) if lora is not None else None
+    k = work.critic_passes if critic is not None else 0
+    if k:  # the critic's passes: its own adapter, the value head instead of the LM head
+        cw = slowest(stage_slots(critic, head=False))
         compute += u * k * m * cw.compute
         comm += u * k * m * cw.comm
         overhead += u * k * m * cw.overhead
