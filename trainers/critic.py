@@ -331,9 +331,11 @@ def attach_advantages(
     micro-batches with ``token_advantages``, ``old_values`` and ``value_targets`` set,
     plus the critic's statistics (explained variance, means).
 
-    Every rank values every micro-batch (``full``, all ranks' shares), so that GAE, which
-    chains an episode's turns wherever they landed, sees the same values everywhere (and
-    ``algorithm.whiten_advantages`` the same batch statistics).
+    ``value_fn`` returns the values of every micro-batch (``full``, all ranks' shares) on
+    every rank (the learner's splits the work over the data-parallel ranks and exchanges
+    the values), so that GAE, which chains an episode's turns wherever they landed, sees
+    the same values everywhere (and ``algorithm.whiten_advantages`` the same batch
+    statistics).
     """
     import dataclasses
 

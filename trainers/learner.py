@@ -179,8 +179,23 @@ class Learner:
         return self._replies(mb, hidden=False)
 
     def value_batches(self, mbs: Sequence[MicroBatch]) -> list[torch.Tensor]:
-        """The critic's values of each micro-batch (:meth:`_values`; a pipeline runs
-        them all through its stages at once)."""
+        """The critic's values of each micro-batch. With several data-parallel ranks each
+        values its own share (dealt and padded as training deals them) and the values are
+        exchanged, so that every rank holds all of them: GAE chains an episode's turns
+        wherever they landed."""
+        parts, me = self._data_parallel()
+        if parts == 1:
+            return self._value_own(list(mbs))
+        real = len(range(me, len(mbs), parts))
+        own = [v.cpu() for v in self._value_own(self._my_microbatches(list(mbs)))[:real]]
+        out: list[torch.Tensor] = [torch.empty(0)] * len(mbs)
+        for part, values in all_gather_objects((me, own), self.dist):
+            for j, v in enumerate(values):
+                out[part + j * parts] = v
+        return out
+
+    def _value_own(self, mbs: list[MicroBatch]) -> list[torch.Tensor]:
+        """The values of this rank's micro-batches (a pipeline runs them all at once)."""
         return [self._values(mb) for mb in mbs]
 
     def _values(self, mb: MicroBatch) -> torch.Tensor:
@@ -228,13 +243,17 @@ class Learner:
     def _device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def _data_parallel(self) -> tuple[int, int]:
+        """Into how many shares a mini-batch's micro-batches are dealt, and this rank's."""
+        return self.dist.world_size, self.dist.rank
+
     def _my_microbatches(self, mbs: list[MicroBatch]) -> list[MicroBatch]:
         """This rank's share of a mini-batch's micro-batches (padded to equal counts)."""
-        world, rank = self.dist.world_size, self.dist.rank
-        if world == 1:
+        parts, me = self._data_parallel()
+        if parts == 1:
             return mbs
-        per_rank = max(1, math.ceil(len(mbs) / world))
-        mine = mbs[rank::world]
+        per_rank = max(1, math.ceil(len(mbs) / parts))
+        mine = mbs[me::parts]
         while len(mine) < per_rank:
             mine.append(_empty_like(mbs[0]))
         return mine

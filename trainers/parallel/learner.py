@@ -42,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -197,19 +196,10 @@ class ParallelLearner(Learner):
         ]
 
     # ------------------------------------------------------------------ hooks
-    def _my_microbatches(self, mbs: list[MicroBatch]) -> list[MicroBatch]:
-        """This rank's data-parallel share (the tp ranks and stages of one share get the
-        same micro-batches), padded to equal counts."""
-        from agentgym.trainers.learner import _empty_like
-
-        dp, me = self.layout.dp, self.layout.dp_rank(self.dist.rank)
-        if dp == 1:
-            return mbs
-        per_rank = max(1, math.ceil(len(mbs) / dp))
-        mine = mbs[me::dp]
-        while len(mine) < per_rank:
-            mine.append(_empty_like(mbs[0]))
-        return mine
+    def _data_parallel(self) -> tuple[int, int]:
+        """The ``dp`` data-parallel shares: the tp ranks and stages of one share get the
+        same micro-batches."""
+        return self.layout.dp, self.layout.dp_rank(self.dist.rank)
 
     def _backward(self, loss: torch.Tensor) -> None:
         # the base class scales by the world size; gradients average over dp ranks only
@@ -374,11 +364,11 @@ class ParallelLearner(Learner):
             self.runner.run(seqs, on_values, pad_id=self.pad_id, backward=True, values=True)
 
     @torch.no_grad()
-    def value_batches(self, mbs: Sequence[MicroBatch]) -> list[torch.Tensor]:
-        """Under pipelining: every micro-batch through the stages at once, the values
-        broadcast from the last stage to the others (every rank runs GAE)."""
+    def _value_own(self, mbs: list[MicroBatch]) -> list[torch.Tensor]:
+        """Under pipelining: this share's micro-batches through the stages at once, the
+        values broadcast from the last stage to the others."""
         if self.runner is None:
-            return super().value_batches(mbs)
+            return super()._value_own(mbs)
         assert self.critic is not None
         mbs = [mb.to(self._device()) for mb in mbs]
         outs = [torch.zeros(mb.targets.shape, device=self._device()) for mb in mbs]
