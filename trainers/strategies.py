@@ -359,11 +359,19 @@ class FSDP2Learner(Learner):
     device mesh over all ranks. Parameters become DTensors sharded on dim 0; frozen base
     weights and the trainable LoRA weights share units (FSDP2 handles mixed
     ``requires_grad``). Gradients are reduce-scattered and averaged over ranks.
+
+    Every micro-batch runs as one full sequence per sample (``share_prompts`` is off):
+    each unit all-gathers its parameters at every forward call, and the shared-prompt
+    layout makes one call or two per micro-batch depending on whether its prompts repeat,
+    so ranks holding different micro-batches (T-PPO's continued windows, multi-turn
+    episodes) would issue different collectives and hang.
     """
 
     def _setup(self) -> torch.optim.Optimizer:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
+
+        self.share_prompts = False
 
         device = self.dist.device.type
         mesh = init_device_mesh(device, (self.dist.world_size,))

@@ -179,9 +179,9 @@ def test_router_replay_is_refused_where_it_cannot_work(tmp_path, toy_envs_regist
 def test_router_replay_in_two_processes_matches_one(tmp_path, toy_envs_registered, strategy):
     """FSDP2 and ZeRO-3: the replayed run on two ranks equals the one-process run.
 
-    ZeRO-3 runs every sample's prompt through the model with its reply (no shared
-    prompts, see DeepSpeedLearner), so its one-process twin does too: then both count
-    the same replayed positions."""
+    ZeRO-3 and FSDP2 run every sample's prompt through the model with its reply (no
+    shared prompts, see their learners), so the one-process twin does too: then both
+    count the same replayed positions."""
     import os
     import subprocess
     import sys
@@ -192,8 +192,8 @@ def test_router_replay_in_two_processes_matches_one(tmp_path, toy_envs_registere
     helpers = Path(__file__).resolve().parents[1] / "helpers"
     env = "envs=[{id: 'trainer_toy_envs:agentgym-test/EvenChars-v0'}]"
     single = tmp_path / "single"
-    unshared = ["algorithm.share_prompts=false"] if strategy == "deepspeed" else []
-    DAPOTrainer(_cfg(single.parent / "s", env, f"run.output_dir={single}", *unshared)).train()
+    unshared = "algorithm.share_prompts=false"
+    DAPOTrainer(_cfg(single.parent / "s", env, f"run.output_dir={single}", unshared)).train()
     out = tmp_path / "two"
     args = [
         *(a for a in _cfg_args(out) if not a.startswith("envs=")),

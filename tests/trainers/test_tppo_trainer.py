@@ -118,6 +118,61 @@ def test_every_token_is_trained_once_with_consistent_old_logprobs(tmp_path, toy_
             assert m["tppo/critic_samples"] == 0 and "losses/value" not in m
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("preset", "layout"),
+    [
+        ("tiny-qwen2", ["distributed.strategy=fsdp2"]),
+        ("tiny-qwen2", ["distributed.strategy=deepspeed", "distributed.zero_stage=3"]),
+        ("tiny-deepseek-v3", ["distributed.strategy=fsdp2", "distributed.pp=2"]),
+    ],
+    ids=["fsdp2", "zero3", "mesh-pp2"],
+)
+def test_two_processes_equal_one(tmp_path, toy_envs_registered, preset, layout):
+    """T-PPO's windows (continued prompts that no other sample shares, so the ranks'
+    micro-batches differ in shape) and its critic steps on ended episodes, in two
+    processes: the same episodes, value losses and gradient norms as one process."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    helpers = Path(__file__).resolve().parents[1] / "helpers"
+    args = [
+        a
+        for a in _args(tmp_path, "run.max_steps=4", f"model.preset={preset}")
+        if not a.startswith(("envs=", "run.output_dir", "model.preset_overrides"))
+    ]
+    args += ["envs=[{id: 'trainer_toy_envs:agentgym-test/EvenChars-v0'}]"]
+    args += ["algorithm.micro_batch_size=3"]
+    single = tmp_path / "single"
+    DAPOTrainer(load_config(TrainConfig, None, [*args, f"run.output_dir={single}"])).train()
+    out = tmp_path / "two"
+    cli = [sys.executable, "-m", "agentgym", "train", *args, f"run.output_dir={out}", *layout]
+    proc = subprocess.run(
+        [*cli, "--nproc", "2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(helpers), os.environ.get("PYTHONPATH")])
+            ),
+        },
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got, want = read_jsonl(out / "metrics.jsonl"), read_jsonl(single / "metrics.jsonl")
+    assert len(got) == len(want) == 4
+    assert any(b["tppo/ended"] for b in want) and any(b["tppo/bootstrapped"] for b in want)
+    for a, b in zip(got, want, strict=True):
+        assert (a["tppo/ended"], a["tppo/active"]) == (b["tppo/ended"], b["tppo/active"])
+        assert a["losses/grad_norm"] == pytest.approx(b["losses/grad_norm"], rel=1e-5)
+        if b["tppo/ended"]:
+            assert a["charts/reward"] == pytest.approx(b["charts/reward"], abs=1e-9)
+            assert a["losses/value"] == pytest.approx(b["losses/value"], abs=1e-6)
+
+
 def test_a_resumed_run_with_responses_in_flight_equals_an_uninterrupted_one(
     tmp_path, toy_envs_registered
 ):
