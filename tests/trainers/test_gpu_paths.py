@@ -289,8 +289,8 @@ def test_two_processes_with_a_bf16_base_match_one(tmp_path, toy_envs_registered,
 
     from safetensors.torch import load_file
 
-    # ZeRO-3 runs one full sequence per sample (DeepSpeedLearner): the single run too
-    layout = ["algorithm.share_prompts=false"] if strategy == "deepspeed" else []
+    # ZeRO-3 and FSDP2 run one full sequence per sample (their learners): the single run too
+    layout = ["algorithm.share_prompts=false"]
     args = [
         "run.max_steps=2",
         "run.save_every=1",
