@@ -263,7 +263,7 @@ class Learner:
         """Per-token log-probs (no grad) of each micro-batch's targets."""
         self.model.eval()
         outs = []
-        ctx = self.model.disable_adapter() if reference and self.lora else _nullcontext()
+        ctx = self.model.disable_adapter() if reference and self.lora else contextlib.nullcontext()
         with ctx:
             for mb in mbs:
                 mb = mb.to(self._device())
@@ -591,11 +591,3 @@ def _empty_like(mb: MicroBatch) -> MicroBatch:
         prompt_routing=None,
         reply_routing=None,
     )
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None

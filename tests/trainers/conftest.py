@@ -38,6 +38,24 @@ def toy_envs_registered():
     return toy_envs
 
 
+def train_in_processes(args: list[str], nproc: int = 2) -> None:
+    """``agentgym train ARGS --nproc N`` in a subprocess, the toy envs importable; the
+    run must succeed (its stderr's tail is the failure message)."""
+    import os
+    import subprocess
+
+    helpers = Path(__file__).resolve().parents[1] / "helpers"
+    path = os.pathsep.join(filter(None, [str(helpers), os.environ.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentgym", "train", *args, "--nproc", str(nproc)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
 def assert_same_critic(out: Path, single: Path, *, steps: tuple[int, ...], rel: float) -> None:
     """A multi-process run's critic equals the one-process run's: the value pretraining
     and step logs (value loss, explained variance, advantages; the critic's gradient

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from conftest import TINY_QWEN, assert_same_critic
+from conftest import TINY_QWEN, assert_same_critic, train_in_processes
 
 from agentgym import ConfigError, load_config
 from agentgym.trainers.batch import Sample, make_microbatches
@@ -282,14 +282,10 @@ def test_vapo_in_two_processes_matches_one(tmp_path, toy_envs_registered, strate
     every group); and ZeRO-3 must not add the previous step's gradient to a parameter
     that had none in the first backward pass (the policy's, after the critic's pass).
     ``+model``: the critic is a separate model (``critic.share_base: false``)."""
-    import os
-    import subprocess
-    import sys
     from pathlib import Path
 
     from safetensors.torch import load_file
 
-    helpers = Path(__file__).resolve().parents[1] / "helpers"
     env = "envs=[{id: 'trainer_toy_envs:agentgym-test/EvenChars-v0'}]"
     common = [
         *(a for a in _args(tmp_path) if not a.startswith(("envs=", "run.output_dir"))),
@@ -319,30 +315,14 @@ def test_vapo_in_two_processes_matches_one(tmp_path, toy_envs_registered, strate
     DAPOTrainer(load_config(TrainConfig, None, [*common, f"run.output_dir={single}"])).train()
     out = tmp_path / "two"
     name, _, stage = strategy.partition("-")
-    proc = subprocess.run(
+    train_in_processes(
         [
-            sys.executable,
-            "-m",
-            "agentgym",
-            "train",
             *common,
             f"run.output_dir={out}",
             f"distributed.strategy={name}",
             *([f"distributed.zero_stage={stage}"] if stage else []),
-            "--nproc",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(
-                filter(None, [str(helpers), os.environ.get("PYTHONPATH")])
-            ),
-        },
+        ]
     )
-    assert proc.returncode == 0, proc.stderr[-4000:]
     assert_same_critic(out, single, steps=(2,), rel=1e-3)
     rows = zip(read_jsonl(out / "metrics.jsonl"), read_jsonl(single / "metrics.jsonl"), strict=True)
     for a, b in rows:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from conftest import TINY_QWEN
+from conftest import TINY_QWEN, train_in_processes
 
 from agentgym import ConfigError, Message, SamplingParams, load_config
 from agentgym.trainers import build_preset, build_tokenizer
@@ -182,14 +182,9 @@ def test_router_replay_in_two_processes_matches_one(tmp_path, toy_envs_registere
     ZeRO-3 and FSDP2 run every sample's prompt through the model with its reply (no
     shared prompts, see their learners), so the one-process twin does too: then both
     count the same replayed positions."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
 
     from agentgym.trainers.logging import read_jsonl
 
-    helpers = Path(__file__).resolve().parents[1] / "helpers"
     env = "envs=[{id: 'trainer_toy_envs:agentgym-test/EvenChars-v0'}]"
     single = tmp_path / "single"
     unshared = "algorithm.share_prompts=false"
@@ -200,19 +195,7 @@ def test_router_replay_in_two_processes_matches_one(tmp_path, toy_envs_registere
         env,
         f"distributed.strategy={strategy}",
     ]
-    proc = subprocess.run(
-        [sys.executable, "-m", "agentgym", "train", *args, "--nproc", "2"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(
-                filter(None, [str(helpers), os.environ.get("PYTHONPATH")])
-            ),
-        },
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    train_in_processes(args)
     got, want = read_jsonl(out / "metrics.jsonl"), read_jsonl(single / "metrics.jsonl")
     assert len(got) == len(want) == 2
     for a, b in zip(got, want, strict=True):

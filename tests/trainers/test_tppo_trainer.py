@@ -9,7 +9,7 @@ import json
 
 import pytest
 import torch
-from conftest import TINY_QWEN
+from conftest import TINY_QWEN, train_in_processes
 
 from agentgym import ConfigError, load_config
 from agentgym.trainers import TrainConfig, read_jsonl
@@ -134,12 +134,7 @@ def test_two_processes_equal_one(tmp_path, toy_envs_registered, preset, layout):
     trains T-PPO equal to one process too, but one CI run of it aborted at exit after
     its last step, "terminate called without an active exception", not reproduced in
     four runs since: it is left out until that is understood.)"""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
 
-    helpers = Path(__file__).resolve().parents[1] / "helpers"
     args = [
         a
         for a in _args(tmp_path, "run.max_steps=4", f"model.preset={preset}")
@@ -150,20 +145,7 @@ def test_two_processes_equal_one(tmp_path, toy_envs_registered, preset, layout):
     single = tmp_path / "single"
     DAPOTrainer(load_config(TrainConfig, None, [*args, f"run.output_dir={single}"])).train()
     out = tmp_path / "two"
-    cli = [sys.executable, "-m", "agentgym", "train", *args, f"run.output_dir={out}", *layout]
-    proc = subprocess.run(
-        [*cli, "--nproc", "2"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(
-                filter(None, [str(helpers), os.environ.get("PYTHONPATH")])
-            ),
-        },
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    train_in_processes([*args, f"run.output_dir={out}", *layout])
     got, want = read_jsonl(out / "metrics.jsonl"), read_jsonl(single / "metrics.jsonl")
     assert len(got) == len(want) == 4
     assert any(b["tppo/ended"] for b in want) and any(b["tppo/bootstrapped"] for b in want)
@@ -218,12 +200,6 @@ def test_tppo_in_two_processes_matches_one(tmp_path, toy_envs_registered):
     """FSDP2 on two ranks: each plays half the slots, the ranks exchange their steps and
     train on the same batch; the run equals the one-process run, checkpoint included
     (the pool's state gathers both ranks' episodes in flight)."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    helpers = Path(__file__).resolve().parents[1] / "helpers"
     common = [
         *(a for a in _args(tmp_path) if not a.startswith(("envs=", "run.output_dir"))),
         "envs=[{id: 'trainer_toy_envs:agentgym-test/EvenChars-v0'}]",
@@ -232,29 +208,7 @@ def test_tppo_in_two_processes_matches_one(tmp_path, toy_envs_registered):
     single = tmp_path / "single"
     DAPOTrainer(load_config(TrainConfig, None, [*common, f"run.output_dir={single}"])).train()
     out = tmp_path / "two"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "agentgym",
-            "train",
-            *common,
-            f"run.output_dir={out}",
-            "distributed.strategy=fsdp2",
-            "--nproc",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(
-                filter(None, [str(helpers), os.environ.get("PYTHONPATH")])
-            ),
-        },
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    train_in_processes([*common, f"run.output_dir={out}", "distributed.strategy=fsdp2"])
     got, want = read_jsonl(out / "metrics.jsonl"), read_jsonl(single / "metrics.jsonl")
     assert len(got) == len(want) == 3
     for a, b in zip(got, want, strict=True):
