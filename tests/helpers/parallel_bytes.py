@@ -15,7 +15,7 @@ from pathlib import Path
 
 from agentgym.trainers import LoraSettings, apply_lora, build_preset, build_tokenizer
 from agentgym.trainers.config import AlgorithmConfig, DistributedConfig, OptimConfig
-from agentgym.trainers.distributed import start_distributed
+from agentgym.trainers.distributed import shutdown, start_distributed
 from agentgym.trainers.parallel import ParallelLearner
 
 
@@ -42,6 +42,9 @@ def main() -> None:
         "lora": sum(nbytes(p) for n, p in params if "lora_" in n),
     }
     (Path(sys.argv[2]) / f"rank{info.rank}.json").write_text(json.dumps(row))
+    # leave the process group before exiting: gloo's threads torn down at interpreter
+    # exit abort the process ("terminate called without an active exception")
+    shutdown(info)
 
 
 if __name__ == "__main__":
