@@ -2,7 +2,9 @@
 
 * :func:`grade` -- robust, time-bounded answer checking (math-verify + sympy, extended);
   :func:`warm_up` / :func:`get_pool` start and return the grading process pool.
-* :class:`BalancedMathEnv` -- the environment ``agentgym/BalancedMath-v0``.
+* :class:`BalancedMathEnv` -- the environment ``agentgym/BalancedMath-v0``;
+  :class:`BalancedMathConfig` -- its settings (groups :class:`MathProblems`,
+  :class:`MathAnswers`, :class:`RewardConfig`, :class:`MathLimits`).
 * :func:`generate` -- procedural problems with worked solutions, of the :data:`KINDS`
   and :data:`LEVELS` of the package :mod:`~agentgym.envs.math.generator` (one module per
   problem family).
@@ -23,9 +25,14 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "KINDS",
     "LEVELS",
+    "BalancedMathConfig",
     "BalancedMathEnv",
     "GradeResult",
+    "MathAnswers",
+    "MathLimits",
+    "MathProblems",
     "Problem",
+    "RewardConfig",
     "generate",
     "get_pool",
     "grade",
@@ -35,6 +42,7 @@ __all__ = [
 
 #: names loaded on first use (the env and the generator import gymnasium/sympy)
 _GENERATOR_NAMES = ("KINDS", "LEVELS", "Problem", "generate")
+_CONFIG_NAMES = ("BalancedMathConfig", "MathAnswers", "MathLimits", "MathProblems")
 
 
 def __getattr__(name: str) -> Any:
@@ -42,6 +50,14 @@ def __getattr__(name: str) -> Any:
         from agentgym.envs.math.env import BalancedMathEnv
 
         return BalancedMathEnv
+    if name in _CONFIG_NAMES:
+        import agentgym.envs.math.config as config
+
+        return getattr(config, name)
+    if name == "RewardConfig":
+        from agentgym.envs.math.rewards import RewardConfig
+
+        return RewardConfig
     if name in _GENERATOR_NAMES:
         import agentgym.envs.math.generator as generator
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import inspect
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, ClassVar
 
 from agentgym import (
@@ -11,51 +11,42 @@ from agentgym import (
     ConfigError,
     ConversationEnv,
     InfraError,
-    MemoryConfig,
     Message,
     Task,
     TokenCounter,
     UnknownNameError,
 )
-from agentgym.envs.math.extract import extract_answer, remove_boxes
-from agentgym.envs.math.generator import (
-    ANSWER_FORMATS,
-    KINDS,
-    LEVELS,
-    Problem,
-    format_answer,
-    generate,
-    parse_task_id,
+from agentgym.envs.math.config import (
+    DEFAULT_TEMPLATES,
+    MATH_SUMMARY_PROMPT,
+    MEMORY_MAX_TURNS,
+    SETTING_GROUPS,
+    SETTING_NAMES,
+    BalancedMathConfig,
+    MathProblems,
 )
-from agentgym.envs.math.grading import DEFAULT_HEDGING, DEFAULT_TIMEOUT_S, HEDGING_MODES, grade
+from agentgym.envs.math.extract import extract_answer, remove_boxes
+from agentgym.envs.math.generator import Problem, format_answer, generate, parse_task_id
+from agentgym.envs.math.grading import grade
 from agentgym.envs.math.pool import warm_up
-from agentgym.envs.math.rewards import RewardConfig
 from agentgym.envs.math.sources import MathItem, load_hard, load_problems
 
-__all__ = ["CONTINUE_MESSAGE", "DEFAULT_TEMPLATES", "BalancedMathEnv"]
+__all__ = [
+    "CONTINUE_MESSAGE",
+    "DEFAULT_TEMPLATES",
+    "ENV_ID",
+    "MATH_SUMMARY_PROMPT",
+    "MEMORY_MAX_TURNS",
+    "BalancedMathEnv",
+]
 
-DEFAULT_TEMPLATES = {
-    "boxed": (
-        "{problem}\n\nThink as much as the problem needs and no more. "
-        "Put your final answer in \\boxed{}."
-    ),
-    "answer_line": (
-        "Solve the problem below. Think as much as it needs and no more. The last line of "
-        'your reply must be "Answer: " followed by your final answer.\n\n{problem}'
-    ),
-}
+ENV_ID = "agentgym/BalancedMath-v0"
 
 #: The env's reply (memory mode) to a turn that gives no final answer yet.
 CONTINUE_MESSAGE = "Continue. When you reach the final answer, state it in the required format."
 
-MATH_SUMMARY_PROMPT = (
-    "{reason} Summarise your work on the problem so far: the approach, the intermediate results "
-    "you trust, and what remains to do. Only the problem and this summary will be shown to "
-    "you in the new context. Reply with the summary only."
-)
-
-#: Act turns allowed in memory mode when ``max_turns`` is not given.
-MEMORY_MAX_TURNS = 32
+#: What the constructor takes besides the settings.
+_OWN_ARGUMENTS = ("config", "count_tokens", "render_mode")
 
 
 @dataclass(frozen=True)
@@ -124,31 +115,38 @@ class BalancedMathEnv(ConversationEnv):
     policy tokens or ``memory.max_conversations`` conversations; a truncated episode is
     scored on its last reply.
 
-    **Arguments.**
+    **Arguments.** Every setting is a keyword of ``make`` (the names below) and a field
+    of one group of the frozen :class:`~agentgym.envs.math.config.BalancedMathConfig`;
+    ``config=`` takes a ready config, and keywords given with it replace its fields. An
+    unknown keyword fails at ``make`` time with the closest names.
 
-    * ``source``: ``"generator"`` (default), ``"hard"`` (the bundled set), or the path
-      of a ``.jsonl``/``.parquet`` file.
-    * ``kinds``, ``levels``: generator kinds (default all) and levels (default 1-3); a
-      list or a comma-separated string.
-    * ``problem_field``, ``answer_field``, ``solution_field``: column names of a data
-      file (defaults cover the common public math RL sets).
-    * ``answer_format``: ``"boxed"`` or ``"answer_line"``. ``strict_format``: an answer
-      stated in another format is wrong (default False: graded anyway, ``format_ok``
-      says which).
-    * ``system_prompt`` (default none), ``prompt_template`` (must contain ``{problem}``;
-      default depends on ``answer_format``).
-    * ``reward_scheme``, ``correct_reward``, ``incorrect_reward``, ``token_cost``,
+    * ``config``: a :class:`~agentgym.envs.math.config.BalancedMathConfig` (default:
+      every setting at its default).
+    * Problems (``config.problems``): ``source``: ``"generator"`` (default), ``"hard"``
+      (the bundled set), or the path of a ``.jsonl``/``.parquet`` file. ``kinds``,
+      ``levels``: generator kinds (default all) and levels (default 1-3); a list or a
+      comma-separated string. ``problem_field``, ``answer_field``, ``solution_field``:
+      column names of a data file (defaults cover the common public math RL sets).
+    * Answers (``config.answers``): ``answer_format``: ``"boxed"`` or
+      ``"answer_line"``. ``strict_format``: an answer stated in another format is wrong
+      (default False: graded anyway, ``format_ok`` says which). ``system_prompt``
+      (default none), ``prompt_template`` (must contain ``{problem}``; default depends
+      on ``answer_format``). ``hedging``: ``"last"`` (default; the last final answer
+      counts, candidates offered as alternatives in it are wrong) or ``"reject"``
+      (every final answer the reply states must be right); see
+      :func:`agentgym.envs.math.grade`. ``grading_timeout_s``: bound on the grading of
+      one reply (1.5 s).
+    * Rewards (``config.rewards``, a :class:`~agentgym.envs.math.rewards.RewardConfig`):
+      ``reward_scheme``, ``correct_reward``, ``incorrect_reward``, ``token_cost``,
       ``token_cost_on``, ``max_response_tokens`` (1024), ``linear_lambda`` (0.1),
       ``linear_budget``, ``target_tokens``, ``target_alpha`` (0.001), ``overlong_cache``
       (``max_response_tokens // 4``): see Rewards.
-    * ``grading_timeout_s``: bound on the grading of one reply (1.5 s).
-    * ``hedging``: ``"last"`` (default; the last final answer counts, candidates
-      offered as alternatives in it are wrong) or ``"reject"`` (every final answer the
-      reply states must be right); see :func:`agentgym.envs.math.grade`.
-    * ``memory``, ``count_tokens``, ``max_turns``, ``max_total_tokens``,
-      ``render_mode``: as in :class:`~agentgym.env.ConversationEnv`. ``count_tokens``
-      defaults to :func:`agentgym.tokens.approx_tokens` (UTF-8 bytes / 4, rounded up);
-      pass the trainer's tokenizer count for exact token costs.
+    * Limits (``config.limits``): ``memory``, ``max_turns`` (default 32 in memory
+      mode), ``max_total_tokens``: as in :class:`~agentgym.env.ConversationEnv`.
+    * ``count_tokens``, ``render_mode`` (not settings: passed beside the config): as in
+      :class:`~agentgym.env.ConversationEnv`. ``count_tokens`` defaults to
+      :func:`agentgym.tokens.approx_tokens` (UTF-8 bytes / 4, rounded up); pass the
+      trainer's tokenizer count for exact token costs.
 
     ``reset(options={"task_id": ...})`` replays a task: ``gen/<kind>/<level>/<seed>``
     for the generator, ``<name>/<row>`` or ``hard/<id>`` for data; ``{"index": i}``
@@ -156,117 +154,60 @@ class BalancedMathEnv(ConversationEnv):
 
     **Version history.** v0: first version; grading later learned self-correction,
     multi-box answers, hedging strictness (``hedging``) and equivalence by evaluation,
-    and raises ``InfraError`` on grader failures (issues 17 and 19).
+    and raises ``InfraError`` on grader failures (issues 17 and 19); the settings
+    became :class:`~agentgym.envs.math.config.BalancedMathConfig`, with the same
+    keywords and behaviour (issue 29).
     """
 
     memory_defaults: ClassVar[dict[str, Any]] = {"summary_prompt": MATH_SUMMARY_PROMPT}
 
     def __init__(
         self,
+        config: BalancedMathConfig | None = None,
         *,
-        source: str = "generator",
-        kinds: Sequence[str] | str | None = None,
-        levels: Sequence[int] | int | str | None = None,
-        problem_field: str | None = None,
-        answer_field: str | None = None,
-        solution_field: str | None = None,
-        answer_format: str = "boxed",
-        strict_format: bool = False,
-        system_prompt: str | None = None,
-        prompt_template: str | None = None,
-        reward_scheme: str = "binary",
-        correct_reward: float | None = None,
-        incorrect_reward: float | None = None,
-        token_cost: str = "none",
-        token_cost_on: str | None = None,
-        max_response_tokens: int = 1024,
-        linear_lambda: float = 0.1,
-        linear_budget: int | None = None,
-        target_tokens: int | None = None,
-        target_alpha: float = 0.001,
-        overlong_cache: int | None = None,
-        grading_timeout_s: float = DEFAULT_TIMEOUT_S,
-        hedging: str = DEFAULT_HEDGING,
-        memory: MemoryConfig | dict | bool | None = None,
         count_tokens: TokenCounter | None = None,
-        max_turns: int | None = None,
-        max_total_tokens: int | None = None,
         render_mode: str | None = None,
+        **settings: Any,
     ) -> None:
-        mem = MemoryConfig.coerce(memory, **self.memory_defaults)
-        if mem.enabled and max_turns is None:
-            max_turns = MEMORY_MAX_TURNS
+        """Make the env from ``config`` and/or keyword settings (see **Arguments**).
+
+        Args:
+            config: a ready :class:`BalancedMathConfig` (``None``: the defaults).
+            count_tokens: the token counter (``None``: ``approx_tokens``).
+            render_mode: Gymnasium's render mode (``"ansi"``, ``"human"`` or ``None``).
+            **settings: flat settings (``levels=1``, ``token_cost="linear"``, ...); they
+                replace the fields of ``config``.
+
+        Raises:
+            UnknownNameError: a keyword that is no argument (with the closest names).
+            ConfigError: a bad value, or a data file that cannot be read.
+        """
+        config = _resolve_config(config, settings)
+        self.config = config
+        limits, answers = config.limits, config.answers
         super().__init__(
-            memory=mem,
+            memory=limits.memory,
             count_tokens=count_tokens,
-            max_turns=max_turns,
-            max_total_tokens=max_total_tokens,
+            max_turns=limits.turn_limit,
+            max_total_tokens=limits.max_total_tokens,
             render_mode=render_mode,
         )
-        if answer_format not in ANSWER_FORMATS:
-            raise UnknownNameError("answer_format", str(answer_format), ANSWER_FORMATS)
-        self.answer_format = answer_format
-        self.strict_format = bool(strict_format)
-        self.system_prompt = _optional_str("system_prompt", system_prompt)
-        template = _optional_str("prompt_template", prompt_template)
-        if template is not None and "{problem}" not in template:
-            raise ConfigError(
-                "prompt_template must contain the placeholder {problem} (where the problem "
-                f"text goes); got {template!r}."
-            )
-        self.prompt_template = template or DEFAULT_TEMPLATES[answer_format]
-        if not isinstance(grading_timeout_s, int | float) or grading_timeout_s <= 0:
-            raise ConfigError(f"grading_timeout_s must be > 0 seconds, got {grading_timeout_s!r}.")
-        self.grading_timeout_s = float(grading_timeout_s)
-        if hedging not in HEDGING_MODES:
-            raise UnknownNameError("hedging", str(hedging), HEDGING_MODES)
-        self.hedging = hedging
-        self.rewards = RewardConfig(
-            reward_scheme=reward_scheme,
-            correct_reward=correct_reward,
-            incorrect_reward=incorrect_reward,
-            token_cost=token_cost,
-            token_cost_on=token_cost_on,
-            max_response_tokens=_as_int("max_response_tokens", max_response_tokens),
-            linear_lambda=float(linear_lambda),
-            linear_budget=None
-            if linear_budget is None
-            else _as_int("linear_budget", linear_budget),
-            target_tokens=None
-            if target_tokens is None
-            else _as_int("target_tokens", target_tokens),
-            target_alpha=float(target_alpha),
-            overlong_cache=None
-            if overlong_cache is None
-            else _as_int("overlong_cache", overlong_cache),
-        )
-        if not isinstance(source, str) or not source:
-            raise ConfigError(
-                "source must be 'generator', 'hard' or the path of a .jsonl/.parquet file; "
-                f"got {source!r}."
-            )
-        self.source = source
+        self.answer_format = answers.answer_format
+        self.strict_format = answers.strict_format
+        self.system_prompt = answers.system_prompt
+        self.prompt_template = answers.template
+        self.grading_timeout_s = answers.grading_timeout_s
+        self.hedging = answers.hedging
+        self.rewards = config.rewards
+        self.source = config.problems.source
         self.kinds: tuple[str, ...] = ()
         self.levels: tuple[int, ...] = ()
         self.items: tuple[MathItem, ...] = ()
-        if source == "generator":
-            self.kinds = _parse_kinds(kinds)
-            self.levels = _parse_levels(levels)
+        if self.source == "generator":
+            self.kinds = tuple(config.problems.kind_choices)
+            self.levels = tuple(config.problems.level_choices)
         else:
-            if kinds is not None or levels is not None:
-                raise ConfigError(
-                    f"kinds and levels select generator problems; they do not apply to "
-                    f"source={source!r}. Remove them or use source='generator'."
-                )
-            if source == "hard":
-                self.items = load_hard()
-            else:
-                self.items = load_problems(
-                    source,
-                    problem_field=problem_field,
-                    answer_field=answer_field,
-                    solution_field=solution_field,
-                )
+            self.items = _load_items(config.problems)
             self._by_id = {it.task_id: i for i, it in enumerate(self.items)}
         self._current: _Current | None = None
         self._last_reply = ""
@@ -402,56 +343,61 @@ class BalancedMathEnv(ConversationEnv):
         return self.worked_solution("concise")
 
 
-# ---------------------------------------------------------------------- argument parsing
-def _optional_str(name: str, value: Any) -> str | None:
-    if value is None or isinstance(value, str):
-        return value or None
-    raise ConfigError(f"{name} must be a string or None, got {type(value).__name__}.")
+# ---------------------------------------------------------------------- construction
+def _resolve_config(config: Any, settings: dict[str, Any]) -> BalancedMathConfig:
+    """The env's settings: ``config`` (or the defaults) with the keyword ``settings`` applied."""
+    unknown = sorted(set(settings) - set(SETTING_NAMES))
+    if unknown:
+        raise UnknownNameError(
+            f"argument for {ENV_ID}",
+            unknown[0],
+            [*SETTING_NAMES, *_OWN_ARGUMENTS],
+            hint=f"See `agentgym info {ENV_ID}` for what each argument does.",
+        )
+    if config is None:
+        config = BalancedMathConfig()
+    elif not isinstance(config, BalancedMathConfig):
+        raise ConfigError(
+            "config must be an agentgym.envs.math.BalancedMathConfig or None, got "
+            f"{type(config).__name__}; or pass the settings as keywords (levels=1, "
+            "token_cost='linear', ...)."
+        )
+    return config.with_settings(**settings) if settings else config
 
 
-def _as_int(name: str, value: Any) -> int:
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name} must be an integer, got {value!r}.")
-    return value
+def _load_items(problems: MathProblems) -> tuple[MathItem, ...]:
+    """The problems of a data source: the bundled hard set or a user's file."""
+    if problems.source == "hard":
+        return load_hard()
+    return load_problems(
+        problems.source,
+        problem_field=problems.problem_field,
+        answer_field=problems.answer_field,
+        solution_field=problems.solution_field,
+    )
 
 
-def _split(value: Any) -> list[Any]:
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    if isinstance(value, int) and not isinstance(value, bool):
-        return [value]
-    if isinstance(value, list | tuple):
-        return list(value)
-    raise ConfigError(f"Expected a list or a comma-separated string, got {value!r}.")
+def _init_signature() -> inspect.Signature:
+    """The constructor's signature with each setting as a keyword, so that ``help``,
+    :func:`inspect.signature` and :func:`agentgym.registration.env_arguments` list what
+    ``**settings`` accepts."""
+    param = inspect.Parameter
+    params = [
+        param("self", param.POSITIONAL_OR_KEYWORD),
+        param(
+            "config",
+            param.POSITIONAL_OR_KEYWORD,
+            default=None,
+            annotation="BalancedMathConfig | None",
+        ),
+        param("count_tokens", param.KEYWORD_ONLY, default=None, annotation="TokenCounter | None"),
+        param("render_mode", param.KEYWORD_ONLY, default=None, annotation="str | None"),
+    ]
+    for cls in SETTING_GROUPS.values():
+        for f in fields(cls):
+            default = param.empty if f.default is MISSING else f.default
+            params.append(param(f.name, param.KEYWORD_ONLY, default=default, annotation=f.type))
+    return inspect.Signature(params, return_annotation="None")
 
 
-def _parse_kinds(kinds: Any) -> tuple[str, ...]:
-    if kinds is None:
-        return KINDS
-    out = []
-    for k in _split(kinds):
-        if k not in KINDS:
-            raise UnknownNameError("problem kind", str(k), KINDS)
-        out.append(k)
-    if not out:
-        raise ConfigError(f"kinds must name at least one of {', '.join(KINDS)}.")
-    return tuple(dict.fromkeys(out))
-
-
-def _parse_levels(levels: Any) -> tuple[int, ...]:
-    if levels is None:
-        return LEVELS
-    out = []
-    for v in _split(levels):
-        try:
-            level = int(v)
-        except (TypeError, ValueError):
-            level = -1
-        if isinstance(v, bool) or level not in LEVELS:
-            raise ConfigError(f"levels must be among {LEVELS}, got {v!r}.")
-        out.append(level)
-    if not out:
-        raise ConfigError(f"levels must name at least one of {LEVELS}.")
-    return tuple(dict.fromkeys(out))
+BalancedMathEnv.__init__.__signature__ = _init_signature()  # type: ignore[attr-defined]
