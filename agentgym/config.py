@@ -197,7 +197,12 @@ def apply_overrides(cls: type, data: dict[str, Any], overrides: list[str]) -> di
 def _default_section(cls: type, path: list[str]) -> Any:
     obj: Any = cls()
     for part in path:
-        obj = obj[int(part)] if isinstance(obj, list) else getattr(obj, part)
+        if isinstance(obj, list):
+            obj = obj[int(part)]
+        elif isinstance(obj, dict):  # a free-form mapping: a missing key starts empty
+            obj = obj.get(part, {})
+        else:
+            obj = getattr(obj, part)
     return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
 
 

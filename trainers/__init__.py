@@ -11,8 +11,11 @@ attribute access, so ``import agentgym.trainers`` is cheap.
   :func:`apply_lora` and the adapter state helpers; the in-process tokenizer
   (:func:`build_tokenizer`);
 * multi-process runs: :func:`under_torchrun`, :func:`torchrun_command`, :func:`shutdown`;
+* what the tools beside the trainer take from it: the planner (:mod:`agentgym.plan`: the
+  policy losses, the device-mesh :class:`Layout`, the pipeline split :func:`stage_ranges`)
+  and the server (:mod:`agentgym.serve`: the batching engine, models on their device);
 * sub-packages with their own public names: :mod:`.engines` (rollout engines),
-  :mod:`.plan` (the memory planner), :mod:`.sft`.
+  :mod:`.sft`.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ _LAZY = {
     "EnvSpec": "agentgym.trainers.config",
     "LoraSettings": "agentgym.trainers.config",
     "ModelConfig": "agentgym.trainers.config",
+    "RolloutConfig": "agentgym.trainers.config",
     "Learner": "agentgym.trainers.learner",
     "env_corpus": "agentgym.trainers.env_setup",
     "evaluate_async": "agentgym.trainers.evaluation",
@@ -58,6 +62,8 @@ _LAZY = {
     "load_model": "agentgym.trainers.models",
     "save_model": "agentgym.trainers.models",
     "apply_lora": "agentgym.trainers.models",
+    "build_model_and_tokenizer": "agentgym.trainers.models",
+    "place_model": "agentgym.trainers.device",
     "resolve_lora_targets": "agentgym.trainers.models",
     "adapter_state_dict": "agentgym.trainers.models",
     "load_adapter_state_dict": "agentgym.trainers.models",
@@ -70,9 +76,15 @@ _LAZY = {
     "moe_routers": "agentgym.trainers.router_replay",
     "flat": "agentgym.trainers.router_replay",
     # engines (also in agentgym.trainers.engines)
+    "BatchingPolicy": "agentgym.trainers.engines",
     "HFEngine": "agentgym.trainers.engines",
+    "HFEngineOptions": "agentgym.trainers.engines",
+    "vllm_lora_rank": "agentgym.trainers.engines",
     "RolloutEngine": "agentgym.trainers.engines",
     "make_engine": "agentgym.trainers.engines",
+    # the policy losses by name and the device mesh (the planner sizes the same runs)
+    "POLICY_LOSSES": "agentgym.trainers.algorithm",
+    "Layout": "agentgym.trainers.parallel",
     # several processes
     "under_torchrun": "agentgym.trainers.distributed",
     "torchrun_command": "agentgym.trainers.distributed",

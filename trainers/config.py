@@ -24,11 +24,10 @@ from agentgym import config_check as _check
 from agentgym.trainers.algorithm import AlgorithmConfig
 from agentgym.trainers.critic import CriticConfig
 from agentgym.trainers.engines import HFEngineOptions, VLLMEngineOptions, engine_options
-from agentgym.trainers.plan import PlanSettings
 from agentgym.trainers.tracking import check_report_to
 
 if TYPE_CHECKING:
-    from agentgym.trainers.health import DetectorSettings
+    from agentgym.health import DetectorSettings
 
 # ----------------------------------------------------------------------------- sections
 
@@ -479,7 +478,7 @@ class HealthConfig:
 
     def detector_settings(self) -> DetectorSettings:
         """The detector's knobs from this section."""
-        from agentgym.trainers.health import DetectorSettings
+        from agentgym.health import DetectorSettings
 
         return DetectorSettings(
             hung_after_s=self.hung_after_s,
@@ -508,7 +507,9 @@ class TrainConfig:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
     train_seed_start: int = 0
-    plan: PlanSettings = field(default_factory=PlanSettings)  # agentgym plan's (docs/plan.md)
+    #: ``agentgym plan``'s section, kept as written: the trainer never reads it, and the
+    #: planner sits above the trainers (``agentgym.plan.PlanConfig`` types and checks it)
+    plan: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check(len(self.envs) >= 1, "envs must list at least one environment.")

@@ -15,7 +15,7 @@ is a backstop: the launcher's fault detector finds a stalled rank in seconds
 Only small Python objects travel through :func:`all_gather_objects` (episodes, metric
 sums); tensors of the model move through the strategy's own collectives (DeepSpeed,
 FSDP2). The time each rank spends in the collectives of this module is counted
-(:data:`~agentgym.trainers.health.COLLECTIVES`) and reported in its heartbeat: the rank
+(:data:`~agentgym.health.COLLECTIVES`) and reported in its heartbeat: the rank
 the others wait for is the one that waits least.
 """
 
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 
 from agentgym import ConfigError
-from agentgym.trainers.health import COLLECTIVES
+from agentgym.health import COLLECTIVES
 
 if TYPE_CHECKING:
     from agentgym.trainers.config import DistributedConfig

@@ -4,7 +4,7 @@ they write into ``run.output_dir``, and how a start-up that failed is cleaned aw
 * :func:`describe_run`: what a folder already holds (a run's config, metrics rows,
   checkpoints, a saved model), in one line, or ``None`` for a folder with no run.
 * :func:`prepare_run_folder`: the command's rule. A folder a live trainer holds is
-  refused first, naming the holder (its lock, :mod:`agentgym.trainers.health`). Without ``--resume`` a folder that
+  refused first, naming the holder (its lock, :mod:`agentgym.health`). Without ``--resume`` a folder that
   holds a run is refused (two runs must never mix their metrics and checkpoints in one
   folder) unless ``--overwrite`` clears it first; ``--resume`` needs a checkpoint to
   resume from; ``--resume-if-present`` (for scripts and restarts) resumes when there is
@@ -79,7 +79,7 @@ def prepare_run_folder(
     the run resumes. Raises :class:`~agentgym.ConfigError` saying what to do."""
     out = Path(out)
     if out.is_dir():  # a live run's folder: name its holder (and never delete its files)
-        from agentgym.trainers.health import RunLock
+        from agentgym.health import RunLock
 
         RunLock(out).acquire(role=f"agentgym {command}").release()
     if overwrite and (resume or resume_if_present):

@@ -56,8 +56,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     import json
 
     from agentgym import ConfigError, load_config
-    from agentgym.trainers import TrainConfig
-    from agentgym.trainers.plan import (
+    from agentgym.plan import (
+        PlanConfig,
         format_plans,
         format_step,
         plan_both,
@@ -75,7 +75,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise ConfigError("--top must be >= 1.")
     if args.full_finetune and not args.search:
         raise ConfigError("--full-finetune goes with --search.")
-    cfg = load_config(TrainConfig, args.config, args.overrides)
+    cfg = load_config(PlanConfig, args.config, args.overrides)
     inputs = plan_inputs(cfg, gpus=args.gpus, gpu_mem_gib=args.gpu_mem, for_search=args.search)
     if args.search:
         return _search(args, inputs)
@@ -95,7 +95,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def _search(args: argparse.Namespace, inputs) -> int:
     import json
 
-    from agentgym.trainers.plan import (
+    from agentgym.plan import (
         disaggregated_option,
         format_plans,
         format_search,

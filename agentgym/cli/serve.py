@@ -109,12 +109,12 @@ HF_ONLY = {
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from agentgym.trainers.serve import resolve_serve_engine
+    from agentgym.serve import resolve_serve_engine
 
     loras = parse_lora(args.lora)
     if resolve_serve_engine(args.engine) == "vllm":
         return _serve_vllm(args, loras)
-    from agentgym.trainers.serve import import_aiohttp, load_served_models, serve_forever
+    from agentgym.serve import import_aiohttp, load_served_models, serve_forever
 
     import_aiohttp()  # fail before loading a model when the extra is missing
     if args.threads is not None:
@@ -157,7 +157,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _serve_vllm(args: argparse.Namespace, loras: list[tuple[str, str]]) -> int:
     """Replace this process with vLLM's OpenAI server for the same model and adapters."""
-    from agentgym.trainers.serve import exec_vllm_server, vllm_server_command
+    from agentgym.serve import exec_vllm_server, vllm_server_command
 
     given = [flag for flag, attr in HF_ONLY.items() if getattr(args, attr) is not None]
     if given:

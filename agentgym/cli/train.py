@@ -134,19 +134,19 @@ def _print_config(cfg: object) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from agentgym import load_config
-    from agentgym.trainers import TrainConfig
+    from agentgym.plan import PlanConfig  # the trainer's config, its plan: section checked
 
     config, overrides = _split(args)
     if getattr(args, "max_restarts", None) is not None:
         overrides.append(f"distributed.max_restarts={args.max_restarts}")
-    cfg = load_config(TrainConfig, config, overrides)
+    cfg = load_config(PlanConfig, config, overrides)
     if args.print_config:
         _print_config(cfg)
         return 0
     from agentgym.trainers import shutdown, under_torchrun
 
     if under_torchrun():
-        from agentgym.trainers.health import guard_parent
+        from agentgym.health import guard_parent
 
         guard_parent()  # a rank dies with torchrun, and exits if its launcher is gone
 
@@ -161,8 +161,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             )
         return _launch(args, config, overrides, cfg, _prepare(args, cfg, "train"))
 
+    from agentgym.health import RunStopped
     from agentgym.trainers import DAPOTrainer, clean_failed_start, folder_state
-    from agentgym.trainers.health import RunStopped
 
     existed = folder_state(cfg.run.output_dir)
     resume = _prepare(args, cfg, "train")
@@ -217,8 +217,8 @@ def _launch(
     returns 0, the status of a stop on a fault, or torchrun's status."""
     from pathlib import Path
 
+    from agentgym.health import LaunchPlan, RunLock, supervise
     from agentgym.trainers import torchrun_command
-    from agentgym.trainers.health import LaunchPlan, RunLock, supervise
 
     argv = ["train", *([config] if config else []), *overrides]
 

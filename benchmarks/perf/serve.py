@@ -1,6 +1,6 @@
 """``agentgym serve`` throughput: requests/s and tokens/s at 1, 8 and 32 concurrent clients.
 
-A real server (:class:`agentgym.trainers.serve.ServerThread` on 127.0.0.1, the HF engine
+A real server (:class:`agentgym.serve.ServerThread` on 127.0.0.1, the HF engine
 batching concurrent requests with the trainer's ``BatchingPolicy``) and real HTTP
 clients (``httpx.AsyncClient``, one connection per client) in a separate process, so
 that the clients do not compete with the server for the interpreter lock. Each of
@@ -93,7 +93,7 @@ def run(
     """Measure each concurrency level in turn (see the module docstring)."""
     import torch
 
-    from agentgym.trainers.serve import ServerThread, load_served_models
+    from agentgym.serve import ServerThread, load_served_models
 
     torch.set_num_threads(threads)
     total = requests or (16 if quick else 64)

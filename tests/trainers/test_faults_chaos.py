@@ -221,6 +221,6 @@ def test_a_second_trainer_is_refused_and_killing_the_launcher_leaves_nothing(tmp
         if proc.poll() is None:
             proc.kill()
     assert left == [], f"left behind: {left} (ranks were {ranks})"
-    from agentgym.trainers.health import RunLock
+    from agentgym.health import RunLock
 
     RunLock(out).acquire().release()  # the kernel dropped the launcher's lock

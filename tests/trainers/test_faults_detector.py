@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from agentgym.trainers.health import (
+from agentgym.health import (
     HIGH_BAD,
     LOW_BAD,
     RANK_RULES,
@@ -37,7 +37,7 @@ from agentgym.trainers.health import (
     stuck,
     window_rates,
 )
-from agentgym.trainers.health.procs import alive, descendants, kill_tree, proc_state
+from agentgym.health.procs import alive, descendants, kill_tree, proc_state
 
 
 def _sample(t, worker="rank0", **counters_and_gauges):
@@ -274,7 +274,7 @@ def test_the_run_lock_names_its_holder_and_dies_with_it(tmp_path):
             sys.executable,
             "-c",
             "import sys, time\n"
-            "from agentgym.trainers.health import RunLock\n"
+            "from agentgym.health import RunLock\n"
             f"RunLock({str(tmp_path)!r}).acquire(role='holder test')\n"
             "print('held', flush=True)\n"
             "time.sleep(60)\n",

@@ -1,6 +1,6 @@
 """A Ray env worker stopped with SIGSTOP in the middle of a rollout.
 
-The trainer's :class:`~agentgym.trainers.health.WorkerMonitor` polls the real actors; the
+The trainer's :class:`~agentgym.health.WorkerMonitor` polls the real actors; the
 stopped one stops answering, is named hung (worker, host, pid) within seconds, its
 ``/proc`` state is dumped, and it is replaced; the episodes it held fail with
 ``worker_lost`` and are played again with the same seeds, so the rollout equals one
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from agentgym.health import DetectorSettings, WorkerMonitor
+from agentgym.health.procs import alive
 from agentgym.policies import ScriptedPolicy
 from agentgym.rollouts import rollout
-from agentgym.trainers.health import DetectorSettings, WorkerMonitor
-from agentgym.trainers.health.procs import alive
 from agentgym.workers import RayEnvWorkers
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")

@@ -139,7 +139,7 @@ def test_expert_shards_concatenate_back_to_peft_layout():
 
 
 def test_the_planner_plans_the_trainers_layout():
-    from agentgym.trainers.plan import plan_inputs
+    from agentgym.plan import plan_inputs
 
     path = CONFIGS / "deepseek_v3_671b_48xh100.yaml"
     p = plan_inputs(load_config(TrainConfig, path, [])).parallel

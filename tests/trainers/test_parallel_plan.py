@@ -22,8 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from agentgym.trainers.parallel import Layout
-from agentgym.trainers.plan import (
+from agentgym.plan import (
     GIB,
     Architecture,
     Hardware,
@@ -32,6 +31,7 @@ from agentgym.trainers.plan import (
     TrainSpec,
     plan_lora,
 )
+from agentgym.trainers.parallel import Layout
 
 HELPERS = Path(__file__).resolve().parents[1] / "helpers"
 

@@ -19,9 +19,7 @@ import pytest
 import yaml
 
 from agentgym import ConfigError, UnknownNameError, load_config
-from agentgym.trainers import TrainConfig
-from agentgym.trainers.config import LoraSettings
-from agentgym.trainers.plan import (
+from agentgym.plan import (
     GIB,
     Architecture,
     Hardware,
@@ -35,6 +33,8 @@ from agentgym.trainers.plan import (
     plan_inputs,
     plan_lora,
 )
+from agentgym.trainers import TrainConfig
+from agentgym.trainers.config import LoraSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_671B = ROOT / "configs" / "deepseek_v3_671b_48xh100.yaml"

@@ -10,20 +10,22 @@ import pytest
 import yaml
 
 from agentgym import ConfigError, UnknownNameError, config_from_dict, load_config
-from agentgym.trainers import TrainConfig
-from agentgym.trainers.plan import (
+from agentgym.plan import (
     Architecture,
+    PlanConfig,
     PlanSettings,
     count_parameters,
     plan_both,
     plan_inputs,
+    plan_settings,
 )
+from agentgym.trainers import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_671B = ROOT / "configs" / "deepseek_v3_671b_48xh100.yaml"
 
 #: per-GPU GiB of the 671B plan, as `agentgym plan` printed them before the planner read
-#: the trainer's config (the planner's own YAML shape, trainers/plan.py); the LoRA column
+#: the trainer's config (the planner's own YAML shape, then in trainers/plan.py); the LoRA column
 #: since the config stopped adapting kv_b_proj (vLLM folds it into its MLA decode)
 BEFORE = {
     "lora": {"train": 26.454121947288513, "rollout": 61.28532776236534, "peak": 61.28532776236534},
@@ -42,7 +44,7 @@ TINY_ARCH = {
 }
 
 
-def tiny_config(**sections) -> TrainConfig:
+def tiny_config(**sections) -> PlanConfig:
     """A small planned config: a dense model, 2 GPUs, the given sections on top."""
     data = {
         "model": {"path": "/nonexistent", "architecture": TINY_ARCH},
@@ -52,9 +54,9 @@ def tiny_config(**sections) -> TrainConfig:
     return _load(data)
 
 
-def _load(data: dict) -> TrainConfig:
+def _load(data: dict) -> PlanConfig:
     """A trainer config from a dict, as the loader builds it from YAML."""
-    return config_from_dict(TrainConfig, data)
+    return config_from_dict(PlanConfig, data)
 
 
 # --------------------------------------------------------------------------- both commands
@@ -73,7 +75,7 @@ def test_train_print_config_accepts_the_671b_config(capsys) -> None:
 def test_plan_gives_the_same_per_gpu_totals_as_before(tmp_path, capsys) -> None:
     from agentgym.cli import main
 
-    lora, full = plan_both(plan_inputs(load_config(TrainConfig, CONFIG_671B)))
+    lora, full = plan_both(plan_inputs(load_config(PlanConfig, CONFIG_671B)))
     for plan, want in ((lora, BEFORE["lora"]), (full, BEFORE["full"])):
         assert plan.train_gib == pytest.approx(want["train"], rel=1e-12)
         assert plan.rollout_gib == pytest.approx(want["rollout"], rel=1e-12)
@@ -96,13 +98,13 @@ def test_unknown_key_in_plan_section_says_did_you_mean(tmp_path, capsys) -> None
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(raw))
     with pytest.raises(UnknownNameError, match=r"Did you mean.*plan\.gpu_mem_gib"):
-        load_config(TrainConfig, bad)
+        load_config(PlanConfig, bad)
     for command in (["plan", str(bad)], ["train", str(bad), "--print-config"]):
         assert main(command) == 2
         assert "plan.gpu_mem_gib" in capsys.readouterr().err
     # the same through an override, and one level down
     with pytest.raises(UnknownNameError, match=r"plan\.parallel\.tp"):
-        load_config(TrainConfig, CONFIG_671B, ["plan.parallel.tpp=8"])
+        load_config(PlanConfig, CONFIG_671B, ["plan.parallel.tpp=8"])
 
 
 def test_plan_overrides_work_as_in_train(capsys) -> None:
@@ -123,19 +125,36 @@ def test_config_without_plan_section_says_what_to_add(capsys) -> None:
 
     assert PlanSettings().planned is False
     with pytest.raises(ConfigError, match=r"plan\.gpus"):
+        plan_inputs(PlanConfig())
+    with pytest.raises(ConfigError, match=r"plan\.gpus"):
         plan_inputs(TrainConfig())
     assert main(["plan", str(ROOT / "configs" / "quickstart_dapo.yaml")]) == 2
     err = capsys.readouterr().err
     assert "plan:" in err and "parallel" in err
 
 
+def test_the_trainer_keeps_the_plan_section_as_written_and_the_planner_reads_it() -> None:
+    """TrainConfig (the trainer's layer, below the planner) holds ``plan:`` as a mapping;
+    the planner types it, with the same checks and the same plans as PlanConfig's."""
+    raw = load_config(TrainConfig, CONFIG_671B)
+    typed = load_config(PlanConfig, CONFIG_671B)
+    assert isinstance(raw.plan, dict) and raw.plan["gpus"] == 48
+    assert isinstance(typed, TrainConfig) and plan_settings(raw) == typed.plan
+    assert plan_inputs(raw) == plan_inputs(typed)
+    bad = load_config(TrainConfig, None, ["plan.workload.prompt_tokens=-1"])
+    with pytest.raises(ConfigError, match=r"plan\.workload\.prompt_tokens"):
+        plan_settings(bad)
+    with pytest.raises(UnknownNameError, match=r"plan\.parallel\.tp"):
+        plan_inputs(load_config(TrainConfig, CONFIG_671B, ["plan.parallel.tpp=8"]))
+
+
 def test_plan_section_is_checked_when_the_config_loads() -> None:
     with pytest.raises(UnknownNameError, match="Did you mean"):
-        load_config(TrainConfig, None, ["plan.base_weights=fp9"])
+        load_config(PlanConfig, None, ["plan.base_weights=fp9"])
     with pytest.raises(ConfigError, match=r"plan\.activation_checkpointing"):
-        load_config(TrainConfig, None, ["plan.activation_checkpointing=false"])
+        load_config(PlanConfig, None, ["plan.activation_checkpointing=false"])
     with pytest.raises(ConfigError, match=r"plan\.gpus"):
-        load_config(TrainConfig, None, ["plan.gpus=-1"])
+        load_config(PlanConfig, None, ["plan.gpus=-1"])
 
 
 # --------------------------------------------------------------------------- the trainer's sections
@@ -201,8 +220,8 @@ def test_rollout_needs_max_num_seqs_and_a_matching_gpu_count() -> None:
 
 
 def test_gpus_rescales_both_data_parallel_sizes() -> None:
-    inputs = plan_inputs(load_config(TrainConfig, CONFIG_671B), gpus=96)
+    inputs = plan_inputs(load_config(PlanConfig, CONFIG_671B), gpus=96)
     assert inputs.parallel.dp == 4 and inputs.rollout is not None and inputs.rollout.dp == 2
     assert inputs.rollout.ep == 8  # the config's expert-parallel group, replicated
     with pytest.raises(ConfigError, match="multiple"):
-        plan_inputs(load_config(TrainConfig, CONFIG_671B), gpus=50)
+        plan_inputs(load_config(PlanConfig, CONFIG_671B), gpus=50)

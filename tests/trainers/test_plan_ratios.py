@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from agentgym.trainers.plan import (
+from agentgym.plan import (
     Architecture,
     Cluster,
     Efficiency,
@@ -33,7 +33,7 @@ from agentgym.trainers.plan import (
     ParallelSpec,
     Workload,
 )
-from agentgym.trainers.plan.train_time import train_time
+from agentgym.plan.train_time import train_time
 
 torch = pytest.importorskip("torch")
 

@@ -11,19 +11,20 @@ from pathlib import Path
 import pytest
 
 from agentgym import ConfigError, load_config
-from agentgym.trainers import TrainConfig
-from agentgym.trainers.plan import (
+from agentgym.plan import (
     ParallelSpec,
+    PlanConfig,
     plan_both,
     plan_inputs,
     plan_lora,
     search_layouts,
 )
-from agentgym.trainers.plan.search_memory import (
+from agentgym.plan.search_memory import (
     peak_gib,
     rollout_memory,
     train_memory,
 )
+from agentgym.trainers import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_671B = ROOT / "configs" / "deepseek_v3_671b_48xh100.yaml"
@@ -101,7 +102,7 @@ def test_no_checkpointing_keeps_every_layer() -> None:
     assert off.train_gib > on.train_gib and off.stage == 0  # the first stage keeps the most
     # a hand-written plan: section still asks for checkpointing (tests/trainers/test_plan_config.py)
     with pytest.raises(ConfigError, match="search"):
-        load_config(TrainConfig, CONFIG_671B, ["plan.activation_checkpointing=false"])
+        load_config(PlanConfig, CONFIG_671B, ["plan.activation_checkpointing=false"])
 
 
 # --------------------------------------------------------------------------- the search

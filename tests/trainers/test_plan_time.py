@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentgym import UnknownNameError, load_config
-from agentgym.trainers import TrainConfig
-from agentgym.trainers.plan import (
+from agentgym.plan import (
     FIGURES,
     GPUS,
     Cluster,
@@ -27,11 +26,12 @@ from agentgym.trainers.plan import (
     step_spec,
     step_time,
 )
-from agentgym.trainers.plan.calibration import DEEPSEEK_V3, QWEN3_30B
-from agentgym.trainers.plan.disagg import DisaggLayout, throughput_sweep
-from agentgym.trainers.plan.rollout_time import Engine
-from agentgym.trainers.plan.train_time import train_time
-from agentgym.trainers.plan.workload import episode_lengths, length_quantiles
+from agentgym.plan.calibration import DEEPSEEK_V3, QWEN3_30B
+from agentgym.plan.disagg import DisaggLayout, throughput_sweep
+from agentgym.plan.rollout_time import Engine
+from agentgym.plan.train_time import train_time
+from agentgym.plan.workload import episode_lengths, length_quantiles
+from agentgym.trainers import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_671B = ROOT / "configs" / "deepseek_v3_671b_48xh100.yaml"
@@ -135,9 +135,9 @@ def test_a_critic_costs_its_passes_its_valuation_and_its_adapter() -> None:
     """VAPO on the 671B layout: the critic's training passes (one per
     ``critic.updates_per_batch``) through the same pipeline, each with its bubble, its
     valuation as one more forward pass, and its adapter's states in memory."""
-    from agentgym.trainers.plan import plan_lora
-    from agentgym.trainers.plan.architecture import critic_spec, trained_adapter_elems
-    from agentgym.trainers.plan.memory import pipeline_stages
+    from agentgym.plan import plan_lora
+    from agentgym.plan.architecture import critic_spec, trained_adapter_elems
+    from agentgym.plan.memory import pipeline_stages
 
     dapo = spec_671b()
     vapo = spec_671b("algorithm.name=vapo", "critic.r=8", "critic.updates_per_batch=2")

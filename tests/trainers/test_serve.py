@@ -68,7 +68,7 @@ def trained(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(trained):
-    from agentgym.trainers.serve import ServerThread, load_served_models
+    from agentgym.serve import ServerThread, load_served_models
 
     base, adapter = trained
     served = load_served_models(
@@ -268,7 +268,7 @@ def test_adapters_load_and_unload_at_run_time(client, server, trained):
 
 
 def test_unloading_every_adapter_gives_back_the_base_model(trained):
-    from agentgym.trainers.serve import load_served_models
+    from agentgym.serve import load_served_models
 
     base, adapter = trained
     served = load_served_models(str(base), loras=[("a", str(adapter))])
@@ -284,8 +284,8 @@ def test_unloading_every_adapter_gives_back_the_base_model(trained):
 def test_an_adapter_for_another_model_is_refused_and_leaves_the_base_alone(trained, tmp_path):
     from peft import LoraConfig, get_peft_model
 
+    from agentgym.serve import APIError, load_served_models
     from agentgym.trainers import build_preset, build_tokenizer
-    from agentgym.trainers.serve import APIError, load_served_models
 
     other = build_preset(
         "tiny-qwen2", build_tokenizer(), overrides={**TINY_QWEN, "hidden_size": 64}
@@ -325,7 +325,7 @@ def test_a_client_that_hangs_up_mid_stream_does_not_hurt_the_server(client, serv
 
 def test_missing_aiohttp_names_the_extra(monkeypatch):
     from agentgym import ConfigError
-    from agentgym.trainers.serve import import_aiohttp
+    from agentgym.serve import import_aiohttp
 
     monkeypatch.setitem(sys.modules, "aiohttp", None)
     with pytest.raises(ConfigError, match=r"agentgym\[serve\]"):
@@ -396,7 +396,7 @@ def test_the_serve_command_and_agentgym_eval_over_http(trained, tmp_path):
 def test_the_base_is_placed_on_the_device_and_in_the_dtype_asked_for(trained):
     import torch
 
-    from agentgym.trainers.serve import load_served_models
+    from agentgym.serve import load_served_models
 
     base, adapter = trained
     served = load_served_models(

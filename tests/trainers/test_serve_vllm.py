@@ -18,7 +18,7 @@ import pytest
 
 from agentgym import ConfigError
 from agentgym.cli import main
-from agentgym.trainers.serve import (
+from agentgym.serve import (
     resolve_serve_engine,
     vllm_server_command,
 )
@@ -121,7 +121,7 @@ def test_the_cli_says_what_to_install_for_vllm(tmp_path, capsys):
 
 
 def test_hf_only_options_are_refused_with_vllm(tmp_path, capsys, monkeypatch):
-    import agentgym.trainers.serve.vllm as serve_vllm
+    import agentgym.serve.vllm as serve_vllm
 
     monkeypatch.setattr(serve_vllm, "vllm_present", lambda: True)
     model = _model_dir(tmp_path)

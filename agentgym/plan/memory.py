@@ -1,0 +1,272 @@
+"""The memory model: bytes of each kind of tensor on one GPU, stage by stage.
+
+Building blocks of :mod:`.plans`: how layers split into pipeline stages, the base
+weights one GPU of a stage holds (:func:`stage_weight_bytes`), the activations of one
+recomputed layer per token (:func:`layer_activation_elems`), the rollout engine's
+weights, adapter and KV cache (:func:`rollout_items`), full fine-tuning's sharded states
+and the per-GPU constants. Results are :class:`LineItem` records in GiB (2**30 bytes),
+each tagged with the phase of the all-sync loop it is live in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from agentgym import ConfigError
+from agentgym.plan.architecture import (
+    Architecture,
+    Linear,
+    LoraSpec,
+    layer_linears,
+    layer_small_params,
+    lora_linears,
+    lora_params,
+)
+from agentgym.plan.specs import DTYPE_BYTES, RolloutSpec
+
+GIB = float(2**30)
+
+#: explicit per-GPU constants (GiB) for what is not a tensor the planner can size
+CUDA_CONTEXT_GIB = 0.75  # CUDA context, kernels, cuBLAS workspaces (one process per GPU)
+COMM_BUFFERS_GIB = 1.0  # NCCL communicator buffers for TP/EP/PP/DP groups
+ROLLOUT_WORKSPACE_GIB = 2.0  # vLLM forward activations, sampler, CUDA graphs
+FRAGMENTATION = 0.10  # caching-allocator reserve, as a fraction of the tensor bytes
+
+
+@dataclass(frozen=True)
+class LineItem:
+    """One kind of memory on one GPU. ``phase``: both, train or rollout."""
+
+    name: str
+    gib: float
+    phase: Literal["both", "train", "rollout"]
+    note: str = ""
+
+
+def pipeline_stages(num_layers: int, pp: int) -> list[range]:
+    """Contiguous near-equal split; earlier stages take the remainder."""
+    if pp > num_layers:
+        raise ConfigError(f"pipeline size {pp} exceeds the {num_layers} layers; lower pp.")
+    base, extra = divmod(num_layers, pp)
+    out, start = [], 0
+    for s in range(pp):
+        n = base + (s < extra)
+        out.append(range(start, start + n))
+        start += n
+    return out
+
+
+def weight_elems(lin: Linear, tp: int, ep: int) -> float:
+    """Elements of one weight held by one GPU."""
+    if lin.group == "experts":
+        return lin.params / ep
+    if lin.split == "rep":
+        return lin.params
+    return lin.params / tp
+
+
+def kv_heads_per_rank(arch: Architecture, tp: int) -> float:
+    """GQA KV heads one TP rank caches (at least one whole head)."""
+    return max(1.0, arch.num_key_value_heads / tp)
+
+
+def stage_weight_bytes(
+    arch: Architecture,
+    layers: Iterable[int],
+    *,
+    first: bool,
+    last: bool,
+    tp: int,
+    ep: int,
+    linear_bytes: float,
+    other_bytes: float,
+) -> float:
+    """Bytes of base weights one GPU of a stage holds."""
+    total = 0.0
+    for index in layers:
+        for lin in layer_linears(arch, index):
+            elems = weight_elems(lin, tp, ep)
+            if (
+                arch.attention == "gqa"
+                and lin.name in ("k_proj", "v_proj")
+                and tp > arch.num_key_value_heads
+            ):
+                elems = lin.params / arch.num_key_value_heads  # one whole KV head per rank
+            total += elems * linear_bytes
+        total += layer_small_params(arch, index) * other_bytes
+    emb = arch.vocab_size * arch.hidden_size / tp
+    if first:
+        total += emb * other_bytes
+    if last:
+        total += (
+            arch.hidden_size + (0 if arch.tie_word_embeddings and first else emb)
+        ) * other_bytes
+    return total
+
+
+def layer_activation_elems(
+    arch: Architecture,
+    index: int,
+    lora: LoraSpec | None,
+    *,
+    seq_len: int,
+    flash_attention: bool = True,
+) -> float:
+    """Peak values per token while one recomputed layer runs its backward.
+
+    Counted from what autograd saves in a PyTorch layer. A frozen Linear saves nothing
+    (its weight needs no gradient, its output is not needed); an adapted one saves its
+    input and the rank-r intermediate; with ``lora=None`` (full fine-tuning) every Linear
+    saves its input. Norms save their input and 1/rms, attention saves q, k, v, the output
+    and the log-sum-exp (plus the probabilities without a fused kernel), SwiGLU saves gate,
+    up and act, a MoE layer saves router scores and, per routed copy of a token, the
+    dispatched input, gate/up/act/product and the expert output (for the routing weight).
+    Backward runs MLP first, then attention; the peak is the larger of (attention saved +
+    MLP saved + MLP gradients) and (attention saved + attention gradients). The layer's
+    input tensor is a pipeline boundary and is counted there, not here.
+    """
+    h, nh = arch.hidden_size, arch.num_attention_heads
+    adapted = {lin.name for lin in lora_linears(arch, index, lora)} if lora else None
+    n_lora = len(adapted) if adapted is not None else 0
+
+    def saves_input(*names: str) -> bool:
+        return adapted is None or any(n in adapted for n in names)
+
+    # attention block
+    att = 1.0  # 1/rms of the norm
+    if arch.attention == "gqa":
+        q, kv = nh * arch.head_dim, arch.num_key_value_heads * arch.head_dim
+        att += h * saves_input("q_proj", "k_proj", "v_proj")
+        att += 2 * q + 2 * kv + nh  # rotated q, k; v; output; log-sum-exp
+        att_grad = 2 * q + 2 * kv
+    else:
+        qk, v = nh * arch.qk_head_dim, nh * arch.v_head_dim
+        att += h * saves_input("q_a_proj", "q_proj", "kv_a_proj_with_mqa")
+        if arch.q_lora_rank:
+            att += arch.q_lora_rank + 1 + arch.q_lora_rank * saves_input("q_b_proj")
+        att += arch.kv_lora_rank + 1 + arch.kv_lora_rank * saves_input("kv_b_proj")
+        att += 2 * qk + 2 * v + nh  # q, k (rope included), v, output, log-sum-exp
+        att_grad = 2 * qk + 2 * v
+    if not flash_attention:
+        att += nh * seq_len  # softmax probabilities
+        att_grad += 2 * nh * seq_len  # their gradient and the softmax backward temporary
+    # MLP block
+    mlp = h + 1.0  # norm input (attention residual sum) and 1/rms
+    mlp += h * saves_input("gate_proj", "up_proj")
+    if arch.is_moe_layer(index):
+        k, i, e = arch.num_experts_per_tok, arch.moe_intermediate_size, arch.n_routed_experts
+        mlp += 2 * e + 4 * k  # router scores, top-k weights and indices
+        mlp += k * (h + 4 * i + h + 1)
+        mlp_grad = k * (4 * i + h)
+        if arch.n_shared_experts:
+            s = arch.n_shared_experts * i
+            mlp += 3 * s + s * saves_input("down_proj")
+            mlp_grad = max(mlp_grad, 4 * s + h)
+    else:
+        i = arch.intermediate_size
+        mlp += 3 * i + i * saves_input("down_proj")
+        mlp_grad = 4 * i + h
+    if lora is not None:
+        per_token = sum(lin.per_token for lin in lora_linears(arch, index, lora))
+        mlp += lora.r * (per_token - n_lora)  # assign all rank-r values to the blocks
+        att += lora.r * n_lora
+    return max(att + mlp + mlp_grad, att + att_grad)
+
+
+def full_ft_state_items(total_params: int, gpus: int) -> list[LineItem]:
+    """Full fine-tuning's weights, gradients and optimizer states, ZeRO-3 over ``gpus``."""
+    per = total_params / gpus
+    return [
+        LineItem("base weights", per * 2 / GIB, "both", "bf16, ZeRO-3 over all GPUs"),
+        LineItem("gradients", per * 2 / GIB, "train", "bf16, ZeRO-3 over all GPUs"),
+        LineItem(
+            "optimizer states", per * 12 / GIB, "both", "fp32 master + 2 Adam moments, ZeRO-3"
+        ),
+    ]
+
+
+def phase_total(items: list[LineItem], phase: str) -> float:
+    """GiB live during ``phase`` (its own items and those of both phases)."""
+    return sum(i.gib for i in items if i.phase in ("both", phase))
+
+
+def overhead_items(tensor_gib: float) -> list[LineItem]:
+    """The per-GPU constants and the fragmentation reserve on ``tensor_gib`` of tensors."""
+    return [
+        LineItem("CUDA context", CUDA_CONTEXT_GIB, "both", "constant"),
+        LineItem("NCCL buffers", COMM_BUFFERS_GIB, "both", "constant"),
+        LineItem(
+            "fragmentation reserve",
+            FRAGMENTATION * tensor_gib,
+            "both",
+            f"{FRAGMENTATION:.0%} of the tensor bytes",
+        ),
+    ]
+
+
+def rollout_items(
+    arch: Architecture, lora: LoraSpec | None, rollout: RolloutSpec | None, base_dtype: str
+) -> list[LineItem]:
+    """The rollout engine's memory on its worst GPU (largest stage, embedding and head)."""
+    if rollout is None or rollout.engine != "vllm":
+        return []
+    dtype = rollout.weight_dtype or base_dtype
+    lin_b, other_b = DTYPE_BYTES[dtype], DTYPE_BYTES["fp32" if dtype == "fp32" else "bf16"]
+    if arch.attention == "mla":
+        per_token_layer = arch.kv_lora_rank + arch.qk_rope_head_dim  # replicated over TP
+    else:
+        per_token_layer = 2 * arch.head_dim * kv_heads_per_rank(arch, rollout.tp)
+    kv_per_layer = (
+        rollout.max_num_seqs
+        * rollout.max_model_len
+        * per_token_layer
+        * DTYPE_BYTES[rollout.kv_cache_dtype]
+    )
+    candidates = []
+    stages = pipeline_stages(arch.num_layers, rollout.pp)
+    for s, layers in enumerate(stages):
+        weights = stage_weight_bytes(
+            arch,
+            layers,
+            first=s == 0,
+            last=s == len(stages) - 1,
+            tp=rollout.tp,
+            ep=rollout.ep,
+            linear_bytes=lin_b,
+            other_bytes=other_b,
+        )
+        if lora is not None:  # the hot-swapped adapter, bf16
+            weights += 2.0 * sum(
+                lora_params(lin, lora.r) / rollout.ep
+                if lin.group == "experts"
+                else lora_params(lin, lora.r, rollout.tp)
+                for i in layers
+                for lin in lora_linears(arch, i, lora)
+            )
+        candidates.append((weights + kv_per_layer * len(layers), weights, len(layers)))
+    _, weights, n_layers = max(candidates)
+    kv = kv_per_layer * n_layers
+    phase_w = "both" if rollout.sleep_level == 0 else "rollout"
+    phase_kv = "both" if rollout.sleep_level == 0 else "rollout"
+    return [
+        LineItem(
+            "rollout weights",
+            weights / GIB,
+            phase_w,
+            f"{dtype}, tp={rollout.tp} ep={rollout.ep} pp={rollout.pp} (+ adapter)",
+        ),
+        LineItem(
+            "rollout KV cache",
+            kv / GIB,
+            phase_kv,
+            f"{rollout.max_num_seqs} seqs x {rollout.max_model_len} tokens x {n_layers} layers",
+        ),
+        LineItem("rollout workspace", ROLLOUT_WORKSPACE_GIB, phase_w, "constant"),
+    ]
+
+
+def gib(n_bytes: float) -> float:
+    """Bytes to GiB."""
+    return n_bytes / GIB
