@@ -85,6 +85,7 @@ _LAZY = {
     # the policy losses by name and the device mesh (the planner sizes the same runs)
     "POLICY_LOSSES": "agentgym.trainers.algorithm",
     "Layout": "agentgym.trainers.parallel",
+    "stage_ranges": "agentgym.trainers.parallel",
     # several processes
     "under_torchrun": "agentgym.trainers.distributed",
     "torchrun_command": "agentgym.trainers.distributed",

@@ -1,10 +1,10 @@
 """The memory model: bytes of each kind of tensor on one GPU, stage by stage.
 
-Building blocks of :mod:`.plans`: how layers split into pipeline stages, the base
-weights one GPU of a stage holds (:func:`stage_weight_bytes`), the activations of one
-recomputed layer per token (:func:`layer_activation_elems`), the rollout engine's
-weights, adapter and KV cache (:func:`rollout_items`), full fine-tuning's sharded states
-and the per-GPU constants. Results are :class:`LineItem` records in GiB (2**30 bytes),
+Building blocks of :mod:`.plans`: the base weights one GPU of a stage holds
+(:func:`stage_weight_bytes`; layers split into stages as the trainer splits them,
+:func:`agentgym.trainers.stage_ranges`), the activations of one recomputed layer per token
+(:func:`layer_activation_elems`), the rollout engine's weights, adapter and KV cache
+(:func:`rollout_items`), full fine-tuning's sharded states and the per-GPU constants. Results are :class:`LineItem` records in GiB (2**30 bytes),
 each tagged with the phase of the all-sync loop it is live in.
 """
 
@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from agentgym import ConfigError
 from agentgym.plan.architecture import (
     Architecture,
     Linear,
@@ -25,6 +24,7 @@ from agentgym.plan.architecture import (
     lora_params,
 )
 from agentgym.plan.specs import DTYPE_BYTES, RolloutSpec
+from agentgym.trainers import stage_ranges
 
 GIB = float(2**30)
 
@@ -43,19 +43,6 @@ class LineItem:
     gib: float
     phase: Literal["both", "train", "rollout"]
     note: str = ""
-
-
-def pipeline_stages(num_layers: int, pp: int) -> list[range]:
-    """Contiguous near-equal split; earlier stages take the remainder."""
-    if pp > num_layers:
-        raise ConfigError(f"pipeline size {pp} exceeds the {num_layers} layers; lower pp.")
-    base, extra = divmod(num_layers, pp)
-    out, start = [], 0
-    for s in range(pp):
-        n = base + (s < extra)
-        out.append(range(start, start + n))
-        start += n
-    return out
 
 
 def weight_elems(lin: Linear, tp: int, ep: int) -> float:
@@ -225,7 +212,7 @@ def rollout_items(
         * DTYPE_BYTES[rollout.kv_cache_dtype]
     )
     candidates = []
-    stages = pipeline_stages(arch.num_layers, rollout.pp)
+    stages = stage_ranges(arch.num_layers, rollout.pp, key="pp")
     for s, layers in enumerate(stages):
         weights = stage_weight_bytes(
             arch,

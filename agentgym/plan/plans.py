@@ -30,7 +30,6 @@ from agentgym.plan.memory import (
     layer_activation_elems,
     overhead_items,
     phase_total,
-    pipeline_stages,
     rollout_items,
     stage_weight_bytes,
     weight_elems,
@@ -43,6 +42,7 @@ from agentgym.plan.specs import (
     TrainSpec,
     check_dtype,
 )
+from agentgym.trainers import stage_ranges
 
 #: what the memory model assumes, whatever the settings
 ASSUMPTIONS: tuple[str, ...] = (
@@ -197,7 +197,7 @@ def plan_lora(
     assumptions = list(ASSUMPTIONS)
 
     per_stage: list[tuple[float, int, list[LineItem]]] = []
-    stages = pipeline_stages(arch.num_layers, pp)
+    stages = stage_ranges(arch.num_layers, pp, key="pp")
     for s, layers in enumerate(stages):
         first, last = s == 0, s == pp - 1
         base = stage_weight_bytes(

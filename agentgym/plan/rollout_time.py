@@ -36,10 +36,10 @@ from agentgym.plan.flops import (
 )
 from agentgym.plan.hardware import Cluster
 from agentgym.plan.links import Links
-from agentgym.plan.memory import pipeline_stages
 from agentgym.plan.settings import Efficiency
 from agentgym.plan.specs import DTYPE_BYTES, RolloutSpec
 from agentgym.plan.workload import Workload, episode_lengths
+from agentgym.trainers import stage_ranges
 
 
 @dataclass
@@ -116,7 +116,7 @@ class Engine:
         lin_b = DTYPE_BYTES[shape.weight_dtype]
         kv_b = DTYPE_BYTES[r.kv_cache_dtype]
         nkv = arch.num_key_value_heads
-        stages = pipeline_stages(arch.num_layers, r.pp)
+        stages = stage_ranges(arch.num_layers, r.pp, key="pp")
         self.stages: list[_Stage] = []
         for s, layers in enumerate(stages):
             sums = layer_sums(arch, layers.start, layers.stop)
@@ -346,7 +346,7 @@ def engine_weight_bytes(shape: EngineShape) -> float:
     arch, r = shape.arch, shape.rollout
     lin_b = DTYPE_BYTES[shape.weight_dtype]
     worst = 0.0
-    stages = pipeline_stages(arch.num_layers, r.pp)
+    stages = stage_ranges(arch.num_layers, r.pp, key="pp")
     for s, layers in enumerate(stages):
         sums = layer_sums(arch, layers.start, layers.stop)
         w = sums.dense_bytes_per_gpu(r.tp, arch.num_key_value_heads, lin_b)

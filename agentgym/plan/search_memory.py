@@ -38,9 +38,9 @@ from agentgym.plan.memory import (
     GIB,
     ROLLOUT_WORKSPACE_GIB,
     layer_activation_elems,
-    pipeline_stages,
 )
 from agentgym.plan.specs import DTYPE_BYTES, ParallelSpec, RolloutSpec, TrainSpec
+from agentgym.trainers import stage_ranges
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def train_memory(
     sp = tp if parallel.sequence_parallel else 1
     expert_replicas = tp * dp // ep
     best_train = best_both = 0.0
-    for s, layers in enumerate(pipeline_stages(arch.num_layers, pp)):
+    for s, layers in enumerate(stage_ranges(arch.num_layers, pp, key="pp")):
         first, last = s == 0, s == pp - 1
         dense_w, expert_w = _weights(
             arch,
@@ -198,7 +198,7 @@ def rollout_memory(
         * per_token_layer
         * DTYPE_BYTES[rollout.kv_cache_dtype]
     )
-    stages = pipeline_stages(arch.num_layers, rollout.pp)
+    stages = stage_ranges(arch.num_layers, rollout.pp, key="pp")
     best = (-1.0, 0.0, 0.0)
     for s, layers in enumerate(stages):
         dense, expert = _weights(

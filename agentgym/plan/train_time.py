@@ -46,11 +46,11 @@ from agentgym.plan.architecture import (
 from agentgym.plan.flops import head_bytes, head_flops, layer_sums, lora_flops
 from agentgym.plan.hardware import Cluster
 from agentgym.plan.links import Links
-from agentgym.plan.memory import pipeline_stages
 from agentgym.plan.rollout_time import Tally
 from agentgym.plan.settings import Efficiency
 from agentgym.plan.specs import DTYPE_BYTES, ParallelSpec
 from agentgym.plan.workload import Workload
+from agentgym.trainers import stage_ranges
 
 
 @dataclass(frozen=True)
@@ -223,7 +223,7 @@ def train_time(
     per_replica = seqs / (dp * work.updates)
     m = max(1, math.ceil(per_replica / micro_batch_size))
     tokens = work.train_tokens / (work.updates * dp * m)
-    stages = pipeline_stages(arch.num_layers, pp)
+    stages = stage_ranges(arch.num_layers, pp, key="pp")
 
     def stage_slots(adapter: LoraSpec | None, head: bool) -> list[_Slot]:
         return [

@@ -24,6 +24,18 @@ def test_stages_are_contiguous_and_earlier_stages_take_the_remainder():
         stage_ranges(2, 3)
 
 
+def test_the_planner_cuts_the_trainers_stages():
+    """One split: every planner module that walks pipeline stages (training and the
+    rollout engine) uses the trainer's ``stage_ranges``, and its errors name ``pp``."""
+    from agentgym.plan import memory, plans, rollout_time, search_memory, train_time
+
+    for module in (memory, plans, rollout_time, search_memory, train_time):
+        assert module.stage_ranges is stage_ranges, module.__name__
+        assert not hasattr(module, "pipeline_stages")
+    with pytest.raises(ConfigError, match=r"exceeds the 2 decoder layers; lower pp\."):
+        stage_ranges(2, 3, key="pp")
+
+
 def test_world_size_must_be_the_product_and_the_error_names_the_sizes():
     layout = Layout(dp_shard=2, ep=2)
     assert layout.world_size == 4 and layout.dp == 4 and layout.expert_split == 2

@@ -137,7 +137,7 @@ def test_a_critic_costs_its_passes_its_valuation_and_its_adapter() -> None:
     valuation as one more forward pass, and its adapter's states in memory."""
     from agentgym.plan import plan_lora
     from agentgym.plan.architecture import critic_spec, trained_adapter_elems
-    from agentgym.plan.memory import pipeline_stages
+    from agentgym.trainers import stage_ranges
 
     dapo = spec_671b()
     vapo = spec_671b("algorithm.name=vapo", "critic.r=8", "critic.updates_per_batch=2")
@@ -180,7 +180,7 @@ def test_a_critic_costs_its_passes_its_valuation_and_its_adapter() -> None:
     ]
     items = [{i.name: i.gib for i in p.items} for p in plans]
     assert plans[0].stage == plans[1].stage
-    layers = pipeline_stages(DEEPSEEK_V3.num_layers, 6)[plans[1].stage]
+    layers = stage_ranges(DEEPSEEK_V3.num_layers, 6)[plans[1].stage]
     critic_elems, experts = trained_adapter_elems(
         DEEPSEEK_V3, critic_spec(vapo.lora), layers.start, layers.stop, 4, 8
     )

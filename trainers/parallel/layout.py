@@ -34,12 +34,17 @@ from agentgym import ConfigError
 MESH_DIMS = ("pp", "dp_shard", "ep", "tp")
 
 
-def stage_ranges(num_layers: int, pp: int) -> list[range]:
+def stage_ranges(num_layers: int, pp: int, *, key: str = "distributed.pp") -> list[range]:
     """The decoder layers of each pipeline stage: contiguous, earlier stages take the
-    remainder (61 layers over 6 stages: 11, 10, 10, 10, 10, 10)."""
+    remainder (61 layers over 6 stages: 11, 10, 10, 10, 10, 10).
+
+    The one split of the project: the trainer's mesh cuts its stages with it and the
+    planner (``agentgym plan``) sizes the same stages. ``key`` is the setting the error
+    names (the planner's pipeline sizes come from ``plan.parallel`` or the engine).
+    """
     if pp > num_layers:
         raise ConfigError(
-            f"pipeline size {pp} exceeds the {num_layers} decoder layers; lower distributed.pp."
+            f"pipeline size {pp} exceeds the {num_layers} decoder layers; lower {key}."
         )
     base, extra = divmod(num_layers, pp)
     out, start = [], 0
