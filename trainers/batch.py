@@ -147,6 +147,10 @@ class MicroBatch:
     old_values: torch.Tensor | None = None  # [B, R]
     value_targets: torch.Tensor | None = None  # [B, R]
     positive: torch.Tensor | None = None  # [B] bool: the sample's episode was correct
+    # log-probs of the targets under the policy before this batch's first step (several
+    # mini-batches) and under the reference policy (a KL term): None when not needed
+    old_logprobs: torch.Tensor | None = None  # [B, R]
+    ref_logprobs: torch.Tensor | None = None  # [B, R]
 
     @property
     def num_tokens(self) -> int:

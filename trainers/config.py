@@ -342,6 +342,10 @@ class EvalConfig:
         _check(self.temperature >= 0, "eval.temperature must be >= 0.")
 
 
+#: the learner backends ``distributed.strategy`` names (built by ``make_learner``)
+STRATEGIES = ("none", "deepspeed", "fsdp2")
+
+
 @dataclass
 class DistributedConfig:
     """Multi-process training (``agentgym train CONFIG --nproc N``; see docs/distributed.md).
@@ -389,8 +393,9 @@ class DistributedConfig:
 
     def __post_init__(self) -> None:
         _check(
-            self.strategy in ("none", "deepspeed", "fsdp2"),
-            f"distributed.strategy must be none, deepspeed or fsdp2, got {self.strategy!r}.",
+            self.strategy in STRATEGIES,
+            f"distributed.strategy must be {', '.join(STRATEGIES[:-1])} or {STRATEGIES[-1]}, "
+            f"got {self.strategy!r}.",
         )
         _check(
             self.zero_stage in (2, 3),

@@ -324,7 +324,6 @@ def attach_advantages(
     minis: Sequence[Sequence[int]],
     full: Sequence[Sequence[Any]],
     algo: Any,
-    device: torch.device,
 ) -> tuple[list[list[Any]], dict[str, float]]:
     """Value the whole batch with ``value_fn`` (micro-batches -> their ``[B, R]``
     values: the learner's critic passes), run (decoupled) GAE per episode, and return the
@@ -344,7 +343,7 @@ def attach_advantages(
     values: dict[int, Tensor] = {}
     placed = [(m, mb) for m, mbs in enumerate(full) for mb in mbs]
     with torch.no_grad():
-        valued = value_fn([mb.to(device) for _, mb in placed])
+        valued = value_fn([mb for _, mb in placed])
     for (m, mb), v in zip(placed, valued, strict=True):
         v = v.cpu()
         for b, j in enumerate(mb.indices):

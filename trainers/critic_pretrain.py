@@ -4,37 +4,45 @@ policy's first update, so that its first advantages are not those of a critic th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from agentgym import episode_solved
 from agentgym.trainers.batch import episodes_to_samples
+from agentgym.trainers.config import TrainConfig
+from agentgym.trainers.learner import Learner
 from agentgym.trainers.logging import JsonlWriter
-from agentgym.trainers.rollout_phase import group_episodes, shaped_rewards
+from agentgym.trainers.rollout_phase import RolloutPhase, group_episodes, shaped_rewards
+from agentgym.trainers.update import update_critic
 
 
-def pretrain_critic(trainer: Any) -> list[dict[str, float]]:
+def pretrain_critic(
+    cfg: TrainConfig,
+    learner: Learner,
+    rollouts: RolloutPhase,
+    policy: Any,
+    tokenizer: Any,
+    *,
+    log: JsonlWriter,
+    say: Callable[[str], None],
+) -> list[dict[str, float]]:
     """VAPO's value pretraining, before the first policy update: up to
     ``critic.pretrain_steps`` rounds of rollouts from the warm-start policy, each training
-    the critic alone (``Learner.update(policy=False)``) on every episode generated (all of
+    the critic alone (:func:`~.update.update_critic`) on every episode generated (all of
     a group's episodes, informative or not: the critic learns from solved and failed tasks
     alike). Stops early once the critic's explained variance on a round reaches
-    ``critic.pretrain_explained_variance``. Writes one metrics row per round to the run's
-    ``critic_pretrain.jsonl``, says why it stopped, and returns the rows.
+    ``critic.pretrain_explained_variance``. Writes one metrics row per round to ``log``
+    (the run's ``critic_pretrain.jsonl``), says why it stopped, and returns the rows.
 
     The rounds draw tasks from the run's task stream (the policy then trains on the tasks
     after them) and leave the policy and its learning-rate warm-up untouched.
     """
-    cfg, learner = trainer.cfg, trainer.learner
-    log = JsonlWriter(  # a restarted pretraining starts the file again
-        trainer.out / "critic_pretrain.jsonl", truncate_after_step=-1, enabled=trainer.dist.is_main
-    )
-    updates = learner.updates
     rows: list[dict[str, float]] = []
     for i in range(cfg.critic.pretrain_steps):
         with learner.generation():
-            got = trainer.rollouts.collect(trainer.policy, 0)
+            got = rollouts.collect(policy, 0)
         episodes = [ep for g in group_episodes(got.episodes) for ep in g]
         if not episodes:
             continue
@@ -45,11 +53,11 @@ def pretrain_critic(trainer: Any) -> list[dict[str, float]]:
         samples = episodes_to_samples(
             episodes,
             [0.0] * len(episodes),
-            trainer.tokenizer,
+            tokenizer,
             rewards=rewards.tolist(),
             positive=[episode_solved(ep) for ep in episodes],
         )
-        m = learner.update(samples, policy=False, critic_updates=cfg.critic.pretrain_updates)
+        m = update_critic(learner, samples, cfg.algorithm, updates=cfg.critic.pretrain_updates)
         row = {
             "pretrain_step": i + 1,
             "episodes": len(episodes),
@@ -60,14 +68,13 @@ def pretrain_critic(trainer: Any) -> list[dict[str, float]]:
         log.write(row)
         if row["critic/explained_variance"] >= cfg.critic.pretrain_explained_variance:
             break
-    learner.updates = updates  # the policy's warm-up has not started
     ev = rows[-1]["critic/explained_variance"] if rows else float("nan")
     why = (
         "reached critic.pretrain_explained_variance"
         if ev >= cfg.critic.pretrain_explained_variance
         else "ran critic.pretrain_steps"
     )
-    trainer._say(
+    say(
         f"[agentgym train] value pretraining: {len(rows)} round(s), explained variance "
         f"{ev:.3f} ({why})"
     )

@@ -50,7 +50,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from agentgym import (
@@ -59,12 +58,18 @@ from agentgym import (
     RayEnvWorkers,
     SamplingParams,
     derive_seed,
-    episode_solved,
     save_config,
 )
+from agentgym.health import (
+    LAUNCHER_ENV,
+    IntervalTotal,
+    RankHeartbeat,
+    RunLock,
+    RunStopped,
+    WorkerMonitor,
+    held_by_launcher,
+)
 from agentgym.trainers import apo, failures
-from agentgym.trainers.algorithm import group_advantages
-from agentgym.trainers.batch import episodes_to_samples
 from agentgym.trainers.checkpoint import (
     latest_checkpoint,
     read_checkpoint,
@@ -77,16 +82,7 @@ from agentgym.trainers.device import place_model
 from agentgym.trainers.distributed import all_gather_objects, start_distributed
 from agentgym.trainers.engines import RolloutEngine, make_engine
 from agentgym.trainers.env_setup import env_corpus, env_kwargs, resolve_envs
-from agentgym.trainers.evaluation import episode_summary, eval_metrics, evaluate_async
-from agentgym.trainers.health import (
-    LAUNCHER_ENV,
-    IntervalTotal,
-    RankHeartbeat,
-    RunLock,
-    RunStopped,
-    WorkerMonitor,
-    held_by_launcher,
-)
+from agentgym.trainers.evaluation import eval_metrics, evaluate_async
 from agentgym.trainers.logging import (
     JsonlWriter,
     SampleLog,
@@ -96,8 +92,9 @@ from agentgym.trainers.logging import (
     write_summary,
 )
 from agentgym.trainers.models import apply_lora, build_model_and_tokenizer
-from agentgym.trainers.rollout_phase import RolloutPhase, shaped_rewards
+from agentgym.trainers.rollout_phase import RolloutPhase
 from agentgym.trainers.runtime import setup_torch
+from agentgym.trainers.steps import GroupSteps, StepKind
 from agentgym.trainers.strategies import make_learner
 from agentgym.trainers.timeline import Timeline
 from agentgym.trainers.tppo import TruncatedSteps
@@ -177,19 +174,7 @@ class DAPOTrainer:
             if self.tokenizer.pad_token_id is not None
             else self.tokenizer.eos_token_id
         )
-        self.learner = make_learner(
-            cfg.distributed.strategy,
-            model,
-            cfg.algorithm,
-            cfg.optim,
-            temperature=cfg.rollout.temperature,
-            pad_id=int(pad),
-            lora=cfg.lora.enabled,
-            dist=self.dist,
-            zero_stage=cfg.distributed.zero_stage,
-            critic=cfg.critic if cfg.algorithm.uses_critic else None,
-            seed=derive_seed("critic", cfg.run.seed),
-        )
+        self.learner = make_learner(model, cfg, self.dist, pad_id=int(pad))
         self.engine = engine or make_engine(
             cfg.rollout.engine,
             model=model,
@@ -218,7 +203,7 @@ class DAPOTrainer:
                 interval_s=cfg.health.heartbeat_s,
                 rank=self.dist.rank,
             )
-        self.tppo = TruncatedSteps(self) if cfg.rollout.truncate_window else None  # T-PPO
+        self.steps: StepKind = self._step_kind()
         self.step = 0  # with the task stream and the learner, what a checkpoint carries
         self.origin = time.monotonic()
 
@@ -233,25 +218,28 @@ class DAPOTrainer:
                 weights, optim_states, state = read_checkpoint(
                     ckpt, lora=cfg.lora.enabled, dist=self.dist
                 )
-                if cfg.lora.enabled:
-                    self.learner.load_adapter_state(weights)
-                else:
+                if not cfg.lora.enabled:
                     missing, unexpected = self.model.load_state_dict(weights, strict=False)
                     if unexpected:
                         raise ConfigError(
                             f"checkpoint weights do not fit the model: {unexpected[:5]}"
                         )
-                if self.learner.critic is not None:
-                    self.learner.load_critic_state(read_extra_tensors(ckpt, "critic"))
-                self.learner.load_optimizer_state(optim_states)
+                critic = read_extra_tensors(ckpt, "critic") if self.learner.critic else None
+                self.learner.load_state_dict(
+                    {
+                        "adapter": weights if cfg.lora.enabled else None,
+                        "critic": critic,
+                        "optimizer": optim_states,
+                        "updates": int(state.get("updates", 0)),
+                    }
+                )
                 self.step = int(state["step"])
                 self.rollouts.load_state_dict(state)
-                if self.tppo is not None:  # the responses in flight
-                    self.tppo.load_state_dict(state)
+                if isinstance(self.steps, TruncatedSteps):  # the responses in flight
+                    self.steps.load_state_dict(state)
                 self.rollouts.quarantined.update(
                     failures.read_quarantine(self.out / failures.QUARANTINE_FILE)
                 )
-                self.learner.updates = int(state.get("updates", 0))
                 resumed_from = ckpt
         self.resumed_from = resumed_from
         main, after = self.dist.is_main, self.step if resume else -1  # rows after: redone
@@ -282,7 +270,7 @@ class DAPOTrainer:
     def _close_parts(self, *, heartbeat: bool = True) -> None:
         if self.worker_monitor is not None:
             self.worker_monitor.close()
-        for part in ("policy", "tppo", "engine", "rollouts"):
+        for part in ("policy", "steps", "engine", "rollouts"):
             if self.__dict__.get(part) is not None:
                 getattr(self, part).close()
         if heartbeat and self.heartbeat is not None:
@@ -312,120 +300,87 @@ class DAPOTrainer:
         return 0 if not any(wanted) else min(w for w in wanted if w)
 
     # ------------------------------------------------------------------ one step
+    def _step_kind(self) -> StepKind:
+        """What this run's algorithm plugs into :meth:`train_step`: T-PPO's truncated
+        rollouts (``rollout.truncate_window``) or DAPO's groups (PPO, VAPO, A*PO too)."""
+        if self.cfg.rollout.truncate_window:
+            return TruncatedSteps(
+                self.cfg,
+                self.rollouts,
+                self.engine,
+                self.learner,
+                self.tokenizer,
+                env_ids=self.env_ids,
+                dist=self.dist,
+            )
+        return GroupSteps(
+            self.cfg,
+            self.rollouts,
+            self.policy,
+            self.learner,
+            self.tokenizer,
+            apo_values=self.apo_values,
+            say=self._say,
+        )
+
+    def pretrain_critic(self) -> list[dict[str, float]]:
+        """VAPO's value pretraining (:func:`~.critic_pretrain.pretrain_critic`), its
+        rows in ``critic_pretrain.jsonl`` (a restarted pretraining starts it again) and
+        returned. :meth:`train` runs it before the first step."""
+        log = JsonlWriter(
+            self.out / "critic_pretrain.jsonl", truncate_after_step=-1, enabled=self.dist.is_main
+        )
+        return pretrain_critic(
+            self.cfg,
+            self.learner,
+            self.rollouts,
+            self.policy,
+            self.tokenizer,
+            log=log,
+            say=self._say,
+        )
+
     def train_step(self) -> dict[str, Any]:
-        if self.tppo is not None:  # truncated rollouts (trainers/tppo)
-            return self.tppo.step()
-        cfg, algo, r = self.cfg, self.cfg.algorithm, self.cfg.rollout
+        """One all-sync step, its phases in order (each timed on the timeline): the
+        engine wakes, generates (the weights gathered for it), sleeps; the step kind
+        (:attr:`steps`) scores the episodes and trains on them; the new adapter goes to
+        the engine. Strictly on-policy: the next rollout starts after the sync."""
         tl = Timeline()
-        batches_before = len(self.policy.batch_sizes)
         if self.heartbeat is not None:
             self.heartbeat.step_started()
         with tl.phase("wake"):
             self.engine.wake()  # a colocated engine (vLLM) takes its memory back
         with tl.phase("rollout"), tl.watch(self.engine), self.learner.generation():
-            got = self.rollouts.collect(self.policy, self.step)
-        kept, all_episodes, rounds = got.kept, got.episodes, got.rounds
-        groups_seen, groups_dropped = got.groups_seen, got.groups_dropped
-        if got.failed:
-            if self.dist.is_main:
-                self._say(failures.record(self.out, self.step + 1, got.failed))
-            failures.check_share(
-                self.step + 1,
-                got.failed,
-                len(got.failed) + len(got.episodes),
-                cfg.rollout.max_failed_share,
-                self.out,
-            )
-
-        capped = got.capped
-        if capped and algo.dynamic_sampling:
-            msg = (
-                f"dynamic sampling: after {rounds} generation round(s) only {len(kept)}/"
-                f"{r.batch_tasks} groups had differing rewards (the rest were all-equal: all "
-                "solved or all failed). Raise algorithm.max_generation_rounds or "
-                "rollout.tasks_per_round, or make the tasks' difficulty match the model."
-            )
-            if algo.on_cap == "error":
-                raise ConfigError(msg)
-            self._say(
-                f"[agentgym train] step {self.step + 1}: {msg} "
-                f"({'training on what there is' if algo.on_cap == 'train' and kept else 'skipping the update'})"
-            )
-        batch = [ep for g in kept for ep in g]
-
+            rollout = self.steps.rollout(self.step)
+        self._record_failures(rollout.failed, rollout.played)
         with tl.phase("reward"):
-            group_ids = torch.tensor([i for i, g in enumerate(kept) for _ in g], dtype=torch.long)
-            rewards = shaped_rewards(batch, group_ids, cfg) if batch else torch.zeros(0)
-            adv = (
-                group_advantages(
-                    rewards,
-                    group_ids,
-                    algo.advantage,
-                    normalize_std=algo.normalize_std,
-                    values=(
-                        self.apo_values.values_for(batch) if self.apo_values is not None else None
-                    ),
-                )
-                if batch and not algo.uses_critic
-                else torch.zeros(len(batch))  # gae: per token, from the critic (learner)
-            )
-            trainable = [
-                not (algo.overlong_mask and any(t.completion.truncated for t in ep.turns))
-                for ep in batch
-            ]
-            samples = episodes_to_samples(
-                batch,
-                adv.tolist(),
-                self.tokenizer,
-                trainable=trainable,
-                rewards=rewards.tolist(),
-                positive=[episode_solved(ep) for ep in batch],
-            )
-
-        train_metrics: dict[str, float] = {}
-        skip = not samples or (capped and algo.on_cap == "skip")
+            scored = self.steps.score(rollout)
         self._phase("train")
         with tl.phase("sleep"):
             self.engine.sleep()  # and gives it to training
         with tl.phase("train"):
-            if not skip:
-                train_metrics = self.learner.update(samples)
+            trained = self.steps.train(scored)
         self._phase("sync")
         with tl.phase("sync"):
-            if not skip and not self.engine.shares_weights:
-                self.engine.load_adapter(self.learner.adapter_state())
+            if not scored.skip and not self.engine.shares_weights:
+                self.engine.load_adapter(self.learner.state_dict(optimizer=False)["adapter"])
         self.step += 1
-
-        m: dict[str, Any] = {"step": self.step}
-        m.update(
-            {
-                k.replace("train/", "charts/"): v
-                for k, v in episode_summary(all_episodes, "train").items()
-            }
-        )
-        m["charts/reward"] = float(rewards.mean()) if len(rewards) else float("nan")
-        m["charts/env_reward"] = (
-            float(np.mean([e.reward for e in all_episodes])) if all_episodes else float("nan")
-        )
-        m["charts/advantage_abs_mean"] = float(adv.abs().mean()) if len(adv) else 0.0
-        m["charts/groups_kept"] = len(kept)
-        m["charts/groups_filtered"] = groups_dropped
-        m["charts/groups_generated"] = groups_seen
-        m["charts/groups_failed"] = got.groups_failed
-        m.update(failures.failure_counts(got.failed))
-        m["charts/generation_rounds"] = rounds
-        m["charts/hit_round_cap"] = int(capped)
-        m["charts/update_skipped"] = int(skip)
-        m["charts/masked_episodes"] = sum(1 for t in trainable if not t)
-        sizes = self.policy.batch_sizes[batches_before:]
-        m["charts/engine_batches"] = len(sizes)
-        m["charts/engine_batch_mean"] = float(np.mean(sizes)) if sizes else 0.0
-        m.update(train_metrics)
-        m.update(tl.metrics())
+        m = {"step": self.step, **self.steps.metrics(rollout, scored, trained), **tl.metrics()}
         for row in tl.to_records(self.step, self.origin):
             self.timeline_log.write(row)
-        self.samples_log.write_step(self.step, all_episodes, batch, rewards.tolist())
+        self.samples_log.write_step(self.step, scored.played, scored.trained, scored.rewards)
         return m
+
+    def _record_failures(self, failed: list[Any], played: int) -> None:
+        """Episodes that failed after their retries: ``failures.jsonl``, and the run stops
+        when too large a share of the step's episodes failed."""
+        if not failed:
+            return
+        if self.dist.is_main:
+            self._say(failures.record(self.out, self.step + 1, failed))
+        failures.check_share(
+            self.step + 1, failed, played, self.cfg.rollout.max_failed_share, self.out
+        )
 
     # ------------------------------------------------------------------ the run
     def evaluate(self) -> dict[str, float]:
@@ -464,7 +419,7 @@ class DAPOTrainer:
         import hashlib
 
         h = hashlib.sha256()
-        for k, v in sorted(self.learner.adapter_state().items()):
+        for k, v in sorted(self.learner.state_dict(optimizer=False)["adapter"].items()):
             h.update(k.encode())
             h.update(v.detach().to(torch.float32).cpu().contiguous().numpy().tobytes())
         return h.hexdigest()
@@ -496,18 +451,22 @@ class DAPOTrainer:
         return record
 
     def save(self) -> Path:
+        """A checkpoint of this step: the learner's state (adapter, critic, optimizer),
+        the task stream, T-PPO's responses in flight (a collective: all ranks call it)."""
+        learner = self.learner.state_dict()
+        trainer_state = {**self.rollouts.state_dict(), "updates": learner["updates"]}
+        if isinstance(self.steps, TruncatedSteps):
+            trainer_state |= self.steps.state_dict()  # T-PPO's pool
+        critic = learner["critic"]
         return save_checkpoint(
             self.ckpt_dir,
             self.step,
             model=self.model,
-            optimizer_state=self.learner.optimizer_state(),
-            adapter_state=self.learner.adapter_state() if self.cfg.lora.enabled else None,
+            optimizer_state=learner["optimizer"],
+            adapter_state=learner["adapter"] if self.cfg.lora.enabled else None,
             dist=self.dist,
-            trainer_state={**self.rollouts.state_dict(), "updates": self.learner.updates}
-            | (self.tppo.state_dict() if self.tppo is not None else {}),  # T-PPO's pool
-            extra_tensors=(
-                {"critic": critic} if (critic := self.learner.critic_state()) is not None else None
-            ),
+            trainer_state=trainer_state,
+            extra_tensors={"critic": critic} if critic is not None else None,
             lora=self.cfg.lora.enabled,
             keep=self.cfg.run.keep_checkpoints,
         )
@@ -525,7 +484,7 @@ class DAPOTrainer:
         eval_rows = []
         try:
             if self.step == 0 and self.learner.critic is not None and cfg.critic.pretrain_steps:
-                pretrain_critic(self)  # VAPO's value pretraining
+                self.pretrain_critic()  # VAPO's value pretraining
             if cfg.eval.at_ends and self.step == 0:
                 tl = Timeline()
                 with tl.phase("eval"):

@@ -102,6 +102,11 @@ class Collected:
     groups_failed: int = 0
     capped: bool = False
 
+    @property
+    def played(self) -> int:
+        """Episodes played, scored or failed (the failed share divides by it)."""
+        return len(self.failed) + len(self.episodes)
+
 
 class TaskStream:
     """The training tasks in draw order: an env chosen by ``envs[].weight`` from a seeded

@@ -1,9 +1,10 @@
 """Sharded training strategies: DeepSpeed ZeRO-2/3 and FSDP2 behind the Learner interface.
 
-Both are :class:`~agentgym.trainers.learner.Learner` subclasses that change only how
-the model is wrapped, how a backward pass and an optimizer step run, how the full
-weights are made available for generation, and how the LoRA weights are gathered.
-The DAPO maths, the micro-batching and the metrics are the base class's, so a sharded
+Both are :class:`~agentgym.trainers.learner.Learner` subclasses (the learner interface:
+``forward``, ``forward_backward``, ``step``, ``generation``, ``state_dict``) that change
+only how the model is wrapped, how a backward pass and an optimizer step run, how the
+full weights are made available for generation, and how the LoRA weights are gathered.
+The losses (:mod:`.update`) and the dealing of micro-batches are shared, so a sharded
 run computes the same update as a single process on the same batch (tested: the adapter
 after one 2-process step equals the 1-process one to float tolerance).
 
@@ -42,8 +43,10 @@ from typing import Any
 
 import torch
 
-from agentgym import ConfigError
+from agentgym import ConfigError, derive_seed
+from agentgym.trainers.config import STRATEGIES, TrainConfig
 from agentgym.trainers.device import host_copy
+from agentgym.trainers.distributed import DistInfo
 from agentgym.trainers.learner import Learner, make_optimizer
 
 
@@ -124,7 +127,7 @@ class DeepSpeedLearner(Learner):
                 "distributed.strategy: deepspeed needs the deepspeed package: pip install deepspeed"
             ) from e
         config = deepspeed_config(
-            micro_batch_size=self.algo.micro_batch_size,
+            micro_batch_size=self.micro_batch_size,
             world_size=self.dist.world_size,
             max_grad_norm=self.optim_cfg.max_grad_norm,
             zero_stage=self.zero_stage,
@@ -167,19 +170,17 @@ class DeepSpeedLearner(Learner):
         if clear is not None:
             clear()
 
-    def _optimizer_step(self) -> float:
+    def _optimizer_step(self) -> list[float]:
         self.engine.step()
-        if self.zero_stage == 3:  # the critic-only steps' next pass starts on zeros too
+        if self.zero_stage == 3:  # the next pass (critic-only steps' too) starts on zeros
             self._zero_grad()
         group_norms = getattr(self.optimizer, "agentgym_group_norms", None)
         if group_norms is not None:  # clip_each_group: each group's own norm
-            self.group_norms = list(group_norms)
-            return self.group_norms[0]
+            return list(group_norms)
         norm = self.engine.get_global_grad_norm()
-        self.group_norms = [float(norm) if norm is not None else 0.0]
-        return self.group_norms[0]
+        return [float(norm) if norm is not None else 0.0]
 
-    def _critic_only_step(self) -> float:
+    def _critic_only_step(self) -> list[float]:
         """ZeRO steps every parameter group, the policy's too, with zero gradients where
         it got none: AdamW would then decay the policy's weights and count a step in its
         bias correction (the first policy update after value pretraining would be about
@@ -223,23 +224,14 @@ class DeepSpeedLearner(Learner):
         with GatheredParameters(list(self.model.parameters())):
             yield self.model
 
-    def adapter_state(self) -> dict[str, torch.Tensor]:
-        if self.zero_stage < 3:
-            return super().adapter_state()
-        from deepspeed.runtime.zero import GatheredParameters
+    def _adapter_state(self) -> dict[str, torch.Tensor]:
+        with self._gathered([p for _, p in _lora_params(self.model)]):
+            return super()._adapter_state()  # host copies, made while gathered
 
-        with GatheredParameters([p for _, p in _lora_params(self.model)]):
-            return super().adapter_state()  # host copies, made while gathered
-
-    def load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
-        if self.zero_stage < 3:
-            super().load_adapter_state(state)
-            return
-        from deepspeed.runtime.zero import GatheredParameters
-
-        # modifier_rank=0: rank 0's values are scattered back into every shard
-        with GatheredParameters([p for _, p in _lora_params(self.model)], modifier_rank=0):
-            super().load_adapter_state(state)
+    def _load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
+        # modify: rank 0's values are scattered back into every shard
+        with self._gathered([p for _, p in _lora_params(self.model)], modify=True):
+            super()._load_adapter_state(state)
 
     def _gathered(self, params: list[torch.nn.Parameter], modify: bool = False) -> Any:
         if self.zero_stage < 3:
@@ -248,10 +240,7 @@ class DeepSpeedLearner(Learner):
 
         return GatheredParameters(params, modifier_rank=0 if modify else None)
 
-    def optimizer_state(self) -> dict[str, Any]:
-        return self.optimizer.state_dict()
-
-    def load_optimizer_state(self, states: Sequence[dict[str, Any]]) -> None:
+    def _load_optimizer_state(self, states: Sequence[dict[str, Any]]) -> None:
         # ZeRO-2 merges every partition's state; ZeRO-3 picks its own rank's
         self.optimizer.load_state_dict(list(states))
 
@@ -410,14 +399,14 @@ class FSDP2Learner(Learner):
                 u.reshard()
                 u.set_reshard_after_forward(True)
 
-    def adapter_state(self) -> dict[str, torch.Tensor]:
+    def _adapter_state(self) -> dict[str, torch.Tensor]:
         from agentgym.trainers.models import adapter_state_dict
 
         shards = adapter_state_dict(self.model)
         full = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in shards.items()}
         return host_copy(full)
 
-    def load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
+    def _load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
         from torch.distributed.tensor import distribute_tensor
 
         from agentgym.trainers.models import adapter_state_dict, load_adapter_state_dict
@@ -450,21 +439,29 @@ def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     )
 
 
-def make_learner(strategy: str, *args: Any, zero_stage: int = 3, **kwargs: Any) -> Learner:
-    """The learner for ``distributed.strategy`` (``none``, ``deepspeed``, ``fsdp2``).
-
-    ``fsdp2`` with a device mesh (``distributed: {dp_shard, tp, ep, pp}``, carried by
-    ``dist.layout``) is the :class:`~agentgym.trainers.parallel.ParallelLearner`.
-    """
-    if strategy == "none":
-        return Learner(*args, **kwargs)
+def make_learner(
+    model: torch.nn.Module, cfg: TrainConfig, dist: DistInfo, *, pad_id: int
+) -> Learner:
+    """The learner of a run, built from its config sections: ``distributed.strategy``
+    picks the backend (``none``: :class:`Learner`; ``deepspeed``: ZeRO-2/3; ``fsdp2``:
+    FSDP2, or on a device mesh, ``distributed: {dp_shard, tp, ep, pp}`` carried by
+    ``dist.layout``, the :class:`~agentgym.trainers.parallel.ParallelLearner`)."""
+    kwargs: dict[str, Any] = {
+        "pad_id": pad_id,
+        "lora": cfg.lora.enabled,
+        "dist": dist,
+        "critic": cfg.critic if cfg.algorithm.uses_critic else None,
+        "seed": derive_seed("critic", cfg.run.seed),
+    }
+    strategy = cfg.distributed.strategy
     if strategy == "deepspeed":
-        return DeepSpeedLearner(*args, zero_stage=zero_stage, **kwargs)
-    layout = getattr(kwargs.get("dist"), "layout", None)
-    if strategy == "fsdp2" and layout is not None:
+        kwargs["zero_stage"] = cfg.distributed.zero_stage
+        return DeepSpeedLearner(model, cfg.algorithm, cfg.optim, **kwargs)
+    if strategy == "fsdp2" and dist.layout is not None:
         from agentgym.trainers.parallel import ParallelLearner
 
-        return ParallelLearner(*args, layout=layout, **kwargs)
+        return ParallelLearner(model, cfg.algorithm, cfg.optim, layout=dist.layout, **kwargs)
     if strategy == "fsdp2":
-        return FSDP2Learner(*args, **kwargs)
-    raise ConfigError(f"unknown distributed.strategy {strategy!r}: use none, deepspeed or fsdp2.")
+        return FSDP2Learner(model, cfg.algorithm, cfg.optim, **kwargs)
+    assert strategy == "none", f"{strategy!r} is not in STRATEGIES {STRATEGIES}"
+    return Learner(model, cfg.algorithm, cfg.optim, **kwargs)

@@ -26,7 +26,7 @@ def main() -> None:
     model = build_preset("tiny-deepseek-v3", build_tokenizer(), seed=0)
     model = apply_lora(model, LoraSettings(r=8), seed=1)
     learner = ParallelLearner(
-        model, AlgorithmConfig(), OptimConfig(), temperature=1.0, pad_id=0, dist=info,
+        model, AlgorithmConfig(), OptimConfig(), pad_id=0, dist=info,
         layout=info.layout,
     )  # fmt: skip
 

@@ -129,7 +129,6 @@ def _learner(model, tokenizer, *, share: bool = True, **algo: object):
         model,
         AlgorithmConfig(advantage="gae", share_prompts=share, **algo),
         OptimConfig(),
-        temperature=1.0,
         pad_id=tokenizer.pad_token_id,
         critic=CriticConfig(r=4),
         seed=1,
@@ -225,7 +224,6 @@ def test_a_value_based_run_trains_both_adapters_and_not_the_base(
 
 
 def test_value_pretraining_trains_only_the_critic(tmp_path, toy_envs_registered):
-    from agentgym.trainers.critic_pretrain import pretrain_critic
 
     cfg = load_config(
         TrainConfig,
@@ -240,7 +238,7 @@ def test_value_pretraining_trains_only_the_critic(tmp_path, toy_envs_registered)
     trainer = DAPOTrainer(cfg)
     params = dict(trainer.model.named_parameters())
     before = {n: p.detach().clone() for n, p in params.items()}
-    rows = pretrain_critic(trainer)
+    rows = trainer.pretrain_critic()
     assert [r["pretrain_step"] for r in rows] == [1, 2, 3]
     changed = {n for n, p in params.items() if not torch.equal(before[n], p.detach())}
     assert changed and all(f".{ADAPTER}." in n or "value_head" in n for n in changed)
@@ -251,12 +249,12 @@ def test_a_resumed_value_based_run_restores_the_critic(tmp_path, toy_envs_regist
     args = _args(tmp_path, "algorithm.name=vapo", "run.save_every=1")
     first = DAPOTrainer(load_config(TrainConfig, None, args))
     first.train()
-    saved = first.learner.critic_state()
+    saved = first.learner.state_dict()["critic"]
     first.close()
     assert (tmp_path / "run" / "checkpoints" / "step_000002" / "critic.safetensors").is_file()
     resumed = DAPOTrainer(load_config(TrainConfig, None, args), resume=True)
     assert resumed.step == 2
-    now = resumed.learner.critic_state()
+    now = resumed.learner.state_dict()["critic"]
     assert set(now) == set(saved)
     assert all(torch.equal(now[k], saved[k]) for k in saved)
     resumed.close()
@@ -379,7 +377,11 @@ def test_each_conversation_is_valued_from_what_it_sees_and_the_reward_crosses_th
     full = [make_microbatches(samples, 2, tokenizer.pad_token_id)]
     model.eval()
     out, stats = attach_advantages(
-        learner.value_batches, samples, minis, full, algo, torch.device("cpu")
+        lambda mbs: learner.forward(mbs, lambda mb, v: v, output="values"),
+        samples,
+        minis,
+        full,
+        algo,
     )
     by_sample = {}
     for mb in out[0]:
@@ -428,7 +430,6 @@ def test_whitened_advantages_are_the_raw_ones_shifted_and_scaled_over_the_batch(
             [[0, 1]],
             full,
             algo,
-            torch.device("cpu"),
         )
         (mb,) = out[0]
         rows = {mb.indices[b]: b for b in range(2)}

@@ -9,11 +9,13 @@ import torch
 from conftest import TINY_QWEN
 
 from agentgym import ConfigError, load_config
+from agentgym.trainers.algorithm import AlgorithmConfig
 from agentgym.trainers.batch import Sample, make_microbatches
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.critic import BACKBONE, CriticConfig
 from agentgym.trainers.logging import read_jsonl
 from agentgym.trainers.loop import DAPOTrainer
+from agentgym.trainers.update import update_critic
 
 #: the critic: a different (smaller) model than the policy, same tokenizer
 CRITIC = {**TINY_QWEN, "hidden_size": 16, "intermediate_size": 32}
@@ -46,7 +48,6 @@ def _learner(model, tok, critic_dir):
         model,
         AlgorithmConfig(advantage="gae"),
         OptimConfig(),
-        temperature=1.0,
         pad_id=tok.pad_token_id,
         critic=CriticConfig(share_base=False, path=str(critic_dir), lr=0.05),
         seed=1,
@@ -87,7 +88,7 @@ def test_values_come_from_the_critic_model_and_its_update_moves_only_the_critic(
     assert not any("lora_" in n for n in names)  # no adapter: the whole model trains
     assert all(p.requires_grad for p in critic.parameters())
     # the policy's adapter state (what the engines sync) holds no critic weights
-    assert not any(BACKBONE in k for k in learner.adapter_state())
+    assert not any(BACKBONE in k for k in learner.state_dict()["adapter"])
 
     with torch.no_grad():
         critic.head.weight.normal_(0, 1, generator=torch.Generator().manual_seed(0))
@@ -112,7 +113,8 @@ def test_values_come_from_the_critic_model_and_its_update_moves_only_the_critic(
 
     params = dict(model.named_parameters())
     before = {n: p.detach().clone() for n, p in params.items()}
-    learner.update(samples, policy=False, critic_updates=2)  # the critic alone
+    algo = AlgorithmConfig(advantage="gae")
+    update_critic(learner, samples, algo, updates=2)  # the critic alone
     changed = {n for n, p in params.items() if not torch.equal(before[n], p.detach())}
     assert any(BACKBONE in n for n in changed) and any("value_head" in n for n in changed)
     assert all(BACKBONE in n or "value_head" in n for n in changed), sorted(changed)[:3]
@@ -146,11 +148,11 @@ def test_a_run_with_a_separate_critic_trains_it_and_resumes_it(
     assert not base, f"the policy's base moved: {sorted(base)[:3]}"
     assert all(m["losses/value"] > 0 and "critic/explained_variance" in m for m in history)
     assert len(read_jsonl(tmp_path / "run" / "critic_pretrain.jsonl")) == 1
-    saved = trainer.learner.critic_state()
+    saved = trainer.learner.state_dict()["critic"]
     trainer.close()
     assert any(BACKBONE in k for k in saved)
     resumed = DAPOTrainer(load_config(TrainConfig, None, args), resume=True)
-    now = resumed.learner.critic_state()
+    now = resumed.learner.state_dict()["critic"]
     assert set(now) == set(saved)
     for k in saved:
         torch.testing.assert_close(now[k], saved[k])

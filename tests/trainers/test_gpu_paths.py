@@ -23,6 +23,7 @@ import torch
 from conftest import TINY_QWEN
 
 from agentgym import ConfigError, load_config
+from agentgym.trainers.algorithm import selected_logprobs
 from agentgym.trainers.batch import Sample
 from agentgym.trainers.config import (
     AlgorithmConfig,
@@ -43,6 +44,7 @@ from agentgym.trainers.distributed import DistInfo, all_reduce_sum
 from agentgym.trainers.learner import Learner
 from agentgym.trainers.loop import DAPOTrainer
 from agentgym.trainers.models import apply_lora, build_preset
+from agentgym.trainers.update import update_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = [("tiny-qwen2", TINY_QWEN), ("tiny-deepseek-v3", {})]
@@ -145,7 +147,6 @@ def test_bf16_base_trains_float32_master_weights_under_autocast(tokenizer, prese
         model,
         AlgorithmConfig(micro_batch_size=4),
         OptimConfig(lr=1e-2),
-        temperature=1.0,
         pad_id=tokenizer.pad_token_id,
     )
     assert learner.compute_dtype == torch.bfloat16
@@ -155,7 +156,7 @@ def test_bf16_base_trains_float32_master_weights_under_autocast(tokenizer, prese
     assert {p.dtype for p in frozen.values() if p.is_floating_point()} == {torch.bfloat16}
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     for _ in range(2):  # lora_A's gradient is zero until lora_B has moved
-        m = learner.update(_samples(len(tokenizer)))
+        m = update_policy(learner, _samples(len(tokenizer)), AlgorithmConfig(), temperature=1.0)
     assert torch.isfinite(torch.tensor(m["losses/total"])) and m["losses/grad_norm"] > 0
     moved = {n for n, p in model.named_parameters() if not torch.equal(before[n], p.detach())}
     assert moved and moved <= set(trainable)
@@ -169,7 +170,6 @@ def test_a_critic_on_a_bf16_base_keeps_float32_head_and_adapter(tokenizer):
         apply_lora(base, LoraSettings(r=4)),
         AlgorithmConfig(advantage="gae"),
         OptimConfig(),
-        temperature=1.0,
         pad_id=tokenizer.pad_token_id,
         critic=CriticConfig(),
     )
@@ -184,14 +184,13 @@ def test_full_fine_tuning_in_bf16_keeps_every_weight_in_float32(tokenizer):
         model,
         AlgorithmConfig(micro_batch_size=4),
         OptimConfig(lr=1e-3),
-        temperature=1.0,
         pad_id=tokenizer.pad_token_id,
         lora=False,
     )
     assert learner.compute_dtype == torch.bfloat16  # the autocast dtype it was placed in
     assert {p.dtype for p in model.parameters()} == {torch.float32}
     assert compute_dtype(model) is None
-    learner.update(_samples(len(tokenizer)))
+    update_policy(learner, _samples(len(tokenizer)), AlgorithmConfig(), temperature=1.0)
 
 
 def test_bf16_logprobs_stay_close_to_float32(tokenizer):
@@ -205,13 +204,13 @@ def test_bf16_logprobs_stay_close_to_float32(tokenizer):
             apply_lora(base, LoraSettings(r=4), seed=5),
             AlgorithmConfig(micro_batch_size=8),
             OptimConfig(),
-            temperature=1.0,
             pad_id=tokenizer.pad_token_id,
         )
         from agentgym.trainers.batch import make_microbatches
 
         mbs = make_microbatches(_samples(len(tokenizer)), 8, tokenizer.pad_token_id)
-        out[dtype] = torch.cat([lp.flatten() for lp in learner.logprobs(mbs)])
+        logp = learner.forward(mbs, lambda mb, lg: selected_logprobs(lg, mb.targets, 1.0))
+        out[dtype] = torch.cat([lp.flatten() for lp in logp])
     gap = (out["float32"] - out["bfloat16"]).abs().max()
     assert 0 < gap < 0.1
 
@@ -236,7 +235,7 @@ def test_training_and_rollouts_in_bf16_end_to_end(tmp_path, toy_envs_registered)
         _cfg(tmp_path, "model.dtype=bfloat16", "model.device=cpu", "run.max_steps=3"), resume=True
     )
     assert again.step == 2
-    state = again.learner.adapter_state()
+    state = again.learner.state_dict(optimizer=False)["adapter"]
     for k, v in saved.items():
         assert torch.equal(state[k], v), k
     again.close()
@@ -358,10 +357,8 @@ def test_deepspeed_is_told_the_learners_autocast(monkeypatch, dtype):
 
 def test_adapter_state_is_a_host_copy(tokenizer):
     model = apply_lora(build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), LoraSettings())
-    learner = Learner(
-        model, AlgorithmConfig(), OptimConfig(), temperature=1.0, pad_id=tokenizer.pad_token_id
-    )
-    state = learner.adapter_state()
+    learner = Learner(model, AlgorithmConfig(), OptimConfig(), pad_id=tokenizer.pad_token_id)
+    state = learner.state_dict(optimizer=False)["adapter"]
     params = {p.data_ptr() for p in model.parameters()}
     assert state and all(v.device.type == "cpu" for v in state.values())
     assert not {v.data_ptr() for v in state.values()} & params  # copies, not the weights

@@ -12,6 +12,7 @@ from agentgym.trainers.batch import Sample, make_microbatches
 from agentgym.trainers.config import AlgorithmConfig, LoraSettings, OptimConfig
 from agentgym.trainers.learner import Learner
 from agentgym.trainers.models import apply_lora, build_preset
+from agentgym.trainers.update import update_policy
 
 PRESETS = [("tiny-qwen2", TINY_QWEN), ("tiny-deepseek-v3", {})]
 
@@ -38,16 +39,14 @@ def _learner(preset: str, overrides: dict, tokenizer, *, share: bool) -> Learner
             if "lora_B" in name:
                 p.normal_(std=0.05, generator=torch.Generator().manual_seed(len(name)))
     algo = AlgorithmConfig(micro_batch_size=16, share_prompts=share)
-    return Learner(
-        model, algo, OptimConfig(lr=1e-2), temperature=0.9, pad_id=tokenizer.pad_token_id
-    )
+    return Learner(model, algo, OptimConfig(lr=1e-2), pad_id=tokenizer.pad_token_id)
 
 
 def _grads(learner: Learner, samples: list[Sample]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     (mb,) = make_microbatches(samples, 16, learner.pad_id)
     learner.model.train()
     learner.model.zero_grad(set_to_none=True)
-    logits = learner._logits(mb)
+    logits = learner._outputs(mb, "logits")
     logp = torch.log_softmax(logits / 0.9, dim=-1).gather(-1, mb.targets[..., None])[..., 0]
     loss = -(logp * mb.advantages[:, None] * mb.loss_mask).sum() / mb.loss_mask.sum()
     loss.backward()
@@ -82,7 +81,7 @@ def test_plain_layout_logits_predict_the_sampled_tokens(tokenizer):
     learner.model.eval()
     (mb,) = make_microbatches(samples, 16, tokenizer.pad_token_id)
     with torch.no_grad():
-        batch = torch.log_softmax(learner._logits(mb), -1)
+        batch = torch.log_softmax(learner._outputs(mb, "logits"), -1)
         for row, i in enumerate(mb.indices):
             s = samples[i]
             ids = torch.tensor([[*s.prompt_ids, *s.response_ids]])
@@ -96,7 +95,7 @@ def test_update_is_the_same_with_and_without_prompt_sharing(tokenizer):
     results = []
     for share in (True, False):
         learner = _learner("tiny-qwen2", TINY_QWEN, tokenizer, share=share)
-        metrics = learner.update(samples)
+        metrics = update_policy(learner, samples, AlgorithmConfig(), temperature=0.9)
         lora = {n: p.detach().clone() for n, p in learner.model.named_parameters() if "lora_" in n}
         results.append((metrics, lora))
     (m_a, w_a), (m_b, w_b) = results

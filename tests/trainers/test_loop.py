@@ -286,7 +286,7 @@ def test_a_colocated_engine_wakes_for_the_rollout_and_sleeps_for_the_update(
     trainer = DAPOTrainer(cfg)
     engine = RecordingEngine(trainer.model, trainer.tokenizer, seed=0)
     trainer.engine = engine
-    trainer.policy = engine.as_policy()
+    trainer.policy = trainer.steps.policy = engine.as_policy()  # what the step kind calls
     trainer.train()
     events = [
         e

@@ -109,10 +109,12 @@ def test_train_on_an_int8_base(tmp_path, toy_envs_registered):
         ],
     )
     trainer = DAPOTrainer(cfg)
-    initial = {k: v.clone() for k, v in trainer.learner.adapter_state().items()}
+    initial = {
+        k: v.clone() for k, v in trainer.learner.state_dict(optimizer=False)["adapter"].items()
+    }
     trainer.train()
     assert any(is_quantized(p) for p in trainer.model.parameters())
-    final = trainer.learner.adapter_state()
+    final = trainer.learner.state_dict(optimizer=False)["adapter"]
     assert final.keys() == initial.keys()
     moved = [k for k in final if not torch.equal(final[k], initial[k])]
     assert any("experts" in k for k in moved)  # the experts' LoRA trained on int8 experts

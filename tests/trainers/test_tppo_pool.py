@@ -63,7 +63,7 @@ def _untimed(ep) -> dict:
 def test_responses_grow_by_one_window_and_continue_from_their_prefix(tmp_path, toy_envs_registered):
     t = _trainer(tmp_path)
     try:
-        pool = t.tppo.pool
+        pool = t.steps.pool
         records, by_episode, ended = _play(pool, 5)
         assert len(pool.slots) == 4
         first = records[0]
@@ -101,7 +101,7 @@ def test_responses_grow_by_one_window_and_continue_from_their_prefix(tmp_path, t
 def test_the_lag_cap_ends_a_response_that_spans_too_many_updates(tmp_path, toy_envs_registered):
     t = _trainer(tmp_path, "rollout.max_tokens=64", "rollout.max_policy_lag=1")
     try:
-        records, by_episode, ended = _play(t.tppo.pool, 3)
+        records, by_episode, ended = _play(t.steps.pool, 3)
         assert sum(r.lag_cuts for r in records) >= 1
         assert all(lag <= 1 for r in records for lag in r.lags)
         cut = [ep for ep in ended.values() if ep.turns[0].completion.num_tokens == 8]
@@ -119,7 +119,7 @@ def test_a_multi_turn_episode_carries_its_turns_across_steps(tmp_path, toy_envs_
         env="agentgym-test/TwoPart-v0",
     )
     try:
-        _, by_episode, ended = _play(t.tppo.pool, 8)
+        _, by_episode, ended = _play(t.steps.pool, 8)
         assert ended
         for key, ep in ended.items():
             assert len(ep.turns) >= 2
@@ -142,13 +142,13 @@ def test_a_restored_pool_continues_as_the_original(tmp_path, toy_envs_registered
     a = _trainer(tmp_path / "a")
     b = _trainer(tmp_path / "b")
     try:
-        _play(a.tppo.pool, 2)
-        state = json.loads(json.dumps(a.tppo.pool.state_dict()))  # what a checkpoint holds
+        _play(a.steps.pool, 2)
+        state = json.loads(json.dumps(a.steps.pool.state_dict()))  # what a checkpoint holds
         assert any(s is not None and s["turns"] for s in state["slots"])  # replies in flight
         b.rollouts.load_state_dict(a.rollouts.state_dict())
-        b.tppo.pool.load_state_dict(state)
-        got, _, got_ended = _play(b.tppo.pool, 3, start=2)
-        want, _, want_ended = _play(a.tppo.pool, 3, start=2)
+        b.steps.pool.load_state_dict(state)
+        got, _, got_ended = _play(b.steps.pool, 3, start=2)
+        want, _, want_ended = _play(a.steps.pool, 3, start=2)
         for g, w in zip(got, want, strict=True):
             assert g.segments == w.segments
             assert g.lags == w.lags and g.tokens == w.tokens

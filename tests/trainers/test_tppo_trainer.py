@@ -73,7 +73,6 @@ def test_a_cut_window_gets_extended_gae_and_an_ended_one_its_reward():
         [[0, 1]],
         full,
         algo,
-        torch.device("cpu"),
     )
     (mb,) = out[0]
     by_sample = {mb.indices[b]: b for b in range(2)}
@@ -169,7 +168,7 @@ def test_a_resumed_run_with_responses_in_flight_equals_an_uninterrupted_one(
         load_config(TrainConfig, None, _args(cut, "run.max_steps=4")), resume=True
     )
     assert resumed.step == 2
-    in_flight = [r for r in resumed.tppo.pool.runs.values() if r.replay]
+    in_flight = [r for r in resumed.steps.pool.runs.values() if r.replay]
     assert in_flight, "the checkpoint held no response in flight: nothing was tested"
     resumed.train()
     got, want = read_jsonl(cut / "metrics.jsonl"), read_jsonl(whole / "metrics.jsonl")

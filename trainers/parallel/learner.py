@@ -11,9 +11,11 @@ micro-batching, same metrics) whose model is split over the mesh of
    embedding/head split over ``tp`` (:mod:`.tensor_parallel`), and what remains sharded
    by FSDP2 (``fully_shard``): each decoder layer over the ``dp = dp_shard * ep``
    data-parallel ranks, each layer's experts over ``dp_shard``, the root last;
-3. an update deals the micro-batches over the ``dp`` ranks (the ``tp`` ranks and the
-   pipeline stages of one data-parallel rank share them) and runs them with plain
-   forward/backward, or through the 1F1B pipeline schedule when ``pp > 1``;
+3. ``forward`` / ``forward_backward`` deal the micro-batches over the ``dp`` ranks (the
+   ``tp`` ranks and the pipeline stages of one data-parallel rank share them) and run
+   them with plain passes, or, when ``pp > 1``, through the 1F1B pipeline schedule at
+   once (:meth:`ParallelLearner._run_schedule`), the last stage calling the loss
+   function; no-grad results are broadcast from the last stage;
 4. gradients: FSDP2 averages dense gradients over ``dp``; an expert's gradient adds up
    the tokens every rank of its group sent it, so it is averaged over ``dp_shard`` by
    FSDP2 and divided by ``ep`` here; each rank's loss is scaled by ``dp``. The gradient
@@ -42,7 +44,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -50,11 +52,10 @@ import torch.distributed as dist
 from torch import nn
 
 from agentgym import ConfigError
-from agentgym.trainers.algorithm import selected_logprobs
 from agentgym.trainers.batch import MicroBatch
 from agentgym.trainers.critic import is_critic_name
 from agentgym.trainers.device import autocast, host_copy
-from agentgym.trainers.learner import Learner, make_optimizer
+from agentgym.trainers.learner import Learner, LossFn, Output, combine_metrics, make_optimizer
 from agentgym.trainers.parallel.experts import ExpertGroup, find_experts, shard_experts
 from agentgym.trainers.parallel.layout import Layout, check_mesh_critic, stage_ranges
 from agentgym.trainers.parallel.mesh import ParallelMesh, build_mesh
@@ -142,12 +143,6 @@ class ParallelLearner(Learner):
             if self.stage_module is not None
             else None
         )
-        self._queue: list[tuple[MicroBatch, tuple[Any, ...]]] = []
-        self._critic_queue: list[tuple[Any, ...]] = []
-        self._pp_running = False
-        self._pp_logits: torch.Tensor | None = None
-        self._pp_loss: torch.Tensor | None = None
-        self._pp_mismatch = 0.0
         self._reports = layout.reports_metrics(self.dist.rank)
         return make_optimizer(self.model, self.optim_cfg, self.critic)
 
@@ -201,86 +196,76 @@ class ParallelLearner(Learner):
         same micro-batches."""
         return self.layout.dp, self.layout.dp_rank(self.dist.rank)
 
-    def _backward(self, loss: torch.Tensor) -> None:
-        # the base class scales by the world size; gradients average over dp ranks only
-        loss = loss * (self.layout.dp / self.dist.world_size)
-        if self._pp_running:
-            self._pp_loss = loss
-            return
-        loss.backward()
+    def _reports_metrics(self) -> bool:
+        return self._reports
 
-    def _logits(self, mb: MicroBatch) -> torch.Tensor:
-        if self._pp_running:
-            assert self._pp_logits is not None
-            return self._pp_logits
-        return super()._logits(mb)
-
-    def _accumulate(self, mb: MicroBatch, *args: Any) -> float:
-        if self.runner is not None and not self._pp_running:
-            self._queue.append((mb, args))  # run by the pipeline schedule at the step
-            return 0.0
-        *rest, sums = args
-        sink = sums if self._reports else dict.fromkeys(sums, 0.0)
-        return super()._accumulate(mb, *rest, sink)
-
-    def update(self, samples: Any, **kwargs: Any) -> dict[str, float]:
-        """:meth:`Learner.update`; under pipelining the largest log-prob gap is the
-        largest over the stages' micro-batches (all ranks)."""
-        self._pp_mismatch = 0.0
-        out = super().update(samples, **kwargs)
-        if self.runner is not None:
-            worst = torch.tensor([self._pp_mismatch], dtype=torch.float64, device=self.pmesh.device)
-            dist.all_reduce(worst, op=dist.ReduceOp.MAX)
-            out["charts/logprob_mismatch_max"] = float(worst)
-        return out
-
-    def _run_pipeline(self) -> None:
-        """The queued micro-batches of this mini-batch through the 1F1B schedule."""
-        queue, self._queue = self._queue, []
-        if not queue:
-            return
-        assert self.runner is not None
-        seqs = [mb.sequences() for mb, _ in queue]
-
-        def on_logits(i: int, logits: torch.Tensor) -> torch.Tensor:
-            mb, args = queue[i]
-            rows, cols = seqs[i][0].shape
-            self._pp_logits = mb.reply_logits(logits[:rows, :cols]).float()
-            *rest, sums = args
-            sink = sums if self._reports else dict.fromkeys(sums, 0.0)
-            gap = Learner._accumulate(self, mb, *rest, sink)
-            self._pp_mismatch = max(self._pp_mismatch, gap)
-            assert self._pp_loss is not None
-            return self._pp_loss
-
-        self._pp_running = True
-        try:
-            # the schedule calls the stage module itself: the learner's autocast (bf16) here
-            with autocast(self._device(), self.compute_dtype):
-                self.runner.run(seqs, on_logits, pad_id=self.pad_id, backward=True)
-        finally:
-            self._pp_running = False
-            self._pp_logits = self._pp_loss = None
-
-    @torch.no_grad()
-    def logprobs(self, mbs: Sequence[MicroBatch], *, reference: bool = False) -> list[torch.Tensor]:
+    def _backward_own(
+        self, mbs: list[MicroBatch], loss_fn: LossFn, output: Output
+    ) -> dict[str, float]:
+        """Without pipelining, the base class's passes; with it, this share's
+        micro-batches through the 1F1B schedule, the last stage calling ``loss_fn``."""
         if self.runner is None:
-            return super().logprobs(mbs, reference=reference)
-        self.model.eval()
-        mbs = [mb.to(self._device()) for mb in mbs]
-        outs = [torch.zeros_like(mb.loss_mask) for mb in mbs]
-        seqs = [mb.sequences() for mb in mbs]
+            return super()._backward_own(mbs, loss_fn, output)
+        sums: list[dict[str, float]] = []
 
-        def on_logits(i: int, logits: torch.Tensor) -> torch.Tensor:
-            rows, cols = seqs[i][0].shape
-            lg = mbs[i].reply_logits(logits[:rows, :cols]).float()
-            outs[i] = selected_logprobs(lg, mbs[i].targets, self.temperature)
-            return lg.new_zeros(())
+        def on_output(i: int, mb: MicroBatch, out: torch.Tensor) -> torch.Tensor:
+            loss, stats = loss_fn(mb, out)
+            sums.append(stats)
+            return loss * self._grad_scale
 
-        ctx = self.model.disable_adapter() if reference else contextlib.nullcontext()
-        with ctx, autocast(self._device(), self.compute_dtype):
-            self.runner.run(seqs, on_logits, pad_id=self.pad_id, backward=False)
+        self._run_schedule(mbs, on_output, output, backward=True)
+        return combine_metrics(sums) if self._reports else {}
+
+    def _forward_own(
+        self,
+        mbs: list[MicroBatch],
+        fn: Callable[[MicroBatch, torch.Tensor], torch.Tensor],
+        output: Output,
+    ) -> list[torch.Tensor]:
+        """With pipelining: this share's micro-batches through the stages at once, the
+        results broadcast from the last stage to the others."""
+        if self.runner is None:
+            return super()._forward_own(mbs, fn, output)
+        outs = [torch.zeros(mb.targets.shape, device=self._device()) for mb in mbs]
+
+        def on_output(i: int, mb: MicroBatch, out: torch.Tensor) -> torch.Tensor:
+            outs[i] = fn(mb, out).float().contiguous()
+            return out.new_zeros(())
+
+        self._run_schedule(mbs, on_output, output, backward=False)
+        last = self.pmesh.pp_peer(self.layout.pp - 1)
+        for t in outs:
+            dist.broadcast(t, src=last, group=self.pmesh.pp_group)
         return outs
+
+    def _run_schedule(
+        self,
+        mbs: list[MicroBatch],
+        on_output: Callable[[int, MicroBatch, torch.Tensor], torch.Tensor],
+        output: Output,
+        *,
+        backward: bool,
+    ) -> None:
+        """``mbs`` through the pipeline (:class:`~.pipeline.PipelineRunner`); the last
+        stage hands micro-batch ``i``'s logits (or, with the critic's adapter active and
+        its head, values) to ``on_output(i, mb, out)``, which returns the loss to
+        back-propagate."""
+        assert self.runner is not None
+        mbs = [mb.to(self._device()) for mb in mbs]
+        seqs = [mb.sequences() for mb in mbs]
+        values = output == "values"
+
+        def on_stage_output(i: int, out: torch.Tensor) -> torch.Tensor:
+            rows, cols = seqs[i][0].shape
+            replies = mbs[i].reply_logits(out[:rows, :cols])
+            return on_output(i, mbs[i], (replies.squeeze(-1) if values else replies).float())
+
+        critic = self.critic.active() if values and self.critic else contextlib.nullcontext()
+        # the schedule calls the stage module itself: the learner's autocast (bf16) here
+        with critic, autocast(self._device(), self.compute_dtype):
+            self.runner.run(
+                seqs, on_stage_output, pad_id=self.pad_id, backward=backward, values=values
+            )
 
     # ------------------------------------------------------------------ the step
     def _grad_norm(self, params: list[nn.Parameter]) -> torch.Tensor:
@@ -306,12 +291,9 @@ class ParallelLearner(Learner):
             dist.all_reduce(total, group=self.pmesh.pp_group)
         return total.sqrt()
 
-    def _optimizer_step(self) -> float:
+    def _optimizer_step(self) -> list[float]:
         """Clip each parameter group (the policy's, the critic's) on its own by the norm
-        of its whole gradient, step, zero; returns the policy's norm before clipping."""
-        if self.runner is not None:
-            self._run_critic_pipeline()
-            self._run_pipeline()
+        of its whole gradient, step, zero; returns the norms before clipping."""
         names = {id(p): n for n, p in self.model.named_parameters()}
         max_norm = self.optim_cfg.max_grad_norm
         norms = []
@@ -328,70 +310,15 @@ class ParallelLearner(Learner):
                     p.grad.mul_(coef.to(torch.float32))
             norms.append(float(norm))
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.group_norms = norms
-        return norms[0]
-
-    def _critic_backward(
-        self, mb: MicroBatch, total_tokens: int, scale: float, sums: dict[str, float], weight: float
-    ) -> None:
-        # the tp ranks and stages of a data-parallel rank share its micro-batches: one reports
-        sink = sums if self._reports else dict.fromkeys(sums, 0.0)
-        if self.runner is not None:  # run by the pipeline schedule at the next step
-            self._critic_queue.append((mb, total_tokens, scale, sink, weight))
-            return
-        super()._critic_backward(mb, total_tokens, scale, sink, weight)
-
-    def _run_critic_pipeline(self) -> None:
-        """The queued critic passes of this step through the 1F1B schedule, the critic's
-        adapter active and the last stage returning values."""
-        queue, self._critic_queue = self._critic_queue, []
-        if not queue:
-            return
-        assert self.runner is not None and self.critic is not None
-        seqs = [mb.sequences() for mb, *_ in queue]
-        share = self.layout.dp / self.dist.world_size  # as _backward scales the policy's
-
-        def on_values(i: int, out: torch.Tensor) -> torch.Tensor:
-            mb, total, scale, sink, weight = queue[i]
-            rows, cols = seqs[i][0].shape
-            values = mb.reply_logits(out[:rows, :cols]).squeeze(-1).float()
-            loss = self._value_loss(values, mb, total)
-            sink["value_loss"] += weight * float(loss.detach())
-            return loss * (scale * share)
-
-        with self.critic.active(), autocast(self._device(), self.compute_dtype):
-            self.runner.run(seqs, on_values, pad_id=self.pad_id, backward=True, values=True)
-
-    @torch.no_grad()
-    def _value_own(self, mbs: list[MicroBatch]) -> list[torch.Tensor]:
-        """Under pipelining: this share's micro-batches through the stages at once, the
-        values broadcast from the last stage to the others."""
-        if self.runner is None:
-            return super()._value_own(mbs)
-        assert self.critic is not None
-        mbs = [mb.to(self._device()) for mb in mbs]
-        outs = [torch.zeros(mb.targets.shape, device=self._device()) for mb in mbs]
-        seqs = [mb.sequences() for mb in mbs]
-
-        def on_values(i: int, out: torch.Tensor) -> torch.Tensor:
-            rows, cols = seqs[i][0].shape
-            outs[i] = mbs[i].reply_logits(out[:rows, :cols]).squeeze(-1).float().contiguous()
-            return out.new_zeros(())
-
-        with self.critic.active(), autocast(self._device(), self.compute_dtype):
-            self.runner.run(seqs, on_values, pad_id=self.pad_id, backward=False, values=True)
-        last = self.pmesh.pp_peer(self.layout.pp - 1)
-        for t in outs:
-            dist.broadcast(t, src=last, group=self.pmesh.pp_group)
-        return outs
+        self._zero_grad()
+        return norms
 
     # ------------------------------------------------------------------ checkpoints
-    def optimizer_state(self) -> dict[str, Any]:
+    def _optimizer_state(self) -> dict[str, Any]:
         """This rank's optimizer shard, with the layout that split it."""
         return {**self.optimizer.state_dict(), _LAYOUT_KEY: dataclasses.asdict(self.layout)}
 
-    def load_optimizer_state(self, states: Sequence[dict[str, Any]]) -> None:
+    def _load_optimizer_state(self, states: Sequence[dict[str, Any]]) -> None:
         """Restore this rank's shard; a checkpoint written under another layout is
         refused (its shards would not fit this rank's parameters)."""
         state = dict(states[self.dist.rank])
@@ -424,14 +351,14 @@ class ParallelLearner(Learner):
         """The policy adapter's parameters (not the critic's)."""
         return sorted(n for n in self.params.shapes if "lora_" in n and not is_critic_name(n))
 
-    def critic_state(self) -> dict[str, torch.Tensor] | None:
+    def _critic_state(self) -> dict[str, torch.Tensor] | None:
         """The critic's adapter and head, whole tensors on the host (all ranks call it)."""
         if self.critic is None:
             return None
         names = [n for n in self.params.shapes if is_critic_name(n)]
         return host_copy(self.params.gather(names))
 
-    def load_critic_state(self, state: dict[str, torch.Tensor]) -> None:
+    def _load_critic_state(self, state: dict[str, torch.Tensor]) -> None:
         """Put a :meth:`critic_state` back into this rank's shares of it."""
         names = {n for n in self.params.shapes if is_critic_name(n)}
         if names != set(state):
@@ -442,7 +369,7 @@ class ParallelLearner(Learner):
             )
         self.params.load(state)
 
-    def adapter_state(self) -> dict[str, torch.Tensor]:
+    def _adapter_state(self) -> dict[str, torch.Tensor]:
         """The whole adapter in peft naming, full tensors on the host, on every rank (all
         ranks call it): what the engines, the checkpoints and the adapter digest read."""
         from peft import get_peft_model_state_dict
@@ -450,7 +377,7 @@ class ParallelLearner(Learner):
         full = self.params.gather(self._lora_names())
         return host_copy(get_peft_model_state_dict(self.gen_model, state_dict=full))
 
-    def load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
+    def _load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
         """Put a whole (peft-named) adapter into this rank's shares of it."""
         from peft import get_peft_model_state_dict
 

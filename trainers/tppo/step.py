@@ -2,8 +2,8 @@
 policy on the window's tokens (Extended GAE for the responses the window cut), train the
 critic on the episodes that ended.
 
-The trainer (:class:`~agentgym.trainers.DAPOTrainer`) hands its step to
-:class:`TruncatedSteps` when ``rollout.truncate_window`` is set. One step::
+:class:`TruncatedSteps` is the step kind (:mod:`agentgym.trainers.steps`) the trainer's
+step skeleton runs when ``rollout.truncate_window`` is set. One step::
 
     rollout   the pool refills its free slots with new groups and extends every
               response by at most ``truncate_window`` tokens (several waves when a turn
@@ -27,6 +27,7 @@ response's later tokens are sampled by a policy that was updated on its earlier 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,11 +36,15 @@ import torch
 from agentgym import ConfigError, Episode, episode_solved
 from agentgym.trainers import failures
 from agentgym.trainers.batch import Sample, episodes_to_samples
+from agentgym.trainers.config import TrainConfig
+from agentgym.trainers.distributed import DistInfo
 from agentgym.trainers.evaluation import episode_summary
-from agentgym.trainers.rollout_phase import shaped_rewards
-from agentgym.trainers.timeline import Timeline
+from agentgym.trainers.learner import Learner
+from agentgym.trainers.rollout_phase import RolloutPhase, shaped_rewards
+from agentgym.trainers.steps import Scored
 from agentgym.trainers.tppo.pool import TruncatedPool
 from agentgym.trainers.tppo.records import Group, Segment
+from agentgym.trainers.update import update_critic, update_policy
 
 #: the key of the pool in a checkpoint's trainer state
 STATE_KEY = "tppo_pool"
@@ -99,25 +104,62 @@ def lag_metrics(lags: Sequence[int], max_lag: int) -> dict[str, float]:
     return out
 
 
+@dataclass
+class WindowRollout:
+    """One T-PPO rollout phase: what the pool's window produced (every rank's, merged)
+    and the groups whose episodes all ended."""
+
+    done: Any
+    groups: list[Group]
+
+    @property
+    def failed(self) -> list[Episode]:
+        return [ep for _, ep in self.done.ended if ep.failed]
+
+    @property
+    def played(self) -> int:
+        return len(self.done.ended)
+
+
+@dataclass
+class WindowScored(Scored):
+    """T-PPO's scores: the window's segments are ``samples``; the critic trains on
+    ``critic_batch``, every turn of the episodes that ended."""
+
+    critic_batch: list[Sample] = field(default_factory=list)
+
+
 class TruncatedSteps:
-    """The T-PPO steps of one trainer (see the module docstring).
+    """T-PPO's step kind (see the module docstring; the phases are the trainer's).
 
     Args:
-        trainer: the :class:`~agentgym.trainers.DAPOTrainer` whose engine, learner,
-            task stream and env host the pool uses.
+        cfg: the run's config; rollouts: its task stream and env host; engine: the
+            rollout engine the pool drives; learner: what :meth:`train` updates;
+            tokenizer: turns episodes into samples; env_ids: the configured envs' ids;
+            dist: this process's place in the job.
     """
 
-    def __init__(self, trainer: Any) -> None:
-        self.t = t = trainer
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        rollouts: RolloutPhase,
+        engine: Any,
+        learner: Learner,
+        tokenizer: Any,
+        *,
+        env_ids: Sequence[str],
+        dist: DistInfo,
+    ) -> None:
+        self.cfg, self.rollouts, self.learner, self.tokenizer = cfg, rollouts, learner, tokenizer
         self.pool = TruncatedPool(
-            engine=t.engine,
-            tokenizer=t.tokenizer,
-            env_ids=t.env_ids,
-            env_kwargs=t.rollouts.env_kwargs,
-            env_host=t.rollouts.env_host,
-            tasks=t.rollouts.tasks,
-            cfg=t.cfg,
-            dist=t.dist,
+            engine=engine,
+            tokenizer=tokenizer,
+            env_ids=list(env_ids),
+            env_kwargs=rollouts.env_kwargs,
+            env_host=rollouts.env_host,
+            tasks=rollouts.tasks,
+            cfg=cfg,
+            dist=dist,
         )
 
     # ------------------------------------------------------------------ checkpoints
@@ -138,94 +180,79 @@ class TruncatedSteps:
     def close(self) -> None:
         self.pool.close()
 
-    # ------------------------------------------------------------------ one step
-    def step(self) -> dict[str, Any]:
-        """One T-PPO step; returns the step's metrics (the trainer's ``train_step``)."""
-        t, cfg = self.t, self.t.cfg
-        tl = Timeline()
-        if t.heartbeat is not None:
-            t.heartbeat.step_started()
-        with tl.phase("wake"):
-            t.engine.wake()
-        with tl.phase("rollout"), tl.watch(t.engine), t.learner.generation():
-            mine = self.pool.advance(t.step)
-            done, groups = self.pool.exchange(mine)
-        failed = [ep for _, ep in done.ended if ep.failed]
-        ended = [(slot, ep) for slot, ep in done.ended if not ep.failed]
-        if failed:
-            self._failed(failed, groups, len(done.ended))
+    # ------------------------------------------------------------------ the phases
+    def rollout(self, step: int) -> WindowRollout:
+        """Refill the pool's free slots and extend every response by one window; the
+        tasks of episodes that failed after their retries are quarantined."""
+        done, groups = self.pool.exchange(self.pool.advance(step))
+        got = WindowRollout(done, groups)
+        for ep in got.failed:
+            self.rollouts.quarantined.add((ep.env_id, int(ep.seed or 0)))
+        return got
 
-        with tl.phase("reward"):
-            eps = [ep for _, ep in ended]
-            rewards = (
-                shaped_rewards(eps, torch.arange(len(eps)), cfg).tolist() if eps else []
-            )  # no group term: config.check_config refuses length_reward_coef
-            by_slot = {
-                slot: (r, episode_solved(ep)) for (slot, ep), r in zip(ended, rewards, strict=True)
-            }
-            samples = segment_samples(done.segments, by_slot)
-            values_batch = critic_samples(eps, rewards, t.tokenizer)
+    def score(self, got: WindowRollout) -> WindowScored:
+        """Shaped rewards of the episodes that ended (no group term:
+        ``config.check_config`` refuses ``length_reward_coef``), the window's segment
+        samples and the critic's samples."""
+        ended = [(slot, ep) for slot, ep in got.done.ended if not ep.failed]
+        eps = [ep for _, ep in ended]
+        rewards = shaped_rewards(eps, torch.arange(len(eps)), self.cfg).tolist() if eps else []
+        by_slot = {
+            slot: (r, episode_solved(ep)) for (slot, ep), r in zip(ended, rewards, strict=True)
+        }
+        samples = segment_samples(got.done.segments, by_slot)
+        return WindowScored(
+            samples=samples,
+            skip=not samples,
+            played=eps,
+            trained=eps,
+            rewards=rewards,
+            critic_batch=critic_samples(eps, rewards, self.tokenizer),
+        )
 
-        t._phase("train")
-        with tl.phase("sleep"):
-            t.engine.sleep()
-        policy_m: dict[str, float] = {}
-        critic_m: dict[str, float] = {}
-        with tl.phase("train"):
-            if samples:
-                policy_m = t.learner.update(samples, train_critic=False)
-            if values_batch:
-                updates = t.learner.updates
-                critic_m = t.learner.update(values_batch, policy=False)
-                t.learner.updates = updates  # the policy's warm-up counts its own steps
-        t._phase("sync")
-        with tl.phase("sync"):
-            if samples and not t.engine.shares_weights:
-                t.engine.load_adapter(t.learner.adapter_state())
-        t.step += 1
-        m = self._metrics(done, eps, rewards, groups, samples, values_batch, policy_m, critic_m)
-        m.update(tl.metrics())
-        for row in tl.to_records(t.step, t.origin):
-            t.timeline_log.write(row)
-        log = getattr(t, "samples_log", None)
-        if log is not None and eps:
-            log.write_step(t.step, eps, eps, rewards)
+    def train(self, scored: Scored) -> dict[str, float]:
+        """The policy on the window's segments (the critic values them), then the critic
+        alone on the ended episodes. The ``critic/`` figures are those of the critic's own
+        batch; the policy's valuation of the segments keeps its advantage statistics as
+        ``tppo/segment_advantage_*``."""
+        assert isinstance(scored, WindowScored)
+        algo = self.cfg.algorithm
+        m: dict[str, float] = {}
+        if scored.samples:
+            m = update_policy(
+                self.learner,
+                scored.samples,
+                algo,
+                temperature=self.cfg.rollout.temperature,
+                train_critic=False,
+            )
+        for k in ("critic/advantage_mean", "critic/advantage_std"):
+            if k in m:
+                m[k.replace("critic/", "tppo/segment_")] = m.pop(k)
+        m = {k: v for k, v in m.items() if not k.startswith("critic/")}
+        if scored.critic_batch:
+            critic = update_critic(self.learner, scored.critic_batch, algo, updates=None)
+            m.update({k: v for k, v in critic.items() if k.startswith(("critic/", "losses/value"))})
         return m
 
-    def _failed(self, failed: list[Episode], groups: list[Group], played: int) -> None:
-        """Record the episodes that failed after their retries and quarantine their
-        tasks; stop the run when too many failed."""
-        t = self.t
-        for ep in failed:
-            t.rollouts.quarantined.add((ep.env_id, int(ep.seed or 0)))
-        if t.dist.is_main:
-            t._say(failures.record(t.out, t.step + 1, failed))
-        failures.check_share(t.step + 1, failed, played, t.cfg.rollout.max_failed_share, t.out)
-
-    def _metrics(
-        self,
-        done: Any,
-        eps: list[Episode],
-        rewards: list[float],
-        groups: list[Group],
-        samples: list[Sample],
-        values_batch: list[Sample],
-        policy_m: dict[str, float],
-        critic_m: dict[str, float],
+    def metrics(
+        self, got: WindowRollout, scored: Scored, trained: dict[str, float]
     ) -> dict[str, Any]:
-        m: dict[str, Any] = {"step": self.t.step}
-        m.update(
-            {k.replace("train/", "charts/"): v for k, v in episode_summary(eps, "train").items()}
-        )
+        """The step's ``charts/`` and ``tppo/`` figures, then the update's."""
+        assert isinstance(scored, WindowScored)
+        done, eps, rewards, samples = got.done, scored.trained, scored.rewards, scored.samples
+        m: dict[str, Any] = {
+            k.replace("train/", "charts/"): v for k, v in episode_summary(eps, "train").items()
+        }
         m["charts/reward"] = float(np.mean(rewards)) if rewards else float("nan")
         m["charts/env_reward"] = float(np.mean([e.reward for e in eps])) if eps else float("nan")
-        complete = [[e for e in g.ordered() if not e.failed] for g in groups]
-        m["charts/groups_completed"] = len(groups)
+        complete = [[e for e in g.ordered() if not e.failed] for g in got.groups]
+        m["charts/groups_completed"] = len(got.groups)
         m["charts/groups_uninformative"] = sum(
             1 for g in complete if len(g) > 1 and len({e.reward for e in g}) == 1
         )
         m["charts/update_skipped"] = int(not samples)
-        m.update(failures.failure_counts([ep for _, ep in done.ended if ep.failed]))
+        m.update(failures.failure_counts(got.failed))
         m["tppo/active"] = done.active
         m["tppo/ended"] = len(done.ended)
         m["tppo/window_tokens"] = done.tokens
@@ -233,16 +260,8 @@ class TruncatedSteps:
         m["tppo/bootstrapped"] = sum(1 for s in samples if s.bootstrap)
         m["tppo/lag_cuts"] = done.lag_cuts
         m["tppo/retries"] = done.retries
-        m["tppo/critic_samples"] = len(values_batch)
-        m["tppo/critic_tokens"] = sum(len(s.response_ids) for s in values_batch)
-        m.update(lag_metrics(done.lags, self.t.cfg.rollout.max_policy_lag))
-        m.update(policy_m)
-        # the critic's figures are those of its own batch (the ended episodes, against
-        # their returns); the policy's valuation of the segments keeps its advantages
-        for k in ("critic/advantage_mean", "critic/advantage_std"):
-            if k in policy_m:
-                m[k.replace("critic/", "tppo/segment_")] = m.pop(k)
-        for k in [k for k in m if k.startswith("critic/")]:
-            del m[k]
-        m.update({k: v for k, v in critic_m.items() if k.startswith(("critic/", "losses/value"))})
+        m["tppo/critic_samples"] = len(scored.critic_batch)
+        m["tppo/critic_tokens"] = sum(len(s.response_ids) for s in scored.critic_batch)
+        m.update(lag_metrics(done.lags, self.cfg.rollout.max_policy_lag))
+        m.update(trained)
         return m
