@@ -1,22 +1,20 @@
-"""Facts about host processes read from ``/proc``: is an owner alive, when did it start."""
+"""Facts about host processes read from ``/proc``: is an owner alive, when did it start.
+
+Whether a pid is alive is the core's answer (:func:`agentgym.health.alive`: a zombie
+counts as gone); this module adds the start time that tells a reused pid apart.
+"""
 
 from __future__ import annotations
 
-import os
+from agentgym.health import alive
 
 __all__ = ["owner_alive", "process_start_ticks"]
 
 
 def owner_alive(pid: int, start_ticks: str | None = None) -> bool:
     """Whether process ``pid`` on this host is alive (and started at ``start_ticks``)."""
-    if pid <= 0:
+    if not alive(pid):
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
     if start_ticks:
         now = process_start_ticks(pid)
         if now is not None and now != start_ticks:

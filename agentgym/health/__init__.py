@@ -15,7 +15,8 @@ What each module owns:
   trainer;
 * :mod:`.dumps` -- the suspect's Python stacks or ``/proc`` state, into the run folder;
 * :mod:`.lock` -- :class:`RunLock`: one run per run folder;
-* :mod:`.procs` -- ``/proc`` reads, process trees, ``PR_SET_PDEATHSIG``.
+* :mod:`.procs` -- ``/proc`` reads (:func:`alive`: the project's one "is this pid
+  alive"), process trees, ``PR_SET_PDEATHSIG``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from agentgym.health.lock import (
     held_by_launcher,
     read_owner,
 )
+from agentgym.health.procs import alive
 from agentgym.health.scoring import (
     HIGH_BAD,
     LOW_BAD,
@@ -94,6 +96,7 @@ __all__ = [
     "RunStopped",
     "Sample",
     "WorkerMonitor",
+    "alive",
     "broken",
     "drift",
     "drifting",

@@ -9,6 +9,11 @@ to die with its launcher:
   (a stopped process gets SIGCONT so that it can act on the SIGTERM);
 * :func:`die_with_parent`: ``prctl(PR_SET_PDEATHSIG)`` through ctypes, so that the
   kernel signals this process when the thread that started it exits.
+
+:func:`alive` is the project's one "is this pid alive" (exported as
+:func:`agentgym.health.alive`): the sandbox's owner checks and the Ray workers' reaper
+use it too. The standard library only: the reaper, which runs without site-packages,
+loads this file by its path.
 """
 
 from __future__ import annotations

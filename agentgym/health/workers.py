@@ -25,12 +25,15 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentgym import InfraError, RayEnvWorkers
+from agentgym import InfraError
 from agentgym.health.detector import Detector, DetectorSettings, Fault
 from agentgym.health.dumps import capture_many, write_dump
 from agentgym.health.scoring import WORKER_RULES
+
+if TYPE_CHECKING:  # agentgym.workers' reaper imports this package: no cycle at run time
+    from agentgym import RayEnvWorkers
 
 WORKER_ACTIONS = ("warn", "replace", "stop")
 

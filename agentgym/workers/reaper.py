@@ -12,6 +12,10 @@ started, which carry ``RAY_RAYLET_PID`` in their environment) and removes the fo
 unless the logs are to be kept.
 
 Run as ``python reaper.py FD DRIVER_PID SESSION_DIR KEEP_LOGS``; Linux only (``/proc``).
+Whether a process is alive is the core's one answer, :func:`agentgym.health.alive`: run as
+a script (``python -I -S``: no site-packages, so not the ``agentgym`` package, whose
+``__init__`` needs them) the reaper loads that function's module,
+``agentgym/health/procs.py`` (standard library only), by its path.
 """
 
 from __future__ import annotations
@@ -23,9 +27,29 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 #: seconds between two looks at the driver
 POLL_S = 0.5
+
+
+def _procs_by_path():
+    """``agentgym/health/procs.py`` loaded from its file, outside the ``agentgym`` package."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "health" / "procs.py"
+    spec = importlib.util.spec_from_file_location("agentgym_reaper_procs", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+if __name__ == "__main__":  # started by start_reaper: the standard library only
+    alive = _procs_by_path().alive
+else:
+    from agentgym.health import alive
 
 
 def _pids() -> list[int]:
@@ -38,17 +62,6 @@ def _read(pid: int, name: str) -> bytes:
             return f.read()
     except OSError:
         return b""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = _read(pid, "stat")
-    return b")" not in stat or stat.rpartition(b")")[2].split()[:1] not in ([b"Z"], [b"X"])
 
 
 def session_processes(session_dir: str, raylets: set[int]) -> list[int]:
@@ -89,7 +102,7 @@ def reap(session_dir: str, raylets: set[int], keep_logs: bool) -> int:
                 pass
         deadline = time.monotonic() + 2.0
         while sig == signal.SIGTERM and time.monotonic() < deadline:
-            if not any(_alive(p) for p in victims):
+            if not any(alive(p) for p in victims):
                 break
             time.sleep(0.05)
     if not keep_logs:
@@ -101,7 +114,7 @@ def main(argv: list[str]) -> int:
     fd, driver, session_dir, keep = int(argv[0]), int(argv[1]), argv[2], argv[3] == "1"
     raylets: set[int] = set()
     started = time.monotonic()
-    while _alive(driver):
+    while alive(driver):
         if not raylets and time.monotonic() - started < 60:
             raylets = raylets_of(session_dir)
         ready, _, _ = select.select([fd], [], [], POLL_S)

@@ -331,3 +331,33 @@ def test_kill_tree_ends_a_stopped_process_tree():
         assert not alive(child)
     finally:
         parent.kill()
+
+
+def test_one_alive_for_the_health_checks_the_sandbox_and_the_reaper(tmp_path):
+    """``agentgym.health.alive`` is the project's one "is this pid alive": the sandbox's
+    owner check and the Ray reaper use it, and a zombie counts as gone for all three."""
+    from agentgym.health import alive as public_alive
+    from agentgym.sandbox.procfs import owner_alive, process_start_ticks
+    from agentgym.workers import reaper
+
+    assert public_alive is alive and reaper.alive is alive
+    me = os.getpid()
+    assert alive(me) and owner_alive(me, process_start_ticks(me))
+    assert not owner_alive(me, "1")  # same pid, another start time: a reused pid
+    assert not alive(0) and not owner_alive(-1)
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 20
+    while alive(zombie.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)  # exited, not yet reaped: a zombie
+    assert not alive(zombie.pid) and not owner_alive(zombie.pid)
+    zombie.wait()
+    # the reaper as start_reaper runs it (python -I -S: no site-packages) loads the same
+    # helper by path; its driver is gone, so it removes the session folder and exits
+    session = tmp_path / "session"
+    session.mkdir()
+    script = [sys.executable, "-I", "-S", reaper.__file__, "0", str(zombie.pid), str(session)]
+    done = subprocess.run(
+        [*script, "0"], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert not session.exists()
