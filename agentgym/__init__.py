@@ -32,6 +32,7 @@ from agentgym.errors import (
     UnknownNameError,
     did_you_mean,
 )
+from agentgym.lazy import lazy_exports
 from agentgym.memory import MemoryConfig
 from agentgym.metrics import episode_accuracy, episode_solved, episode_tokens
 from agentgym.progress import Progress
@@ -89,12 +90,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'agentgym' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = [
@@ -146,6 +142,7 @@ __all__ = [
     "episode_solved",
     "episode_tokens",
     "iter_episodes",
+    "lazy_exports",
     "load_config",
     "load_plugins",
     "make",

@@ -16,6 +16,7 @@ Benchmarks reach environments only through registered ids (``gym.make``).
 
 from __future__ import annotations
 
+from agentgym import lazy_exports
 from agentgym.benchmarks.suites import (
     SCORING_VERSION,
     Suite,
@@ -25,18 +26,16 @@ from agentgym.benchmarks.suites import (
     suite_names,
 )
 
-
-def __getattr__(name: str):
-    # the runner and leaderboard pull in more; load them on first use
-    if name in ("run_suite", "run_suite_async"):
-        from agentgym.benchmarks import runner
-
-        return getattr(runner, name)
-    if name in ("build_leaderboard", "collect_results"):
-        from agentgym.benchmarks import leaderboard
-
-        return getattr(leaderboard, name)
-    raise AttributeError(f"module 'agentgym.benchmarks' has no attribute {name!r}")
+#: the runner and the leaderboard pull in more: loaded on first use
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "run_suite": "agentgym.benchmarks.runner",
+        "run_suite_async": "agentgym.benchmarks.runner",
+        "build_leaderboard": "agentgym.benchmarks.leaderboard",
+        "collect_results": "agentgym.benchmarks.leaderboard",
+    },
+)
 
 
 __all__ = [

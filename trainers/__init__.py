@@ -20,9 +20,9 @@ attribute access, so ``import agentgym.trainers`` is cheap.
 
 from __future__ import annotations
 
-import importlib
 import logging
-from typing import Any
+
+from agentgym import lazy_exports
 
 # Libraries that print on import what no run needs: torchao (a dependency of the
 # quantized base, imported by peft) lists the GPU kernels it cannot load on this machine,
@@ -93,10 +93,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'agentgym.trainers' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = sorted(_LAZY)

@@ -38,8 +38,7 @@ Typical use::
 
 from __future__ import annotations
 
-from typing import Any
-
+from agentgym import lazy_exports
 from agentgym.plan.architecture import (
     Architecture,
     LoraSpec,
@@ -81,13 +80,8 @@ from agentgym.plan.time_report import format_search, format_step, search_to_dict
 from agentgym.plan.timing import StepSpec, StepTime, step_time
 from agentgym.plan.workload import Workload
 
-
-def __getattr__(name: str) -> Any:
-    if name == "PlanConfig":  # imports the trainer's config (and torch): on first use
-        from agentgym.plan.train_config import PlanConfig
-
-        return PlanConfig
-    raise AttributeError(f"module 'agentgym.plan' has no attribute {name!r}")
+#: loaded on first use: the trainer's config it extends imports torch
+__getattr__, __dir__ = lazy_exports(__name__, {"PlanConfig": "agentgym.plan.train_config"})
 
 
 __all__ = [

@@ -18,8 +18,7 @@ See docs/integrations.md for the routes and what each field does.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from agentgym import lazy_exports
 
 #: public name -> the module that defines it (loaded on first use: no torch at import)
 _LAZY = {
@@ -40,10 +39,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'agentgym.serve' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = sorted(_LAZY)

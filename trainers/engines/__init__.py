@@ -24,8 +24,7 @@ What the rest of agentgym takes from here; the modules inside are the package's 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from agentgym import lazy_exports
 
 #: public name -> the module that defines it. Loaded on first use, so that reading a
 #: config (which only needs the options) does not import torch.
@@ -61,10 +60,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'agentgym.trainers.engines' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = sorted(_LAZY)

@@ -20,8 +20,7 @@ Names load lazily: reading a config imports no torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from agentgym import lazy_exports
 
 _LAZY = {
     "Layout": "agentgym.trainers.parallel.layout",
@@ -37,10 +36,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'agentgym.trainers.parallel' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = sorted(_LAZY)

@@ -15,8 +15,7 @@ without importing the pool.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from agentgym import lazy_exports
 
 _LAZY = {
     "check_config": "agentgym.trainers.tppo.config",
@@ -31,10 +30,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'agentgym.trainers.tppo' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = sorted(_LAZY)
