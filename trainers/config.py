@@ -16,18 +16,16 @@ says what to change. The SFT stage's own sections live in :mod:`agentgym.trainer
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from agentgym import UnknownNameError
 from agentgym import config_check as _check
+from agentgym.health import DetectorSettings
 from agentgym.trainers.algorithm import AlgorithmConfig
 from agentgym.trainers.critic import CriticConfig
 from agentgym.trainers.engines import HFEngineOptions, VLLMEngineOptions, engine_options
 from agentgym.trainers.tracking import check_report_to
-
-if TYPE_CHECKING:
-    from agentgym.health import DetectorSettings
 
 # ----------------------------------------------------------------------------- sections
 
@@ -422,7 +420,7 @@ class DistributedConfig:
 
 
 @dataclass
-class HealthConfig:
+class HealthConfig(DetectorSettings):
     """Heartbeats and the faulty-worker detector (docs/reliability.md).
 
     Every rank of a multi-process run and every Ray env worker reports a heartbeat with
@@ -430,18 +428,14 @@ class HealthConfig:
     its peers and flags one that is hung, slow or broken (``distributed.on_fault`` says
     what then happens to ranks, ``workers`` to Ray env workers).
 
+    The detector's knobs (``hung_after_s``, ``stuck_after_s``, ``slow_factor``,
+    ``window_s``, ``persist_s``, ``min_metrics``, ``max_errors``) are the fields of
+    :class:`agentgym.health.DetectorSettings`, with their defaults and meaning there; this
+    section adds them to its own, keyed flat (``health.hung_after_s``), and checks them.
+
     Attributes:
         enabled: heartbeats and detection on.
         heartbeat_s: seconds between heartbeats (and between the detector's looks).
-        hung_after_s: no new heartbeat for this long is a hang.
-        stuck_after_s: no CPU use outside any collective for this long, while a peer
-            waits in a collective as long, is a hang too.
-        slow_factor: a metric this many times worse than the peers' median drifts.
-        window_s: the sliding window the metrics' rates are taken over.
-        persist_s: a drift on ``min_metrics`` metrics must last this long to count.
-        min_metrics: how many metrics must drift at once to call a worker slow.
-        max_errors: this many errors in the window (and as many more than the peers)
-            make a Ray env worker broken; a non-finite loss makes a rank broken.
         stop_grace_s: how long ranks asked to stop may take to save a checkpoint and
             exit before they are killed.
         workers: what happens to a faulty Ray env worker: ``warn``, ``replace`` (kill
@@ -451,13 +445,6 @@ class HealthConfig:
 
     enabled: bool = True
     heartbeat_s: float = 1.0
-    hung_after_s: float = 10.0
-    stuck_after_s: float = 120.0
-    slow_factor: float = 2.0
-    window_s: float = 20.0
-    persist_s: float = 10.0
-    min_metrics: int = 2
-    max_errors: int = 3
     stop_grace_s: float = 120.0
     workers: str = "replace"
 
@@ -482,18 +469,8 @@ class HealthConfig:
             raise UnknownNameError("health.workers", self.workers, ("warn", "replace", "stop"))
 
     def detector_settings(self) -> DetectorSettings:
-        """The detector's knobs from this section."""
-        from agentgym.health import DetectorSettings
-
-        return DetectorSettings(
-            hung_after_s=self.hung_after_s,
-            stuck_after_s=self.stuck_after_s,
-            slow_factor=self.slow_factor,
-            window_s=self.window_s,
-            persist_s=self.persist_s,
-            min_metrics=self.min_metrics,
-            max_errors=self.max_errors,
-        )
+        """The detector's knobs from this section (a plain :class:`DetectorSettings`)."""
+        return DetectorSettings(**{f.name: getattr(self, f.name) for f in fields(DetectorSettings)})
 
 
 @dataclass

@@ -38,18 +38,21 @@ from agentgym.health.scoring import (
 
 @dataclass
 class DetectorSettings:
-    """The detector's knobs (the ``health`` config section fills them).
+    """The detector's knobs, and the one place their defaults are written: the trainer's
+    ``health`` config section (``HealthConfig``) is these fields plus its own, keyed
+    ``health.hung_after_s`` and so on.
 
     Attributes:
         hung_after_s: no new heartbeat for this long is a hang.
         stuck_after_s: no CPU use outside collectives for this long, while a peer waits
             in a collective as long, is a hang too.
-        slow_factor: this many times worse than the peers' median is a drift.
-        window_s: the window rates are taken over.
-        persist_s: a drift must last this long (without a break) to count.
-        min_metrics: drifting on this many metrics at once makes a straggler.
+        slow_factor: a metric this many times worse than the peers' median drifts.
+        window_s: the sliding window the metrics' rates are taken over.
+        persist_s: a drift on ``min_metrics`` metrics must last this long (without a
+            break) to count.
+        min_metrics: drifting on this many metrics at once makes a straggler (slow).
         max_errors: this many errors in the window, and as many more than the peers,
-            make a worker broken.
+            make a Ray env worker broken (a non-finite loss makes a rank broken).
     """
 
     hung_after_s: float = 10.0

@@ -361,3 +361,19 @@ def test_one_alive_for_the_health_checks_the_sandbox_and_the_reaper(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert not session.exists()
+
+
+def test_the_health_section_is_the_detectors_settings_plus_its_own():
+    """Each detector knob and its default is written once, in DetectorSettings; the
+    trainer's ``health`` section holds them (flat keys, as users write them)."""
+    from dataclasses import fields
+
+    from agentgym import load_config
+    from agentgym.trainers.config import HealthConfig, TrainConfig
+
+    knobs = [f.name for f in fields(DetectorSettings)]
+    assert [f.name for f in fields(HealthConfig)][: len(knobs)] == knobs
+    assert HealthConfig().detector_settings() == DetectorSettings()
+    cfg = load_config(TrainConfig, None, ["health.hung_after_s=4", "health.max_errors=5"])
+    assert cfg.health.detector_settings() == DetectorSettings(hung_after_s=4.0, max_errors=5)
+    assert type(cfg.health.detector_settings()) is DetectorSettings
