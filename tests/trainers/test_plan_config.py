@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG_671B = ROOT / "configs" / "deepseek_v3_671b_48xh100.yaml"
 
 #: per-GPU GiB of the 671B plan, as `agentgym plan` printed them before the planner read
-#: the trainer's config (the planner's own YAML shape, then in trainers/plan.py); the LoRA column
+#: the trainer's config (the planner's own YAML shape then); the LoRA column
 #: since the config stopped adapting kv_b_proj (vLLM folds it into its MLA decode)
 BEFORE = {
     "lora": {"train": 26.454121947288513, "rollout": 61.28532776236534, "peak": 61.28532776236534},
