@@ -27,7 +27,7 @@ from typing import Literal
 
 from agentgym import ConfigError
 from agentgym.plan.architecture import ATTENTION_TARGETS, MLP_TARGETS, LoraSpec
-from agentgym.plan.config import PlanInputs, step_spec
+from agentgym.plan.config import PlanInputs, TimingInputs, step_spec
 from agentgym.plan.links import Links
 from agentgym.plan.memory import COMM_BUFFERS_GIB, CUDA_CONTEXT_GIB, FRAGMENTATION
 from agentgym.plan.rollout_time import rollout_time
@@ -172,22 +172,10 @@ def _variants(inputs: PlanInputs, mode: str) -> list[tuple[str, LoraSpec | None]
     return [(b, replace(ls, r=r)) for b in bases for r in ranks for ls in target_sets]
 
 
-def search_layouts(
-    inputs: PlanInputs, *, mode: Literal["lora", "full"] = "lora", top: int | None = None
-) -> SearchResult:
-    """Enumerate, size, time and rank the layouts of ``inputs`` (see the module docstring).
-
-    Raises:
-        ConfigError: the inputs have no timing part, or nothing in the space fits.
-    """
-    started = time.perf_counter()
-    t = inputs.timing
-    if t is None:
-        raise ConfigError("the search needs planner inputs built by plan_inputs.")
+def _train_layouts(inputs: PlanInputs, t: TimingInputs) -> list[tuple[int, int, int, int]]:
+    """The (tp, pp, dp, ep) training meshes that use every GPU and divide the model."""
     s, arch, gpus = t.search, inputs.arch, inputs.hardware.gpus
-    mem = inputs.hardware.gpu_mem_gib
     gpn = t.cluster.gpus_per_node
-    base_spec = step_spec(inputs)
     heads, experts = arch.num_attention_heads, arch.n_routed_experts
 
     def ok_ep(ep: int, group: int) -> bool:
@@ -205,6 +193,13 @@ def search_layouts(
             for ep in s.ep or divisors(tp * dp):
                 if ok_ep(ep, tp * dp):
                     train_layouts.append((tp, pp, dp, ep))
+    return train_layouts
+
+
+def _rollout_layouts(inputs: PlanInputs, t: TimingInputs) -> list[tuple[int, int, int, int]]:
+    """The (tp, pp, dp, ep) engine meshes that use every GPU and divide the model."""
+    s, arch, gpus = t.search, inputs.arch, inputs.hardware.gpus
+    heads, experts = arch.num_attention_heads, arch.n_routed_experts
     rollout_layouts = []
     for rtp in s.rollout_tp or [d for d in divisors(gpus) if heads % d == 0]:
         for rpp in s.rollout_pp or [
@@ -220,116 +215,180 @@ def search_layouts(
                 if wide and rdp == 1 and False in s.rollout_expert_parallel:
                     continue  # the same engine as the sliced one
                 rollout_layouts.append((rtp, rpp, rdp, rep))
+    return rollout_layouts
+
+
+def _train_half(
+    inputs: PlanInputs,
+    t: TimingInputs,
+    base: str,
+    lora: LoraSpec | None,
+    train_layouts: list[tuple[int, int, int, int]],
+    m_prime: float,
+) -> tuple[list[tuple[float, float, float, tuple, str]], int]:
+    """The training candidates that fit (time, memory, key, name), and how many were tried."""
+    s, arch = t.search, inputs.arch
+    trains: list[tuple[float, float, float, tuple, str]] = []
+    n_train = 0
+    for tp, pp, dp, ep in train_layouts:
+        for zero in s.zero_stages:
+            par = ParallelSpec(
+                tp=tp,
+                ep=ep,
+                pp=pp,
+                dp=dp,
+                zero_stage=zero,
+                sequence_parallel=inputs.parallel.sequence_parallel,
+            )
+            for mbs in s.micro_batch_sizes:
+                for ckpt in s.activation_checkpointing:
+                    n_train += 1
+                    train = replace(
+                        inputs.train, micro_batch_size=mbs, activation_checkpointing=ckpt
+                    )
+                    tm = train_memory(arch, lora=lora, parallel=par, train=train, base_dtype=base)
+                    if tm.train > m_prime:
+                        continue
+                    tt = train_time(
+                        arch,
+                        work=t.workload,
+                        lora=lora,
+                        parallel=par,
+                        base_dtype=base,
+                        micro_batch_size=mbs,
+                        checkpointing=ckpt,
+                        cluster=t.cluster,
+                        eff=t.efficiency,
+                        offload_state=t.offload_train_state,
+                    )
+                    key = (par, mbs, ckpt, tm)
+                    name = f"{tp}.{pp}.{ep}.{zero}.{mbs}.{ckpt}"
+                    trains.append((tt.total, tm.train, tm.both, key, name))
+    return trains, n_train
+
+
+@dataclass(frozen=True)
+class _RolloutSearch:
+    """What every rollout candidate of one search shares."""
+
+    inputs: PlanInputs
+    t: TimingInputs
+    mode: str
+    base_spec: StepSpec
+    links: Links
+    m_prime: float
+
+
+def _rollout_half(
+    ctx: _RolloutSearch,
+    base: str,
+    lora: LoraSpec | None,
+    rollout_layouts: list[tuple[int, int, int, int]],
+) -> tuple[list[tuple[float, float, float, tuple, str]], int]:
+    """The rollout candidates that fit (time, memory, key, name), and how many were tried."""
+    t, s, arch = ctx.t, ctx.t.search, ctx.inputs.arch
+    mem = ctx.inputs.hardware.gpu_mem_gib
     episodes = t.workload.episodes
+    rolls: list[tuple[float, float, float, tuple, str]] = []
+    n_roll = 0
+    engine_dtype = base if ctx.mode == "lora" else "bf16"
+    for rtp, rpp, rdp, rep in rollout_layouts:
+        need = math.ceil(episodes / rdp)
+        seqs_list = [q for q in s.max_num_seqs if q < 2 * need] or [min(s.max_num_seqs)]
+        for seqs in seqs_list:
+            probe = replace(
+                ctx.base_spec.rollout or RolloutSpec(),
+                tp=rtp,
+                pp=rpp,
+                dp=rdp,
+                ep=rep,
+                max_num_seqs=seqs,
+                gpu_memory_utilization=0.95,
+                sleep_level=1,
+            )
+            rm = rollout_memory(arch, lora, probe, engine_dtype)
+            n_roll += len(s.sleep_levels)
+            if rm.gib > 0.95 * mem or rm.gib > ctx.m_prime:
+                continue
+            util = round(min(0.95, math.ceil(rm.gib / mem / 0.05 - 1e-9) * 0.05), 2)
+            spec = replace(
+                ctx.base_spec,
+                mode=ctx.mode,
+                lora=lora,
+                base_dtype=base,
+                rollout=replace(probe, gpu_memory_utilization=util),
+                engine_dtype=engine_dtype,
+            )
+            rt = rollout_time(spec.engine_shape(), t.workload, t.generation_rounds)
+            for sleep in s.sleep_levels:
+                sp = replace(spec, rollout=replace(spec.rollout, sleep_level=sleep))
+                sync, sleep_s, _ = sync_seconds(sp, ctx.links)
+                total = rt.prefill + rt.decode + sync + sleep_s + t.workload.env_seconds
+                kept = sleep == 0
+                name = f"{rtp}.{rpp}.{rep}.{seqs}.{sleep}"
+                rolls.append((total, rm.gib, rm.gib if kept else 0.0, (sp.rollout, rm), name))
+    return rolls, n_roll
+
+
+def _pair(
+    base: str, lora: LoraSpec | None, trains: list, rolls: list, mem: float
+) -> list[tuple[float, float, Layout]]:
+    """(seconds, peak GiB, layout) of each fitting pair of the two halves' Pareto sets."""
+    front_t = _pareto(trains, lambda x: (x[0], x[1], x[2]))
+    front_r = _pareto(rolls, lambda x: (x[0], x[1], x[2]))
+    scored: list[tuple[float, float, Layout]] = []
+    for tr in front_t:
+        par, mbs, ckpt, tm = tr[3]
+        for ro in front_r:
+            rspec, rm = ro[3]
+            peak = peak_gib(tm, RolloutMemory(rm.gib, rspec.sleep_level == 0))
+            if peak > mem:
+                continue
+            layout = Layout(base, lora, par, mbs, ckpt, rspec)
+            scored.append((tr[0] + ro[0], peak, layout))
+    return scored
+
+
+def _memory_front(
+    scored: list[tuple[float, float, Layout]],
+) -> list[tuple[float, float, Layout]]:
+    """The layouts, fastest first, that each need less memory than every faster one."""
+    front = []
+    best_peak = math.inf
+    for sec, peak, layout in sorted(scored, key=lambda x: (x[0], x[1], x[2].describe())):
+        if peak < best_peak - 1e-9:
+            front.append((sec, peak, layout))
+            best_peak = peak
+    return front
+
+
+def search_layouts(
+    inputs: PlanInputs, *, mode: Literal["lora", "full"] = "lora", top: int | None = None
+) -> SearchResult:
+    """Enumerate, size, time and rank the layouts of ``inputs`` (see the module docstring).
+
+    Raises:
+        ConfigError: the inputs have no timing part, or nothing in the space fits.
+    """
+    started = time.perf_counter()
+    t = inputs.timing
+    if t is None:
+        raise ConfigError("the search needs planner inputs built by plan_inputs.")
+    s, arch, gpus = t.search, inputs.arch, inputs.hardware.gpus
+    mem = inputs.hardware.gpu_mem_gib
+    base_spec = step_spec(inputs)
+    train_layouts = _train_layouts(inputs, t)
+    rollout_layouts = _rollout_layouts(inputs, t)
     space = fitting = 0
     scored: list[tuple[float, float, Layout]] = []
     links = Links(t.cluster, t.efficiency)
     m_prime = (mem - CONSTANT_GIB) / (1 + FRAGMENTATION)
+    ctx = _RolloutSearch(inputs, t, mode, base_spec, links, m_prime)
     for base, lora in _variants(inputs, mode):
-        # --- training half
-        trains: list[tuple[float, float, float, tuple, str]] = []
-        n_train = 0
-        for tp, pp, dp, ep in train_layouts:
-            for zero in s.zero_stages:
-                par = ParallelSpec(
-                    tp=tp,
-                    ep=ep,
-                    pp=pp,
-                    dp=dp,
-                    zero_stage=zero,
-                    sequence_parallel=inputs.parallel.sequence_parallel,
-                )
-                for mbs in s.micro_batch_sizes:
-                    for ckpt in s.activation_checkpointing:
-                        n_train += 1
-                        train = replace(
-                            inputs.train, micro_batch_size=mbs, activation_checkpointing=ckpt
-                        )
-                        tm = train_memory(
-                            arch, lora=lora, parallel=par, train=train, base_dtype=base
-                        )
-                        if tm.train > m_prime:
-                            continue
-                        tt = train_time(
-                            arch,
-                            work=t.workload,
-                            lora=lora,
-                            parallel=par,
-                            base_dtype=base,
-                            micro_batch_size=mbs,
-                            checkpointing=ckpt,
-                            cluster=t.cluster,
-                            eff=t.efficiency,
-                            offload_state=t.offload_train_state,
-                        )
-                        key = (par, mbs, ckpt, tm)
-                        trains.append(
-                            (
-                                tt.total,
-                                tm.train,
-                                tm.both,
-                                key,
-                                f"{tp}.{pp}.{ep}.{zero}.{mbs}.{ckpt}",
-                            )
-                        )
-        # --- rollout half
-        rolls: list[tuple[float, float, float, tuple, str]] = []
-        n_roll = 0
-        engine_dtype = base if mode == "lora" else "bf16"
-        for rtp, rpp, rdp, rep in rollout_layouts:
-            need = math.ceil(episodes / rdp)
-            seqs_list = [q for q in s.max_num_seqs if q < 2 * need] or [min(s.max_num_seqs)]
-            for seqs in seqs_list:
-                probe = replace(
-                    base_spec.rollout or RolloutSpec(),
-                    tp=rtp,
-                    pp=rpp,
-                    dp=rdp,
-                    ep=rep,
-                    max_num_seqs=seqs,
-                    gpu_memory_utilization=0.95,
-                    sleep_level=1,
-                )
-                rm = rollout_memory(arch, lora, probe, engine_dtype)
-                n_roll += len(s.sleep_levels)
-                if rm.gib > 0.95 * mem or rm.gib > m_prime:
-                    continue
-                util = round(min(0.95, math.ceil(rm.gib / mem / 0.05 - 1e-9) * 0.05), 2)
-                spec = replace(
-                    base_spec,
-                    mode=mode,
-                    lora=lora,
-                    base_dtype=base,
-                    rollout=replace(probe, gpu_memory_utilization=util),
-                    engine_dtype=engine_dtype,
-                )
-                rt = rollout_time(spec.engine_shape(), t.workload, t.generation_rounds)
-                for sleep in s.sleep_levels:
-                    sp = replace(spec, rollout=replace(spec.rollout, sleep_level=sleep))
-                    sync, sleep_s, _ = sync_seconds(sp, links)
-                    total = rt.prefill + rt.decode + sync + sleep_s + t.workload.env_seconds
-                    kept = sleep == 0
-                    rolls.append(
-                        (
-                            total,
-                            rm.gib,
-                            rm.gib if kept else 0.0,
-                            (sp.rollout, rm),
-                            f"{rtp}.{rpp}.{rep}.{seqs}.{sleep}",
-                        )
-                    )
+        trains, n_train = _train_half(inputs, t, base, lora, train_layouts, m_prime)
+        rolls, n_roll = _rollout_half(ctx, base, lora, rollout_layouts)
         space += n_train * n_roll
-        front_t = _pareto(trains, lambda x: (x[0], x[1], x[2]))
-        front_r = _pareto(rolls, lambda x: (x[0], x[1], x[2]))
-        for tr in front_t:
-            par, mbs, ckpt, tm = tr[3]
-            for ro in front_r:
-                rspec, rm = ro[3]
-                peak = peak_gib(tm, RolloutMemory(rm.gib, rspec.sleep_level == 0))
-                if peak > mem:
-                    continue
-                layout = Layout(base, lora, par, mbs, ckpt, rspec)
-                scored.append((tr[0] + ro[0], peak, layout))
+        scored.extend(_pair(base, lora, trains, rolls, mem))
         fitting += _count_fitting(trains, rolls, mem)
     if not scored:
         raise ConfigError(
@@ -339,12 +398,7 @@ def search_layouts(
     scored.sort(key=lambda x: (x[0], x[1], x[2].describe()))
     k = top or s.top
     finalists = scored[:k]
-    front = []
-    best_peak = math.inf
-    for sec, peak, layout in sorted(scored, key=lambda x: (x[0], x[1], x[2].describe())):
-        if peak < best_peak - 1e-9:
-            front.append((sec, peak, layout))
-            best_peak = peak
+    front = _memory_front(scored)
     ranked = tuple(_score(base_spec, lay, peak, mem) for _, peak, lay in finalists)
     pareto = tuple(_score(base_spec, lay, peak, mem) for _, peak, lay in front)
     baseline = None
