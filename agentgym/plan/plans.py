@@ -162,6 +162,158 @@ class Plan:
         }
 
 
+@dataclass(frozen=True)
+class _LoraRun:
+    """The settings and byte sizes that every pipeline stage of a LoRA plan shares."""
+
+    arch: Architecture
+    lora: LoraSpec
+    parallel: ParallelSpec
+    base_dtype: str
+    train: TrainSpec
+    lin_b: float
+    other_b: float
+    act_b: float
+    lora_b: float
+    grad_b: float
+    master_b: float
+    tokens: int
+    sp: int
+    expert_replicas: int
+
+
+def _lora_run(
+    arch: Architecture,
+    lora: LoraSpec,
+    parallel: ParallelSpec,
+    base_dtype: str,
+    train: TrainSpec,
+) -> _LoraRun:
+    """Look up the byte sizes and shares of a LoRA run once for all its stages."""
+    act_b, lora_b, grad_b = (
+        DTYPE_BYTES[x] for x in (train.activation_dtype, train.lora_dtype, train.grad_dtype)
+    )
+    return _LoraRun(
+        arch=arch,
+        lora=lora,
+        parallel=parallel,
+        base_dtype=base_dtype,
+        train=train,
+        lin_b=DTYPE_BYTES[base_dtype],
+        other_b=DTYPE_BYTES["fp32" if base_dtype == "fp32" else "bf16"],
+        act_b=act_b,
+        lora_b=lora_b,
+        grad_b=grad_b,
+        master_b=0.0 if train.lora_dtype == "fp32" else 4.0,
+        tokens=train.micro_batch_size * train.seq_len,
+        sp=parallel.tp if parallel.sequence_parallel else 1,
+        expert_replicas=parallel.tp * parallel.dp // parallel.ep,
+    )
+
+
+def _state_items(run: _LoraRun, s: int, layers: range) -> list[LineItem]:
+    """The base weight, adapter, gradient and optimizer line items of stage ``s``."""
+    arch, lora, parallel, train = run.arch, run.lora, run.parallel, run.train
+    tp, ep, pp = parallel.tp, parallel.ep, parallel.pp
+    base = stage_weight_bytes(
+        arch,
+        layers,
+        first=s == 0,
+        last=s == pp - 1,
+        tp=tp,
+        ep=ep,
+        linear_bytes=run.lin_b,
+        other_bytes=run.other_b,
+    )
+    # adapter elements (the critic's too), split into what is replicated over DP and
+    # over expert-DP
+    dense_lora, expert_lora = trained_adapter_elems(arch, lora, layers.start, layers.stop, tp, ep)
+    lora_elems = dense_lora + expert_lora
+
+    def zero(elems_dense: float, elems_expert: float, stage_min: int) -> float:
+        if parallel.zero_stage >= stage_min:
+            return elems_dense / parallel.dp + elems_expert / run.expert_replicas
+        return elems_dense + elems_expert
+
+    params_bytes = zero(dense_lora, expert_lora, 3) * run.lora_b
+    grads_bytes = zero(dense_lora, expert_lora, 2) * run.grad_b
+    opt_bytes = zero(dense_lora, expert_lora, 1) * (run.master_b + 8.0)
+    return [
+        LineItem("base weights", base / GIB, "both", f"{run.base_dtype} Linear weights, bf16 rest"),
+        LineItem(
+            "LoRA params",
+            params_bytes / GIB,
+            "both",
+            f"{lora_elems:,.0f} adapter values"
+            + (" (policy + critic)" if lora.critic_r else "")
+            + f", {train.lora_dtype}",
+        ),
+        LineItem("LoRA grads", grads_bytes / GIB, "train", train.grad_dtype),
+        LineItem(
+            "optimizer states",
+            opt_bytes / GIB,
+            "both",
+            "fp32 master + 2 moments" if run.master_b else "2 fp32 moments",
+        ),
+    ]
+
+
+def _activation_items(run: _LoraRun, s: int, layers: range) -> list[LineItem]:
+    """The activation line items of stage ``s``: kept layer inputs and the working set."""
+    arch, lora, train = run.arch, run.lora, run.train
+    tp, ep, pp = run.parallel.tp, run.parallel.ep, run.parallel.pp
+    tokens, act_b, sp = run.tokens, run.act_b, run.sp
+    last = s == pp - 1
+    in_flight = min(pp - s, pp)
+    elems = [
+        layer_activation_elems(
+            arch, i, lora, seq_len=train.seq_len, flash_attention=train.flash_attention
+        )
+        for i in layers
+    ]
+    per_token = max(elems)
+    kept = len(layers) * arch.hidden_size  # checkpointing: each layer's input
+    if not train.activation_checkpointing:  # every layer keeps what autograd saves
+        kept += sum(elems)
+    boundary = in_flight * kept * tokens * act_b / sp
+    work = per_token * tokens * act_b / sp
+    if run.base_dtype == "int4":  # one layer dequantized to bf16
+        work += 2.0 * max(
+            sum(weight_elems(lin, tp, ep) for lin in layer_linears(arch, i)) for i in layers
+        )
+    loss = 3 * tokens * arch.vocab_size / tp * 4.0 if last else 0.0
+    working = max(work, loss)
+    layer = "one recomputed layer" if train.activation_checkpointing else "one layer's backward"
+    which = "loss head (fp32 logits x3)" if loss > work else layer
+    other = f"; the other: {min(work, loss) / GIB:.2f} GiB" if last else ""
+    return [
+        LineItem(
+            "activations: layer inputs",
+            boundary / GIB,
+            "train",
+            f"{len(layers)} layers x {in_flight} micro-batches in flight"
+            + ("" if train.activation_checkpointing else ", all saved (no checkpointing)"),
+        ),
+        LineItem("activations: working set", working / GIB, "train", which + other),
+    ]
+
+
+def _lora_assumptions(train: TrainSpec, rollout: RolloutSpec | None) -> tuple[str, ...]:
+    """:data:`ASSUMPTIONS` plus those that follow from a LoRA plan's settings."""
+    assumptions = list(ASSUMPTIONS)
+    if not train.activation_checkpointing:
+        assumptions.append(
+            "No activation checkpointing: every layer of a stage keeps what autograd saves "
+            "in it (as counted for the recomputed layer, its gradients included) for each "
+            "micro-batch in flight."
+        )
+    if rollout is not None and rollout.sleep_level == 0:
+        assumptions.append(
+            "Sleep mode is off: the rollout engine keeps its weights and KV cache during training."
+        )
+    return tuple(assumptions)
+
+
 def plan_lora(
     arch: Architecture,
     *,
@@ -184,97 +336,12 @@ def plan_lora(
     """
     check_dtype("plan.base_weights", base_dtype)
     check_layout(arch, parallel, rollout, hardware)
-    tp, ep, pp = parallel.tp, parallel.ep, parallel.pp
-    lin_b = DTYPE_BYTES[base_dtype]
-    other_b = DTYPE_BYTES["fp32" if base_dtype == "fp32" else "bf16"]
-    act_b, lora_b, grad_b = (
-        DTYPE_BYTES[x] for x in (train.activation_dtype, train.lora_dtype, train.grad_dtype)
-    )
-    master_b = 0.0 if train.lora_dtype == "fp32" else 4.0
-    tokens = train.micro_batch_size * train.seq_len
-    sp = tp if parallel.sequence_parallel else 1
-    expert_replicas = parallel.tp * parallel.dp // ep
-    assumptions = list(ASSUMPTIONS)
+    run = _lora_run(arch, lora, parallel, base_dtype, train)
 
     per_stage: list[tuple[float, int, list[LineItem]]] = []
-    stages = stage_ranges(arch.num_layers, pp, key="pp")
+    stages = stage_ranges(arch.num_layers, parallel.pp, key="pp")
     for s, layers in enumerate(stages):
-        first, last = s == 0, s == pp - 1
-        base = stage_weight_bytes(
-            arch,
-            layers,
-            first=first,
-            last=last,
-            tp=tp,
-            ep=ep,
-            linear_bytes=lin_b,
-            other_bytes=other_b,
-        )
-        # adapter elements (the critic's too), split into what is replicated over DP and
-        # over expert-DP
-        dense_lora, expert_lora = trained_adapter_elems(
-            arch, lora, layers.start, layers.stop, tp, ep
-        )
-        lora_elems = dense_lora + expert_lora
-
-        def zero(elems_dense: float, elems_expert: float, stage_min: int) -> float:
-            if parallel.zero_stage >= stage_min:
-                return elems_dense / parallel.dp + elems_expert / expert_replicas
-            return elems_dense + elems_expert
-
-        params_bytes = zero(dense_lora, expert_lora, 3) * lora_b
-        grads_bytes = zero(dense_lora, expert_lora, 2) * grad_b
-        opt_bytes = zero(dense_lora, expert_lora, 1) * (master_b + 8.0)
-
-        in_flight = min(pp - s, pp)
-        elems = [
-            layer_activation_elems(
-                arch, i, lora, seq_len=train.seq_len, flash_attention=train.flash_attention
-            )
-            for i in layers
-        ]
-        per_token = max(elems)
-        kept = len(layers) * arch.hidden_size  # checkpointing: each layer's input
-        if not train.activation_checkpointing:  # every layer keeps what autograd saves
-            kept += sum(elems)
-        boundary = in_flight * kept * tokens * act_b / sp
-        work = per_token * tokens * act_b / sp
-        if base_dtype == "int4":  # one layer dequantized to bf16
-            work += 2.0 * max(
-                sum(weight_elems(lin, tp, ep) for lin in layer_linears(arch, i)) for i in layers
-            )
-        loss = 3 * tokens * arch.vocab_size / tp * 4.0 if last else 0.0
-        working = max(work, loss)
-        layer = "one recomputed layer" if train.activation_checkpointing else "one layer's backward"
-        which = "loss head (fp32 logits x3)" if loss > work else layer
-        other = f"; the other: {min(work, loss) / GIB:.2f} GiB" if last else ""
-
-        items = [
-            LineItem("base weights", base / GIB, "both", f"{base_dtype} Linear weights, bf16 rest"),
-            LineItem(
-                "LoRA params",
-                params_bytes / GIB,
-                "both",
-                f"{lora_elems:,.0f} adapter values"
-                + (" (policy + critic)" if lora.critic_r else "")
-                + f", {train.lora_dtype}",
-            ),
-            LineItem("LoRA grads", grads_bytes / GIB, "train", train.grad_dtype),
-            LineItem(
-                "optimizer states",
-                opt_bytes / GIB,
-                "both",
-                "fp32 master + 2 moments" if master_b else "2 fp32 moments",
-            ),
-            LineItem(
-                "activations: layer inputs",
-                boundary / GIB,
-                "train",
-                f"{len(layers)} layers x {in_flight} micro-batches in flight"
-                + ("" if train.activation_checkpointing else ", all saved (no checkpointing)"),
-            ),
-            LineItem("activations: working set", working / GIB, "train", which + other),
-        ]
+        items = _state_items(run, s, layers) + _activation_items(run, s, layers)
         items += rollout_items(arch, lora, rollout, base_dtype)
         tensor = max(phase_total(items, "train"), phase_total(items, "rollout"))
         if overheads:
@@ -284,21 +351,11 @@ def plan_lora(
     _, neg_stage, items = max(per_stage, key=lambda t: (t[0], t[1]))
     stage = -neg_stage
     warnings = rollout_warnings(items, rollout, hardware)
-    if not train.activation_checkpointing:
-        assumptions.append(
-            "No activation checkpointing: every layer of a stage keeps what autograd saves "
-            "in it (as counted for the recomputed layer, its gradients included) for each "
-            "micro-batch in flight."
-        )
-    if rollout is not None and rollout.sleep_level == 0:
-        assumptions.append(
-            "Sleep mode is off: the rollout engine keeps its weights and KV cache during training."
-        )
     return Plan(
         mode="lora",
         items=tuple(items),
         gpu_mem_gib=hardware.gpu_mem_gib,
-        assumptions=tuple(assumptions),
+        assumptions=_lora_assumptions(train, rollout),
         params=count_parameters(arch),
         lora_params=count_lora_parameters(arch, lora),
         layout={
