@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 
 from agentgym.plan.architecture import (
     Architecture,
@@ -202,71 +202,51 @@ def _slot(
     )
 
 
-def train_time(
+def _stage_slots(
     arch: Architecture,
+    stages: list[range],
     *,
+    adapter: LoraSpec | None,
+    head: bool,
+    tokens: float,
     work: Workload,
-    lora: LoraSpec | None,
     parallel: ParallelSpec,
     base_dtype: str,
-    micro_batch_size: int,
     checkpointing: bool,
     cluster: Cluster,
     eff: Efficiency,
-    offload_state: bool = False,
-) -> TrainTime:
-    """Seconds of the update (and its log-prob passes) for one step's batch."""
-    tp, pp, dp, ep = parallel.tp, parallel.pp, parallel.dp, parallel.ep
-    links = Links(cluster, eff)
+) -> list[_Slot]:
+    """One micro-batch's slot on each pipeline stage (``head``: the last has the LM head)."""
     slot_layout = replace(parallel, zero_stage=1)  # a slot does not depend on ZeRO
-    seqs = work.sequences
-    per_replica = seqs / (dp * work.updates)
-    m = max(1, math.ceil(per_replica / micro_batch_size))
-    tokens = work.train_tokens / (work.updates * dp * m)
-    stages = stage_ranges(arch.num_layers, pp, key="pp")
+    return [
+        _slot(
+            arch,
+            layers,
+            first=s == 0,
+            last=head and s == parallel.pp - 1,
+            tokens=tokens,
+            seq=work.seq_tokens,
+            lora=adapter,
+            parallel=slot_layout,
+            base_dtype=base_dtype,
+            checkpointing=checkpointing,
+            cluster=cluster,
+            eff=eff,
+        )
+        for s, layers in enumerate(stages)
+    ]
 
-    def stage_slots(adapter: LoraSpec | None, head: bool) -> list[_Slot]:
-        return [
-            _slot(
-                arch,
-                layers,
-                first=s == 0,
-                last=head and s == pp - 1,
-                tokens=tokens,
-                seq=work.seq_tokens,
-                lora=adapter,
-                parallel=slot_layout,
-                base_dtype=base_dtype,
-                checkpointing=checkpointing,
-                cluster=cluster,
-                eff=eff,
-            )
-            for s, layers in enumerate(stages)
-        ]
 
-    def slowest(slots: list[_Slot]) -> _Slot:
-        return max(slots, key=lambda x: x.compute + x.comm + x.overhead)
+def _slowest(slots: list[_Slot]) -> _Slot:
+    """The stage whose training slot takes longest."""
+    return max(slots, key=lambda x: x.compute + x.comm + x.overhead)
 
-    slots = stage_slots(lora, head=True)
-    worst = slowest(slots)
-    slot = worst.compute + worst.comm + worst.overhead
-    u = work.updates
-    compute, comm, overhead = u * m * worst.compute, u * m * worst.comm, u * m * worst.overhead
-    bubble = u * (pp - 1) * slot
-    membound = u * m * worst.memory_bound
-    critic = critic_spec(lora) if lora is not None else None
-    k = work.critic_passes if critic is not None else 0
-    if k:  # the critic's passes: its own adapter, the value head instead of the LM head
-        cw = slowest(stage_slots(critic, head=False))
-        compute += u * k * m * cw.compute
-        comm += u * k * m * cw.comm
-        overhead += u * k * m * cw.overhead
-        bubble += u * k * (pp - 1) * (cw.compute + cw.comm + cw.overhead)
-        membound += u * k * m * cw.memory_bound
-    fwd = max(slots, key=lambda x: x.fwd + x.fwd_comm + x.fwd_overhead)
-    fwd_slot = fwd.fwd + fwd.fwd_comm + fwd.fwd_overhead
-    logprobs = work.logprob_passes * (u * m + pp - 1) * fwd_slot
-    # trainable values per GPU (worst stage): gradient sync and optimizer
+
+def _trainable_per_gpu(
+    arch: Architecture, lora: LoraSpec | None, stages: list[range], parallel: ParallelSpec
+) -> tuple[float, float]:
+    """Trainable (dense, expert) values per GPU of the stage that holds the most."""
+    tp, pp, ep = parallel.tp, parallel.pp, parallel.ep
     dense = expert = 0.0
     for s, layers in enumerate(stages):
         if lora is not None:
@@ -278,6 +258,37 @@ def train_time(
             d += arch.vocab_size * arch.hidden_size / tp * ((s == 0) + (s == pp - 1))
         if d + e > dense + expert:
             dense, expert = d, e
+    return dense, expert
+
+
+@dataclass(frozen=True)
+class _Update:
+    """The costs of a step beyond its passes: gradient sync, AdamW and state offload."""
+
+    grad_sync: float
+    optimizer: float
+    offload: float
+    dp_spans: bool
+
+
+def _update(
+    arch: Architecture,
+    *,
+    lora: LoraSpec | None,
+    critic: LoraSpec | None,
+    k: int,
+    u: int,
+    stages: list[range],
+    parallel: ParallelSpec,
+    cluster: Cluster,
+    eff: Efficiency,
+    links: Links,
+    offload_state: bool,
+) -> _Update:
+    """Seconds of the gradient sync, the optimizer steps and the offload of the worst stage."""
+    tp, dp, ep = parallel.tp, parallel.dp, parallel.ep
+    # trainable values per GPU (worst stage): gradient sync and optimizer
+    dense, expert = _trainable_per_gpu(arch, lora, stages, parallel)
     grad_b = 4.0 if lora is not None else 2.0
     dp_spans = tp * dp > cluster.gpus_per_node
     expert_dp = max(1, tp * dp // ep)
@@ -297,7 +308,17 @@ def train_time(
     if offload_state:
         state = shard * 12.0 + (dense + expert) * (2.0 + grad_b)
         offload = 2 * links.pcie(state)
-    # useful FLOPs: forward + backward of the update, no recomputation
+    return _Update(grad_sync, optimizer, offload, dp_spans)
+
+
+def _useful_flops(
+    arch: Architecture,
+    work: Workload,
+    lora: LoraSpec | None,
+    critic: LoraSpec | None,
+    k: int,
+) -> tuple[float, float]:
+    """FLOPs of the update (forward + backward, no recomputation) and of the log-prob passes."""
     sums = layer_sums(arch, 0, arch.num_layers)
     per_token_fwd = sums.matmul_flops() + head_flops(arch)
     attn = sums.attn_train * work.seq_tokens / 2
@@ -309,24 +330,93 @@ def train_time(
         critic_adapter = lora_flops(arch, critic, 0, arch.num_layers)
         useful += k * work.train_tokens * (2 * critic_fwd + 3 * attn + 3 * critic_adapter)
     lp_flops = work.logprob_passes * work.train_tokens * (per_token_fwd + attn + adapter)
+    return useful, lp_flops
+
+
+def train_time(
+    arch: Architecture,
+    *,
+    work: Workload,
+    lora: LoraSpec | None,
+    parallel: ParallelSpec,
+    base_dtype: str,
+    micro_batch_size: int,
+    checkpointing: bool,
+    cluster: Cluster,
+    eff: Efficiency,
+    offload_state: bool = False,
+) -> TrainTime:
+    """Seconds of the update (and its log-prob passes) for one step's batch."""
+    pp, dp = parallel.pp, parallel.dp
+    links = Links(cluster, eff)
+    seqs = work.sequences
+    per_replica = seqs / (dp * work.updates)
+    m = max(1, math.ceil(per_replica / micro_batch_size))
+    tokens = work.train_tokens / (work.updates * dp * m)
+    stages = stage_ranges(arch.num_layers, pp, key="pp")
+    stage_slots = partial(
+        _stage_slots,
+        arch,
+        stages,
+        tokens=tokens,
+        work=work,
+        parallel=parallel,
+        base_dtype=base_dtype,
+        checkpointing=checkpointing,
+        cluster=cluster,
+        eff=eff,
+    )
+    slots = stage_slots(adapter=lora, head=True)
+    worst = _slowest(slots)
+    slot = worst.compute + worst.comm + worst.overhead
+    u = work.updates
+    compute, comm, overhead = u * m * worst.compute, u * m * worst.comm, u * m * worst.overhead
+    bubble = u * (pp - 1) * slot
+    membound = u * m * worst.memory_bound
+    critic = critic_spec(lora) if lora is not None else None
+    k = work.critic_passes if critic is not None else 0
+    if k:  # the critic's passes: its own adapter, the value head instead of the LM head
+        cw = _slowest(stage_slots(adapter=critic, head=False))
+        compute += u * k * m * cw.compute
+        comm += u * k * m * cw.comm
+        overhead += u * k * m * cw.overhead
+        bubble += u * k * (pp - 1) * (cw.compute + cw.comm + cw.overhead)
+        membound += u * k * m * cw.memory_bound
+    fwd = max(slots, key=lambda x: x.fwd + x.fwd_comm + x.fwd_overhead)
+    fwd_slot = fwd.fwd + fwd.fwd_comm + fwd.fwd_overhead
+    logprobs = work.logprob_passes * (u * m + pp - 1) * fwd_slot
+    up = _update(
+        arch,
+        lora=lora,
+        critic=critic,
+        k=k,
+        u=u,
+        stages=stages,
+        parallel=parallel,
+        cluster=cluster,
+        eff=eff,
+        links=links,
+        offload_state=offload_state,
+    )
+    useful, lp_flops = _useful_flops(arch, work, lora, critic, k)
     tally = Tally()
-    tally.add("HBM bandwidth", membound + optimizer)
+    tally.add("HBM bandwidth", membound + up.optimizer)
     tally.add("compute", compute - membound)
     tally.add("network" if worst.comm_spans else "NVLink", comm)
-    tally.add("network" if dp_spans else "NVLink", grad_sync)
+    tally.add("network" if up.dp_spans else "NVLink", up.grad_sync)
     tally.add("launch/host overhead", overhead)
     tally.add("pipeline bubble", bubble)
     tally.add("compute", logprobs)
-    tally.add("PCIe", offload)
+    tally.add("PCIe", up.offload)
     return TrainTime(
         compute=compute,
         comm=comm,
         overhead=overhead,
         bubble=bubble,
         logprobs=logprobs,
-        grad_sync=grad_sync,
-        optimizer=optimizer,
-        offload=offload,
+        grad_sync=up.grad_sync,
+        optimizer=up.optimizer,
+        offload=up.offload,
         useful_flops=useful,
         logprob_flops=lp_flops,
         tally=tally,
