@@ -7,6 +7,14 @@ thread pool, queued to a few drainer threads (:class:`_EnvCalls`). With ``keep=T
 factory, and ``env_kwargs``), so a loop that rolls out again and again (the trainer, a
 benchmark) makes each env once. The other place env work can run is Ray actors
 (:class:`agentgym.RayEnvWorkers`); :func:`agentgym.rollout` takes either as ``env_host``.
+
+Slots: a rollout (:class:`LocalRollout`) runs all its episodes at once on at most
+``n_envs`` envs. An episode waits for a slot (a semaphore of ``n_envs``), takes an idle env
+or makes one, and frees its slot when it ends, whatever became of the env: given back
+after a good episode, closed after a failed one (the episode that gets the slot makes a
+fresh env). A make that fails or a wait that is cancelled frees the slot too, and once the
+rollout has ended no env is made. So every waiting episode gets a slot, also when every
+episode before it failed.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from agentgym.errors import ConfigError
+from agentgym.errors import ConfigError, EnvStateError
 from agentgym.registration import make
 from agentgym.types import Message
 from agentgym.workers import config_index, env_id_of
@@ -193,11 +201,11 @@ class LocalRollout:
         self.calls = _EnvCalls(pool, min(n_envs, threads))
         self.cache = host if host.keep else None
         self.cache_key = host.key(source, env_kwargs) if host.keep else -1
-        self.idle: asyncio.Queue[LocalEnv] = asyncio.Queue()
+        self.slots = asyncio.Semaphore(n_envs)  # one per env in use or about to be made
+        self.idle: deque[LocalEnv] = deque()  # made, healthy, between episodes
         self.made: list[LocalEnv] = []
         self.closed = False
         self.closing: list[asyncio.Future[Any]] = []  # envs being closed
-        self.lock = asyncio.Lock()
 
     def _make(self) -> gym.Env:
         if isinstance(self.source, str):
@@ -209,34 +217,41 @@ class LocalRollout:
         return self.source()
 
     async def acquire(self) -> LocalEnv:
-        async with self.lock:
-            if self.idle.empty() and len(self.made) < self.n_envs:
-                env = self.cache.take(self.cache_key) if self.cache is not None else None
-                if env is None:
-                    env = await self.calls.call(self._make)
-                e = LocalEnv(env, self.calls, self.source)
-                self.made.append(e)
-                return e
-        return await self.idle.get()
+        await self.slots.acquire()  # woken by release(), whatever became of the env
+        try:
+            if self.closed:
+                raise EnvStateError("This rollout has ended; its envs are closed.")
+            if self.idle:
+                return self.idle.popleft()
+            env = self.cache.take(self.cache_key) if self.cache is not None else None
+            if env is None:
+                env = await self.calls.call(self._make)
+        except BaseException:  # no env came of this slot (cancelled, make failed): free it
+            self.slots.release()
+            raise
+        e = LocalEnv(env, self.calls, self.source)
+        self.made.append(e)
+        return e
 
     def release(self, e: LocalEnv, ok: bool) -> None:
-        if self.closed:  # the rollout ended first; close() has dealt with this env
-            return
-        if ok:
-            self.idle.put_nowait(e)
-            return
-        # its episode failed or was cancelled mid-call: it may be in any state. Close it
-        # (in the background) and free its slot, so the next episode gets a fresh env.
-        self.made.remove(e)
-        self.closing.append(self.calls.call(lambda: close_all([e.env])))
+        """Give ``e`` back (``ok``) or drop it; either way its slot goes to a waiter."""
+        if self.closed:
+            pass  # the rollout ended first; close() has dealt with this env
+        elif ok:
+            self.idle.append(e)
+        else:
+            # its episode failed or was cancelled mid-call: it may be in any state. Close
+            # it (in the background); the episode that gets its slot makes a fresh env.
+            self.made.remove(e)
+            self.closing.append(self.calls.call(lambda: close_all([e.env])))
+        self.slots.release()
 
     async def close(self) -> None:
         # only envs that are idle (their episodes went well) go back to a cache; one still
         # in an episode (the rollout failed while it ran) is closed like the rest
         self.closed = True
-        idle = set()
-        while not self.idle.empty():
-            idle.add(id(self.idle.get_nowait()))
+        idle = {id(e) for e in self.idle}
+        self.idle.clear()
         keep: set[int] = set()
         if self.cache is not None:
             keep = {id(e) for e in self.made if id(e) in idle}

@@ -325,6 +325,32 @@ def test_a_worker_killed_mid_rollout_is_replaced_and_its_episode_replayed(worker
     assert [_comparable(e) for e in again] == [_comparable(e) for e in clean]
 
 
+def test_episodes_failing_every_attempt_on_one_slot_all_come_back(workers):
+    """Issue 35 on the Ray host: a failed episode's env is discarded and its slot goes to
+    the episodes waiting for one, so the rollout returns with every episode."""
+    from toy_envs import FailsOnSeedsEnv
+
+    from agentgym.rollouts import rollout_async
+
+    run = rollout_async(
+        lambda: FailsOnSeedsEnv(fail_seeds=(0, 2), target=2),
+        OraclePolicy(),
+        seeds=[0, 1, 2, 3],
+        concurrency=1,
+        retries=1,
+        env_host=workers,
+    )
+    eps = _run(asyncio.wait_for(run, 120))
+    assert [e.seed for e in eps] == [0, 1, 2, 3]
+    assert [e.failure.reason if e.failed else e.reward for e in eps] == [
+        "sandbox_died",
+        1.0,
+        "sandbox_died",
+        1.0,
+    ]
+    assert eps[0].metrics["rollout/failed_attempts"] == ["sandbox_died"]
+
+
 def _comparable(ep):
     d = ep.to_dict()
     d["metrics"] = {}

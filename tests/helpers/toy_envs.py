@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentgym.env import ActResult, ConversationEnv, Task
+from agentgym.errors import InfraError
 
 
 class CounterEnv(ConversationEnv):
@@ -70,4 +71,24 @@ class DiesOnceEnv(CounterEnv):
         if self.marker and self.seed_played == self.die_on_seed and not Path(self.marker).exists():
             Path(self.marker).write_text("died once\n")
             os.kill(os.getpid(), signal.SIGKILL)
+        return super()._act(action)
+
+
+class FailsOnSeedsEnv(CounterEnv):
+    """A counter env whose episodes on ``fail_seeds`` always fail at their first step with
+    an infrastructure error (a sandbox that dies every time); the other seeds play
+    normally. Registered by the tests that use it as ``agentgym-test/FailsOnSeeds-v0``."""
+
+    def __init__(self, fail_seeds: tuple[int, ...] = (), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.fail_seeds = frozenset(fail_seeds)
+        self.failing = False
+
+    def _begin(self, seed, options) -> Task:
+        self.failing = seed in self.fail_seeds
+        return super()._begin(seed, options)
+
+    def _act(self, action: str) -> ActResult:
+        if self.failing:
+            raise InfraError("the sandbox container died", reason="sandbox_died")
         return super()._act(action)
