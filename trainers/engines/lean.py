@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -86,6 +87,182 @@ def stop_reached(tokenizer: Any, ids: list[int], stops: tuple[str, ...]) -> bool
     return first_stop(text, stops) is not None
 
 
+@dataclass
+class _Prefill:
+    """What the prefill hands the decode loop: the rows' cache, first logits and mask."""
+
+    cache: Any
+    logits: torch.Tensor
+    next_pos: torch.Tensor
+    mask: DecodeMask
+    fast: bool
+    width: int
+
+
+def _prefill(
+    model: nn.Module,
+    tokenizer: Any,
+    prompts: Sequence[Sequence[int]],
+    longest: int,
+    *,
+    device: torch.device,
+    fast_attention: bool,
+    recorder: RoutingRecorder | None,
+) -> _Prefill:
+    """Prefill each distinct prompt once, then give every row a copy of its cache."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    dev = device
+    distinct: dict[tuple[int, ...], int] = {}
+    source = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+    input_ids, attention = left_padded([list(p) for p in distinct], pad_id(tokenizer))
+    width = input_ids.shape[1]
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache(config=getattr(model, "config", None))
+    fast = (
+        fast_attention
+        and fast_path_ok(model)
+        and bool(cache.layers)
+        and all(type(layer) is DynamicLayer for layer in cache.layers)
+    )
+    if fast:
+        layer_cls = growing_kv_layer_class()
+        cache.layers = [layer_cls(width + longest) for _ in cache.layers]
+    out = model(
+        input_ids=input_ids.to(dev),
+        attention_mask=attention.to(dev),
+        position_ids=positions.to(dev),
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    if recorder is not None:
+        recorder.prefill(len(distinct), width, source, [len(p) for p in prompts])
+    expand = torch.tensor(source, dtype=torch.long)
+    logits = out.logits[:, -1].index_select(0, expand.to(dev))
+    cache.batch_select_indices(expand.to(dev))
+    next_pos = (positions[:, -1:] + 1).index_select(0, expand).to(dev)
+    mask = DecodeMask(
+        attention.index_select(0, expand),
+        width + longest,
+        next(model.parameters()).dtype,
+        additive=fast,
+    ).to(dev)
+    return _Prefill(cache, logits, next_pos, mask, fast, width)
+
+
+@dataclass
+class _Batch:
+    """The rows still in the decode batch, with their per-row tensors on the device."""
+
+    rows: list[int]  # batch position -> request index
+    live: list[bool]  # per batch position: still generating
+    next_pos: torch.Tensor
+    temp: torch.Tensor
+    greedy: torch.Tensor
+    top_p: torch.Tensor
+
+
+def _sample(
+    batch: _Batch, logits: torch.Tensor, noise: RowNoise, t: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's next token at step ``t`` and its log-prob (temperature, top-p, noise)."""
+    scaled = logits.float() / batch.temp[:, None]
+    nucleus = batch.top_p < 1.0
+    if bool(nucleus.any()):
+        idx = nucleus.nonzero().squeeze(1)
+        scaled[idx] = top_p_filter(scaled[idx], batch.top_p[idx])
+    logp = torch.log_softmax(scaled, dim=-1)
+    gumbel = noise.step(t, batch.rows)
+    perturbed = logp if gumbel is None else torch.where(batch.greedy[:, None], logp, logp + gumbel)
+    choice = perturbed.argmax(dim=-1)
+    chosen_lp = logp.gather(1, choice[:, None]).squeeze(1)
+    return choice, chosen_lp
+
+
+def _append(
+    batch: _Batch,
+    choice: torch.Tensor,
+    chosen_lp: torch.Tensor,
+    ids: list[list[int]],
+    lps: list[list[float]],
+    *,
+    eos: int,
+    limits: list[int],
+    stats: DecodeStats,
+) -> None:
+    """Count the step in ``stats`` and give each live row its token; a row ends on eos
+    or at its ``max_tokens``."""
+    stats.decode_steps += 1
+    stats.slot_steps += len(limits)
+    stats.row_steps_total += len(batch.rows)
+    for j, (c, lp) in enumerate(zip(choice.tolist(), chosen_lp.tolist(), strict=True)):
+        if not batch.live[j]:
+            continue
+        r = batch.rows[j]
+        stats.row_steps_used += 1
+        ids[r].append(c)
+        lps[r].append(lp)
+        if c == eos or len(ids[r]) >= limits[r]:
+            batch.live[j] = False
+
+
+def _drop_finished(
+    batch: _Batch,
+    choice: torch.Tensor,
+    cache: Any,
+    noise: RowNoise,
+    mask: DecodeMask,
+    dev: torch.device,
+) -> torch.Tensor:
+    """Take the finished rows out of the batch, the cache, the noise and the mask;
+    returns the live rows' last tokens."""
+    keep = torch.tensor([j for j, on in enumerate(batch.live) if on], dtype=torch.long)
+    keep_dev = keep.to(dev)
+    cache.batch_select_indices(keep_dev)
+    noise.keep(keep)
+    batch.rows = [batch.rows[j] for j in keep.tolist()]
+    batch.live = [True] * len(batch.rows)
+    choice, batch.next_pos = choice[keep_dev], batch.next_pos[keep_dev]
+    batch.temp, batch.greedy, batch.top_p = (
+        batch.temp[keep_dev],
+        batch.greedy[keep_dev],
+        batch.top_p[keep_dev],
+    )
+    mask.keep(keep_dev)
+    return choice
+
+
+def _end_stopped(
+    batch: _Batch, tokenizer: Any, ids: list[list[int]], stops: list[tuple[str, ...]]
+) -> None:
+    """End the live rows whose text already holds one of their stop strings."""
+    for j, r in enumerate(batch.rows):
+        if batch.live[j] and stops[r] and stop_reached(tokenizer, ids[r], stops[r]):
+            batch.live[j] = False
+
+
+def _forward(
+    model: nn.Module,
+    fused_step: FusedDecoder | None,
+    choice: torch.Tensor,
+    next_pos: torch.Tensor,
+    cache: Any,
+    step_mask: torch.Tensor,
+) -> torch.Tensor:
+    """The next logits of every row, through the fused step or the model's forward."""
+    if fused_step is not None:
+        return fused_step.step(choice, next_pos, cache, step_mask)
+    return model(
+        input_ids=choice[:, None],
+        attention_mask=step_mask,
+        position_ids=next_pos,
+        past_key_values=cache,
+        use_cache=True,
+    ).logits[:, -1]
+
+
 def lean_decode(
     model: nn.Module,
     tokenizer: Any,
@@ -119,9 +296,6 @@ def lean_decode(
         Per row, the sampled token ids and their log-probs (eos included when sampled;
         capped at the row's ``max_tokens``; stop strings not yet cut).
     """
-    from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
-
     stats = stats if stats is not None else DecodeStats()
     dev, tok = device, tokenizer
     n = len(requests)
@@ -132,125 +306,50 @@ def lean_decode(
     greedy = temps == 0
     inv_temp = torch.where(greedy, torch.ones_like(temps), temps)
     stops = [tuple(s for s in r.sampling.stop if s) for r in requests]
-
-    # prefill each distinct prompt once, then give every row a copy of its cache
-    distinct: dict[tuple[int, ...], int] = {}
-    source = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
-    input_ids, attention = left_padded([list(p) for p in distinct], pad_id(tok))
-    width = input_ids.shape[1]
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache(config=getattr(model, "config", None))
-    fast = (
-        fast_attention
-        and fast_path_ok(model)
-        and bool(cache.layers)
-        and all(type(layer) is DynamicLayer for layer in cache.layers)
+    pre = _prefill(
+        model,
+        tok,
+        prompts,
+        max(limits),
+        device=dev,
+        fast_attention=fast_attention,
+        recorder=recorder,
     )
-    if fast:
-        layer_cls = growing_kv_layer_class()
-        cache.layers = [layer_cls(width + max(limits)) for _ in cache.layers]
-    out = model(
-        input_ids=input_ids.to(dev),
-        attention_mask=attention.to(dev),
-        position_ids=positions.to(dev),
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    if recorder is not None:
-        recorder.prefill(len(distinct), width, source, [len(p) for p in prompts])
-    expand = torch.tensor(source, dtype=torch.long)
-    logits = out.logits[:, -1].index_select(0, expand.to(dev))
-    cache.batch_select_indices(expand.to(dev))
-    next_pos = (positions[:, -1:] + 1).index_select(0, expand).to(dev)
-    mask = DecodeMask(
-        attention.index_select(0, expand),
-        width + max(limits),
-        next(model.parameters()).dtype,
-        additive=fast,
-    ).to(dev)
+    cache, logits, mask, fast = pre.cache, pre.logits, pre.mask, pre.fast
 
-    rows = list(range(n))  # batch position -> request index
-    live = [True] * n  # per batch position: still generating
     ids: list[list[int]] = [[] for _ in range(n)]
     lps: list[list[float]] = [[] for _ in range(n)]
     noise = RowNoise(seeds, [not bool(g) for g in greedy], logits.shape[-1], dev)
-    b_temp = inv_temp.to(dev)
-    b_greedy = greedy.to(dev)
-    b_top_p = top_ps.to(dev)
+    batch = _Batch(
+        list(range(n)), [True] * n, pre.next_pos, inv_temp.to(dev), greedy.to(dev), top_ps.to(dev)
+    )
     t = 0
     use_fused = fast and fused and recorder is None
-    fused_step = FusedDecoder.build(model, width + max(limits)) if use_fused else None
+    fused_step = FusedDecoder.build(model, pre.width + max(limits)) if use_fused else None
     attn_ctx = attention_implementation(model, DECODE_ATTENTION) if fast else None
     if fast:
         register_decode_attention()
     clock = time.perf_counter()
     with attn_ctx if attn_ctx is not None else contextlib.nullcontext():
         while True:
-            active = sum(live)  # rows that generate a token at this step
-            scaled = logits.float() / b_temp[:, None]
-            nucleus = b_top_p < 1.0
-            if bool(nucleus.any()):
-                idx = nucleus.nonzero().squeeze(1)
-                scaled[idx] = top_p_filter(scaled[idx], b_top_p[idx])
-            logp = torch.log_softmax(scaled, dim=-1)
-            gumbel = noise.step(t, rows)
-            perturbed = (
-                logp if gumbel is None else torch.where(b_greedy[:, None], logp, logp + gumbel)
-            )
-            choice = perturbed.argmax(dim=-1)
-            chosen_lp = logp.gather(1, choice[:, None]).squeeze(1)
+            active = sum(batch.live)  # rows that generate a token at this step
+            choice, chosen_lp = _sample(batch, logits, noise, t)
             t += 1
-            stats.decode_steps += 1
-            stats.slot_steps += n
-            stats.row_steps_total += len(rows)
-            for j, (c, lp) in enumerate(zip(choice.tolist(), chosen_lp.tolist(), strict=True)):
-                if not live[j]:
-                    continue
-                r = rows[j]
-                stats.row_steps_used += 1
-                ids[r].append(c)
-                lps[r].append(lp)
-                if c == eos or len(ids[r]) >= limits[r]:
-                    live[j] = False
+            _append(batch, choice, chosen_lp, ids, lps, eos=eos, limits=limits, stats=stats)
             if t % STOP_CHECK_EVERY == 0:
-                for j, r in enumerate(rows):
-                    if live[j] and stops[r] and stop_reached(tok, ids[r], stops[r]):
-                        live[j] = False
-            alive = sum(live)
+                _end_stopped(batch, tok, ids, stops)
+            alive = sum(batch.live)
             if alive == 0:
                 _time_step(stats, clock, active, n)
                 break
             # finished rows leave once they are 1/8 of the batch: leaving copies the
             # cache, staying costs a row of compute per step
-            if len(rows) - alive >= max(1, len(rows) // 8):
-                keep = torch.tensor([j for j, on in enumerate(live) if on], dtype=torch.long)
-                keep_dev = keep.to(dev)
-                cache.batch_select_indices(keep_dev)
-                noise.keep(keep)
-                rows = [rows[j] for j in keep.tolist()]
-                live = [True] * len(rows)
-                choice, next_pos = choice[keep_dev], next_pos[keep_dev]
-                b_temp, b_greedy, b_top_p = (
-                    b_temp[keep_dev],
-                    b_greedy[keep_dev],
-                    b_top_p[keep_dev],
-                )
-                mask.keep(keep_dev)
-            step_mask = mask.next_step()
-            if fused_step is not None:
-                logits = fused_step.step(choice, next_pos, cache, step_mask)
-            else:
-                logits = model(
-                    input_ids=choice[:, None],
-                    attention_mask=step_mask,
-                    position_ids=next_pos,
-                    past_key_values=cache,
-                    use_cache=True,
-                ).logits[:, -1]
+            if len(batch.rows) - alive >= max(1, len(batch.rows) // 8):
+                choice = _drop_finished(batch, choice, cache, noise, mask, dev)
+            logits = _forward(model, fused_step, choice, batch.next_pos, cache, mask.next_step())
             if recorder is not None:
-                recorder.step(rows, live)
-            next_pos = next_pos + 1
+                recorder.step(batch.rows, batch.live)
+            batch.next_pos = batch.next_pos + 1
             clock = _time_step(stats, clock, active, n)
     return ids, lps
 
