@@ -158,17 +158,7 @@ class DAPOTrainer:
             else None
         )
 
-        model, self.tokenizer = build_model_and_tokenizer(
-            cfg.model, corpus=lambda: env_corpus(cfg.envs, seed_start=cfg.train_seed_start)
-        )
-        model = place_model(model, cfg.model, backend=self.dist.backend)  # device, dtype
-        if cfg.lora.enabled:
-            model = apply_lora(model, cfg.lora, seed=derive_seed("lora", cfg.run.seed))
-        if cfg.model.quantize != "none":  # a torchao int8/fp8 base under the LoRA
-            from agentgym.trainers.parallel import quantize_base
-
-            self._say(quantize_base(model, cfg.model.quantize).describe())
-        self.model = model
+        self.model = model = self._build_model(cfg)
         pad = (
             self.tokenizer.pad_token_id
             if self.tokenizer.pad_token_id is not None
@@ -207,41 +197,64 @@ class DAPOTrainer:
         self.step = 0  # with the task stream and the learner, what a checkpoint carries
         self.origin = time.monotonic()
 
-        resumed_from = None
-        if resume:
-            ckpt = latest_checkpoint(self.ckpt_dir)
-            if ckpt is None:
-                self._say(
-                    f"[agentgym train] --resume: no checkpoint in {self.ckpt_dir}; starting fresh."
-                )
-            else:
-                weights, optim_states, state = read_checkpoint(
-                    ckpt, lora=cfg.lora.enabled, dist=self.dist
-                )
-                if not cfg.lora.enabled:
-                    missing, unexpected = self.model.load_state_dict(weights, strict=False)
-                    if unexpected:
-                        raise ConfigError(
-                            f"checkpoint weights do not fit the model: {unexpected[:5]}"
-                        )
-                critic = read_extra_tensors(ckpt, "critic") if self.learner.critic else None
-                self.learner.load_state_dict(
-                    {
-                        "adapter": weights if cfg.lora.enabled else None,
-                        "critic": critic,
-                        "optimizer": optim_states,
-                        "updates": int(state.get("updates", 0)),
-                    }
-                )
-                self.step = int(state["step"])
-                self.rollouts.load_state_dict(state)
-                if isinstance(self.steps, TruncatedSteps):  # the responses in flight
-                    self.steps.load_state_dict(state)
-                self.rollouts.quarantined.update(
-                    failures.read_quarantine(self.out / failures.QUARANTINE_FILE)
-                )
-                resumed_from = ckpt
-        self.resumed_from = resumed_from
+        self.resumed_from = self._resume() if resume else None
+        self._open_logs(resume)
+        self.initial_adapter_digest = self.adapter_digest() if cfg.lora.enabled else None
+
+    def _build_model(self, cfg: TrainConfig) -> torch.nn.Module:
+        """The ``model`` section: read or build the model and its tokenizer
+        (:attr:`tokenizer`), place it (device, dtype), add the LoRA adapter, quantize
+        the frozen base (``model.quantize``)."""
+        model, self.tokenizer = build_model_and_tokenizer(
+            cfg.model, corpus=lambda: env_corpus(cfg.envs, seed_start=cfg.train_seed_start)
+        )
+        model = place_model(model, cfg.model, backend=self.dist.backend)  # device, dtype
+        if cfg.lora.enabled:
+            model = apply_lora(model, cfg.lora, seed=derive_seed("lora", cfg.run.seed))
+        if cfg.model.quantize != "none":  # a torchao int8/fp8 base under the LoRA
+            from agentgym.trainers.parallel import quantize_base
+
+            self._say(quantize_base(model, cfg.model.quantize).describe())
+        return model
+
+    def _resume(self) -> Path | None:
+        """Continue from the run folder's latest checkpoint: the learner's state, the
+        step, the task stream, T-PPO's responses in flight, the quarantined tasks.
+        Returns the checkpoint, or None (with a message) when there is none."""
+        cfg = self.cfg
+        ckpt = latest_checkpoint(self.ckpt_dir)
+        if ckpt is None:
+            self._say(
+                f"[agentgym train] --resume: no checkpoint in {self.ckpt_dir}; starting fresh."
+            )
+            return None
+        weights, optim_states, state = read_checkpoint(ckpt, lora=cfg.lora.enabled, dist=self.dist)
+        if not cfg.lora.enabled:
+            missing, unexpected = self.model.load_state_dict(weights, strict=False)
+            if unexpected:
+                raise ConfigError(f"checkpoint weights do not fit the model: {unexpected[:5]}")
+        critic = read_extra_tensors(ckpt, "critic") if self.learner.critic else None
+        self.learner.load_state_dict(
+            {
+                "adapter": weights if cfg.lora.enabled else None,
+                "critic": critic,
+                "optimizer": optim_states,
+                "updates": int(state.get("updates", 0)),
+            }
+        )
+        self.step = int(state["step"])
+        self.rollouts.load_state_dict(state)
+        if isinstance(self.steps, TruncatedSteps):  # the responses in flight
+            self.steps.load_state_dict(state)
+        self.rollouts.quarantined.update(
+            failures.read_quarantine(self.out / failures.QUARANTINE_FILE)
+        )
+        return ckpt
+
+    def _open_logs(self, resume: bool) -> None:
+        """The run's JSONL logs (on resume, the rows after the checkpoint's step are
+        dropped: they are redone), its config.yaml, TensorBoard / W&B (rank 0 writes)."""
+        cfg = self.cfg
         main, after = self.dist.is_main, self.step if resume else -1  # rows after: redone
         self.metrics_log = JsonlWriter(
             self.out / "metrics.jsonl", truncate_after_step=after, enabled=main
@@ -258,7 +271,6 @@ class DAPOTrainer:
         if main:
             save_config(cfg, self.out / "config.yaml")
         start_tracking(cfg, self.out, self.metrics_log, self.timeline_log, enabled=main)
-        self.initial_adapter_digest = self.adapter_digest() if cfg.lora.enabled else None
 
     def close(self) -> None:
         """Stop the policy and the engine; close the envs kept for reuse and the workers;

@@ -153,11 +153,10 @@ def update_policy(
     first and moving the critic alone). ``train_critic=False``: the critic only values
     the batch (T-PPO trains it on another one, :func:`update_critic`).
     """
-    minis, full, critic_stats = _prepare(learner, samples, algo)
-    n_mini = len(full)
+    _, full, critic_stats = _prepare(learner, samples, algo)
     # old log-probs: with one update per batch the policy has not moved since sampling,
     # so old = current (detached) and needs no extra pass
-    if n_mini > 1:
+    if len(full) > 1:
         full = [_with_logprobs(learner, mbs, temperature, "old_logprobs") for mbs in full]
     if algo.kl_coef > 0 or loss_spec(algo.loss).needs_reference:
         full = [_with_logprobs(learner, mbs, temperature, "ref_logprobs") for mbs in full]
@@ -212,9 +211,8 @@ def update_critic(
             continue
         sums.append(_critic_passes(learner, mbs, tokens, cfg, norms))
         norms.append(learner.step(policy=False).get("critic_grad_norm", float("nan")))
-    steps = max(sum(1 for mbs in full if sum(mb.num_tokens for mb in mbs)), 1)
     return {
-        "losses/value": combine_metrics(sums).get("value_loss", 0.0) / steps,
+        "losses/value": combine_metrics(sums).get("value_loss", 0.0) / max(len(sums), 1),
         **_mean("losses/critic_grad_norm", norms),
         "charts/optimizer_steps": float(len(norms)),
         **critic_stats,
