@@ -33,7 +33,8 @@ import os
 import platform
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -203,6 +204,138 @@ def _sampling_for(suite: Suite, entry_name: str, sample: int) -> SamplingParams:
     )
 
 
+def _resolve_policy(policy: str | Any, label: str | None) -> tuple[str, Any]:
+    """``(spec, policy object)`` of a policy spec or a policy object."""
+    from agentgym import make_policy
+
+    if isinstance(policy, str):
+        return policy, make_policy(policy)
+    spec = str(getattr(policy, "name", None) or label or type(policy).__name__)
+    return spec, policy
+
+
+def _pending_jobs(
+    suite: Suite, done: dict[TaskKey, Episode], limit: int | None, max_episodes: int | None
+) -> list[TaskKey]:
+    """The ``(entry, seed, sample)`` keys still to play, in suite order."""
+    target = suite.limited(limit)
+    jobs = [
+        (i, seed, s)
+        for i, _entry, seed in iter_tasks(target)
+        for s in range(suite.samples_per_task)
+        if (i, seed, s) not in done
+    ]
+    if max_episodes is not None:
+        jobs = jobs[: max(0, max_episodes)]
+    return jobs
+
+
+@dataclass
+class _RunLog:
+    """Where a run's finished episodes go: its files, its progress bar and its tallies."""
+
+    rdir: Path
+    ep_path: Path
+    done: dict[TaskKey, Episode]
+    resumed: int
+    bar: Progress
+    on_episode: Callable[[Episode], Any] | None
+    failed: list[Episode] = field(default_factory=list)
+    new_reward: float = 0.0
+
+    def save(self, ep: Episode) -> None:
+        """Append ``ep`` to ``episodes.jsonl`` in one write."""
+        line = ep.to_json() + "\n"
+        with self.ep_path.open("a", encoding="utf-8") as f:
+            f.write(line)
+
+    def record(self, ep: Episode, i: int, s: int, name: str) -> None:
+        """Tag a finished episode with its entry and sample, then save it or set it aside."""
+        ep.sample = s
+        ep.metrics[ENTRY_KEY] = i
+        ep.metrics[ENTRY_NAME_KEY] = name
+        if ep.failed:
+            self.failed.append(ep)
+            with (self.rdir / FAILURES_FILE).open("a", encoding="utf-8") as f:
+                f.write(ep.to_json() + "\n")
+            self.bar.update(1, {"failed": len(self.failed)})
+            return
+        self.save(ep)
+        self.done[(i, int(ep.seed or 0), s)] = ep
+        self.new_reward += ep.reward
+        bar = self.bar
+        bar.update(1, {"mean_reward(new)": self.new_reward / (bar.done + 1 - self.resumed)})
+        if self.on_episode is not None:
+            self.on_episode(ep)
+
+
+async def _worker(
+    queue: asyncio.Queue[TaskKey],
+    suite: Suite,
+    policy_obj: Any,
+    log: _RunLog,
+    env_host: LocalEnvs,
+    retries: int,
+) -> None:
+    """Play queued task samples, one at a time, until the queue is empty."""
+    from agentgym import rollout_async
+
+    while True:
+        try:
+            i, seed, s = queue.get_nowait()
+        except asyncio.QueueEmpty:
+            return
+        entry = suite.entries[i]
+
+        def tag(ep: Episode, i: int = i, s: int = s, name: str = entry.name) -> None:
+            log.record(ep, i, s, name)
+
+        await rollout_async(
+            entry.env_id,
+            policy_obj,
+            seeds=[seed],
+            group_size=1,
+            sampling=_sampling_for(suite, entry.name, s),
+            concurrency=1,
+            on_episode=tag,
+            env_kwargs=dict(entry.env_kwargs),
+            env_host=env_host,
+            retries=retries,
+        )
+
+
+async def _run_workers(
+    n_workers: int,
+    start: Callable[[], Coroutine[Any, Any, None]],
+    log: _RunLog,
+    env_host: LocalEnvs,
+    policy_obj: Any,
+) -> None:
+    """Run ``n_workers`` of ``start()`` at once; on a failure say how to resume; clean up."""
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for _ in range(n_workers):
+                tg.create_task(start())
+    except BaseExceptionGroup as eg:
+        first = eg.exceptions[0]
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        first.add_note(
+            f"{len(log.done)} finished episodes are saved in {log.ep_path}; run the same "
+            "command again to resume from there."
+        )
+        raise first from None
+    finally:
+        log.bar.close()
+        env_host.close()
+        aclose = getattr(policy_obj, "aclose", None)
+        if aclose is not None:
+            try:
+                await aclose()
+            except Exception:
+                pass
+
+
 async def run_suite_async(
     suite: Suite,
     policy: str | Any,
@@ -237,17 +370,10 @@ async def run_suite_async(
             ``failed_by_reason``) and never scored; the result is then incomplete and
             the next run of the same command plays it again.
     """
-    from agentgym import make_policy, rollout_async
-
     if concurrency < 1:
         raise ConfigError(f"concurrency must be >= 1, got {concurrency}.")
     suite_hash = suite.content_hash()  # raises a clear error for unregistered envs
-    if isinstance(policy, str):
-        spec = policy
-        policy_obj = make_policy(spec)
-    else:
-        policy_obj = policy
-        spec = str(getattr(policy, "name", None) or label or type(policy).__name__)
+    spec, policy_obj = _resolve_policy(policy, label)
     sdir = Path(out) / suite_dir_name(suite, suite_hash)
     rdir = sdir / policy_slug(spec)
     rdir.mkdir(parents=True, exist_ok=True)
@@ -259,16 +385,7 @@ async def run_suite_async(
     repair_torn_tail(ep_path)
     done = load_done(ep_path, suite)
     resumed = len(done)
-
-    target = suite.limited(limit)
-    jobs = [
-        (i, seed, s)
-        for i, _entry, seed in iter_tasks(target)
-        for s in range(suite.samples_per_task)
-        if (i, seed, s) not in done
-    ]
-    if max_episodes is not None:
-        jobs = jobs[: max(0, max_episodes)]
+    jobs = _pending_jobs(suite, done, limit, max_episodes)
 
     t0 = time.monotonic()
     bar = Progress(
@@ -278,81 +395,20 @@ async def run_suite_async(
         start=resumed,
         enabled=progress,
     )
-    new_reward = 0.0
-    failed: list[Episode] = []
+    log = _RunLog(rdir, ep_path, done, resumed, bar, on_episode)
     queue: asyncio.Queue[TaskKey] = asyncio.Queue()
     for job in jobs:
         queue.put_nowait(job)
     n_workers = max(1, min(concurrency, len(jobs)))
     # env work in this process's threads; envs kept from one task to the next
     env_host = LocalEnvs(n_workers, keep=True)
-
-    def save(ep: Episode) -> None:
-        line = ep.to_json() + "\n"
-        with ep_path.open("a", encoding="utf-8") as f:
-            f.write(line)
-
-    async def worker() -> None:
-        while True:
-            try:
-                i, seed, s = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            entry = suite.entries[i]
-
-            def tag(ep: Episode, i: int = i, s: int = s, name: str = entry.name) -> None:
-                nonlocal new_reward
-                ep.sample = s
-                ep.metrics[ENTRY_KEY] = i
-                ep.metrics[ENTRY_NAME_KEY] = name
-                if ep.failed:
-                    failed.append(ep)
-                    with (rdir / FAILURES_FILE).open("a", encoding="utf-8") as f:
-                        f.write(ep.to_json() + "\n")
-                    bar.update(1, {"failed": len(failed)})
-                    return
-                save(ep)
-                done[(i, int(ep.seed or 0), s)] = ep
-                new_reward += ep.reward
-                bar.update(1, {"mean_reward(new)": new_reward / (bar.done + 1 - resumed)})
-                if on_episode is not None:
-                    on_episode(ep)
-
-            await rollout_async(
-                entry.env_id,
-                policy_obj,
-                seeds=[seed],
-                group_size=1,
-                sampling=_sampling_for(suite, entry.name, s),
-                concurrency=1,
-                on_episode=tag,
-                env_kwargs=dict(entry.env_kwargs),
-                env_host=env_host,
-                retries=retries,
-            )
-
-    try:
-        async with asyncio.TaskGroup() as tg:
-            for _ in range(n_workers):
-                tg.create_task(worker())
-    except BaseExceptionGroup as eg:
-        first = eg.exceptions[0]
-        while isinstance(first, BaseExceptionGroup):
-            first = first.exceptions[0]
-        first.add_note(
-            f"{len(done)} finished episodes are saved in {ep_path}; run the same command "
-            "again to resume from there."
-        )
-        raise first from None
-    finally:
-        bar.close()
-        env_host.close()
-        aclose = getattr(policy_obj, "aclose", None)
-        if aclose is not None:
-            try:
-                await aclose()
-            except Exception:
-                pass
+    await _run_workers(
+        n_workers,
+        lambda: _worker(queue, suite, policy_obj, log, env_host, retries),
+        log,
+        env_host,
+        policy_obj,
+    )
 
     result = score(
         suite,
@@ -362,7 +418,7 @@ async def run_suite_async(
         wall_time_s=time.monotonic() - t0,
         resumed=resumed,
         new=len(done) - resumed,
-        failed=failed,
+        failed=log.failed,
     )
     _write_json(rdir / RESULT_FILE, result)
     result["_dir"] = str(rdir)
@@ -434,19 +490,7 @@ def score(
     expected = suite.num_tasks * k
     return {
         "schema": RESULT_SCHEMA,
-        "suite": {
-            "name": suite.name,
-            "version": suite.version,
-            "hash": suite_hash,
-            "description": suite.description,
-            "metrics": list(suite.metrics),
-            "primary_metric": suite.primary_metric,
-            "plot_metric": suite.plot_metric,
-            "samples_per_task": k,
-            "num_tasks": suite.num_tasks,
-            "reference_tokens": suite.reference_tokens,
-            "max_credit_tokens": suite.max_credit_tokens,
-        },
+        "suite": _suite_record(suite, suite_hash),
         "policy": policy,
         "complete": len(eps) == expected,
         "episodes": len(eps),
@@ -471,6 +515,23 @@ def score(
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "agentgym_version": __version__,
         "machine": {"python": platform.python_version(), "platform": platform.platform()},
+    }
+
+
+def _suite_record(suite: Suite, suite_hash: str) -> dict[str, Any]:
+    """What a result records about its suite."""
+    return {
+        "name": suite.name,
+        "version": suite.version,
+        "hash": suite_hash,
+        "description": suite.description,
+        "metrics": list(suite.metrics),
+        "primary_metric": suite.primary_metric,
+        "plot_metric": suite.plot_metric,
+        "samples_per_task": suite.samples_per_task,
+        "num_tasks": suite.num_tasks,
+        "reference_tokens": suite.reference_tokens,
+        "max_credit_tokens": suite.max_credit_tokens,
     }
 
 
