@@ -35,6 +35,7 @@ import inspect
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +64,132 @@ def derive_seed(*parts: Any) -> int:
     """A stable 31-bit seed from any parts (same parts, same seed, on every machine)."""
     h = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
     return int.from_bytes(h, "little") & 0x7FFFFFFF
+
+
+def _check_rollout_args(on_failure: str, retries: int, group_size: int, concurrency: int) -> None:
+    """Raise :class:`ConfigError` for a rollout argument out of its range."""
+    if on_failure not in ("record", "raise"):
+        raise ConfigError(f"on_failure must be 'record' or 'raise', got {on_failure!r}.")
+    if retries < 0:
+        raise ConfigError(f"retries must be >= 0, got {retries}.")
+    if group_size < 1:
+        raise ConfigError(f"group_size must be >= 1, got {group_size}.")
+    if concurrency < 1:
+        raise ConfigError(f"concurrency must be >= 1, got {concurrency}.")
+
+
+def _out_path(out: str | Path | None) -> Path | None:
+    """``out`` as a path whose folder exists (``None`` when no file was asked for)."""
+    out_path = Path(out) if out is not None else None
+    if out_path is not None:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+    return out_path
+
+
+def _open_envs(
+    env: EnvSource,
+    env_kwargs: dict[str, Any] | None,
+    n_envs: int,
+    env_host: LocalEnvs | RayEnvWorkers | None,
+) -> tuple[LocalEnvs | RayEnvWorkers, LocalRollout | _WorkerEnvs]:
+    """The env host (a fresh ``LocalEnvs`` when none is given) and the rollout's env leases."""
+    host = LocalEnvs(n_envs) if env_host is None else env_host
+    if isinstance(host, LocalEnvs):
+        return host, LocalRollout(env, env_kwargs, n_envs, host)
+    return host, _WorkerEnvs(host, env, env_kwargs, n_envs)
+
+
+@dataclass
+class _Runner:
+    """What every episode of one rollout shares: its envs, the policy and the limits."""
+
+    env: EnvSource
+    envs: LocalRollout | _WorkerEnvs
+    policy: Any
+    sampling: SamplingParams
+    max_steps: int
+    retries: int
+
+    async def attempt(self, seed: int, sample: int) -> tuple[Episode, BaseException | None]:
+        """One play of a task sample: the episode, or a failed one and its error."""
+        t_start = time.monotonic()
+        try:
+            e = await self.envs.acquire()
+        except Exception as err:
+            # an env that cannot be made as asked (bad kwargs) is the caller's problem
+            if _is_config_error(err) or isinstance(err, TypeError | gym.error.Error):
+                raise
+            return _failed(_env_label(self.env), seed, sample, [], err, "make", t_start), err
+        played = _Played()
+        ok = False
+        try:
+            ep = await _play(e, self.policy, seed, sample, self.sampling, self.max_steps, played)
+            ok = True
+            return ep, None
+        except Exception as err:
+            if _is_config_error(err):
+                raise
+            ep = _failed(
+                played.env_id or _env_label(self.env),
+                seed,
+                sample,
+                played.turns,
+                err,
+                played.where,
+                t_start,
+                task_id=played.task_id,
+            )
+            return ep, err
+        finally:
+            self.envs.release(e, ok)
+
+    async def play(self, seed: int, sample: int) -> tuple[Episode, BaseException | None]:
+        """Play a task sample, again after a failure up to ``retries`` times."""
+        reasons: list[str] = []  # of the failed attempts
+        for _ in range(self.retries + 1):
+            ep, err = await self.attempt(seed, sample)
+            if err is None:
+                break
+            reasons.append(ep.failure.reason if ep.failure is not None else "error")
+        retried = reasons if err is None else reasons[:-1]
+        if retried:
+            ep.metrics["rollout/failed_attempts"] = retried
+        return ep, err
+
+
+@dataclass
+class _Finished:
+    """The episodes of one rollout as they finish: kept, counted, written and reported."""
+
+    results: list[Episode | None]
+    bar: Progress
+    out_path: Path | None
+    on_episode: EpisodeCallback | None
+    reward_sum: float = 0.0
+    n_ok: int = 0
+    n_failed: int = 0
+    errors: list[BaseException] = field(default_factory=list)
+
+    async def add(self, k: int, ep: Episode, err: BaseException | None) -> None:
+        """Keep episode ``k``, count it, append it to ``out``, call back, move the bar."""
+        self.results[k] = ep
+        if err is not None:
+            self.errors.append(err)
+            self.n_failed += 1
+        else:
+            self.n_ok += 1
+            self.reward_sum += ep.reward
+        if self.out_path is not None:
+            with self.out_path.open("a", encoding="utf-8") as f:
+                f.write(ep.to_json() + "\n")
+        if self.on_episode is not None:
+            r = self.on_episode(ep)
+            if inspect.isawaitable(r):
+                await r
+        stats: dict[str, Any] = {"mean_reward": self.reward_sum / max(self.n_ok, 1)}
+        if self.n_failed:
+            stats["failed"] = self.n_failed
+        self.bar.update(1, stats)
 
 
 async def rollout_async(
@@ -121,14 +248,7 @@ async def rollout_async(
         ConfigError / UnknownNameError: a configuration problem (an unknown env id, bad
             env kwargs): never recorded as a failed episode.
     """
-    if on_failure not in ("record", "raise"):
-        raise ConfigError(f"on_failure must be 'record' or 'raise', got {on_failure!r}.")
-    if retries < 0:
-        raise ConfigError(f"retries must be >= 0, got {retries}.")
-    if group_size < 1:
-        raise ConfigError(f"group_size must be >= 1, got {group_size}.")
-    if concurrency < 1:
-        raise ConfigError(f"concurrency must be >= 1, got {concurrency}.")
+    _check_rollout_args(on_failure, retries, group_size, concurrency)
     if seeds is None:
         seeds = list(range(num_tasks if num_tasks is not None else 1))
     seeds = list(seeds)
@@ -140,83 +260,17 @@ async def rollout_async(
     if not jobs:
         return []
     n_envs = min(concurrency, len(jobs))
-    out_path = Path(out) if out is not None else None
-    if out_path is not None:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path = _out_path(out)
     own_host = env_host is None
-    host = LocalEnvs(n_envs) if env_host is None else env_host
-    envs: LocalRollout | _WorkerEnvs
-    if isinstance(host, LocalEnvs):
-        envs = LocalRollout(env, env_kwargs, n_envs, host)
-    else:
-        envs = _WorkerEnvs(host, env, env_kwargs, n_envs)
+    host, envs = _open_envs(env, env_kwargs, n_envs, env_host)
     bar = Progress(len(jobs), desc="rollout", unit="episode", enabled=progress)
-    reward_sum, n_ok, n_failed = 0.0, 0, 0
-    errors: list[BaseException] = []
-
-    async def attempt(seed: int, sample: int) -> tuple[Episode, BaseException | None]:
-        """One play of a task sample: the episode, or a failed one and its error."""
-        t_start = time.monotonic()
-        try:
-            e = await envs.acquire()
-        except Exception as err:
-            # an env that cannot be made as asked (bad kwargs) is the caller's problem
-            if _is_config_error(err) or isinstance(err, TypeError | gym.error.Error):
-                raise
-            return _failed(_env_label(env), seed, sample, [], err, "make", t_start), err
-        played = _Played()
-        ok = False
-        try:
-            ep = await _play(e, policy, seed, sample, sampling, max_steps, played)
-            ok = True
-            return ep, None
-        except Exception as err:
-            if _is_config_error(err):
-                raise
-            ep = _failed(
-                played.env_id or _env_label(env),
-                seed,
-                sample,
-                played.turns,
-                err,
-                played.where,
-                t_start,
-                task_id=played.task_id,
-            )
-            return ep, err
-        finally:
-            envs.release(e, ok)
+    finished = _Finished(results, bar, out_path, on_episode)
+    runner = _Runner(env, envs, policy, sampling, max_steps, retries)
 
     async def run_one(k: int) -> None:
-        nonlocal reward_sum, n_ok, n_failed
         _ti, seed, sample = jobs[k]
-        reasons: list[str] = []  # of the failed attempts
-        for _ in range(retries + 1):
-            ep, err = await attempt(seed, sample)
-            if err is None:
-                break
-            reasons.append(ep.failure.reason if ep.failure is not None else "error")
-        retried = reasons if err is None else reasons[:-1]
-        if retried:
-            ep.metrics["rollout/failed_attempts"] = retried
-        results[k] = ep
-        if err is not None:
-            errors.append(err)
-            n_failed += 1
-        else:
-            n_ok += 1
-            reward_sum += ep.reward
-        if out_path is not None:
-            with out_path.open("a", encoding="utf-8") as f:
-                f.write(ep.to_json() + "\n")
-        if on_episode is not None:
-            r = on_episode(ep)
-            if inspect.isawaitable(r):
-                await r
-        stats: dict[str, Any] = {"mean_reward": reward_sum / max(n_ok, 1)}
-        if n_failed:
-            stats["failed"] = n_failed
-        bar.update(1, stats)
+        ep, err = await runner.play(seed, sample)
+        await finished.add(k, ep, err)
 
     try:
         await asyncio.gather(*(run_one(k) for k in range(len(jobs))))
@@ -225,8 +279,8 @@ async def rollout_async(
         await envs.close()
         if own_host:
             host.close()
-    if errors and on_failure == "raise":
-        raise errors[0]
+    if finished.errors and on_failure == "raise":
+        raise finished.errors[0]
     return [ep for ep in results if ep is not None]
 
 
