@@ -35,6 +35,7 @@ import math
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ from agentgym.trainers.evaluation import eval_table, evaluate_async
 from agentgym.trainers.logging import JsonlWriter, start_tracking
 from agentgym.trainers.models import apply_lora, build_model_and_tokenizer, save_model
 from agentgym.trainers.runtime import setup_torch
-from agentgym.trainers.sft.config import SFTConfig
+from agentgym.trainers.sft.config import SFTConfig, SFTTrain
 from agentgym.trainers.sft.data import Example, collect_examples, example_corpus
 from agentgym.trainers.tokenizer import encode_completion, encode_prompt
 from agentgym.trainers.tracking import close_tracking
@@ -161,26 +162,24 @@ def batch_loss(
     return loss_sum
 
 
-def run_sft(cfg: SFTConfig) -> dict[str, Any]:
-    """Run supervised fine-tuning; returns the final metrics (eval before/after)."""
-    setup_torch(cfg.run.threads, cfg.run.seed)
-    out = Path(cfg.run.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, out / "config.yaml")
-    log = JsonlWriter(out / "metrics.jsonl", truncate_after_step=-1)
-    start_tracking(cfg, out, log)
-    t_start = time.monotonic()
-
+def _prepare_model(
+    cfg: SFTConfig,
+) -> tuple[torch.nn.Module, Any, list[Example], torch.dtype | None]:
+    """The placed model (with its adapter when asked), tokenizer, examples and precision."""
     model, tok, examples = build_model_and_examples(cfg)
     model = place_model(model, cfg.model)  # model.device / model.dtype, as the trainer
     if cfg.lora.enabled:
         model = apply_lora(model, cfg.lora, seed=derive_seed("lora", cfg.run.seed))
     precision = compute_dtype(model)  # bf16 base: autocast, float32 trainable weights
     keep_master_weights(model)
-    encoded = [
-        (encode_prompt(tok, msgs), encode_completion(tok, reply)) for msgs, reply in examples
-    ]
-    too_long = sum(len(r) > cfg.max_tokens for _, r in encoded)
+    return model, tok, examples, precision
+
+
+def _report_examples(
+    encoded: list[tuple[list[int], list[int]]], tok: Any, model: torch.nn.Module, max_tokens: int
+) -> None:
+    """Print the examples' sizes, and a warning when replies exceed ``max_tokens``."""
+    too_long = sum(len(r) > max_tokens for _, r in encoded)
     reply_lens = [len(r) for _, r in encoded]
     print(
         f"[agentgym sft] {len(encoded)} examples, reply tokens mean {sum(reply_lens) / len(reply_lens):.1f} "
@@ -189,24 +188,22 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
     )
     if too_long:
         print(
-            f"[agentgym sft] warning: {too_long} replies are longer than max_tokens={cfg.max_tokens}; "
+            f"[agentgym sft] warning: {too_long} replies are longer than max_tokens={max_tokens}; "
             "at evaluation they will be cut.",
             file=sys.stderr,
         )
-    t = cfg.train
-    steps_per_epoch = math.ceil(len(encoded) / t.batch_size)
-    total_steps = t.max_steps or max(1, int(t.epochs * steps_per_epoch))
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay, betas=(0.9, 0.95))
 
-    def lr_at(step: int) -> float:
-        if step < t.warmup_steps:
-            return t.lr * (step + 1) / t.warmup_steps
-        frac = (step - t.warmup_steps) / max(1, total_steps - t.warmup_steps)
-        return t.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
-    engine = HFEngine(model, tok, seed=cfg.run.seed)
-    policy = engine.as_policy()
+def _lr_at(t: SFTTrain, total_steps: int, step: int) -> float:
+    """The learning rate of ``step``: linear warm-up, then cosine decay to a tenth."""
+    if step < t.warmup_steps:
+        return t.lr * (step + 1) / t.warmup_steps
+    frac = (step - t.warmup_steps) / max(1, total_steps - t.warmup_steps)
+    return t.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+
+
+def _evaluator(cfg: SFTConfig, policy: Any, tok: Any) -> Callable[[], dict[str, float]]:
+    """A function that evaluates ``policy`` on ``cfg.envs`` and returns the metrics."""
     eval_sampling = SamplingParams(
         max_tokens=cfg.max_tokens,
         temperature=cfg.eval.temperature,
@@ -227,10 +224,24 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
         )
         return m
 
-    results: dict[str, Any] = {}
-    if cfg.eval.at_ends:
-        results["before"] = evaluate()
-        log.write({"step": 0, **results["before"]})
+    return evaluate
+
+
+def _train(
+    cfg: SFTConfig,
+    model: torch.nn.Module,
+    tok: Any,
+    encoded: list[tuple[list[int], list[int]]],
+    *,
+    opt: torch.optim.Optimizer,
+    params: list[torch.nn.Parameter],
+    total_steps: int,
+    precision: torch.dtype | None,
+    log: JsonlWriter,
+    evaluate: Callable[[], dict[str, float]],
+) -> int:
+    """Take ``total_steps`` optimizer steps over shuffled epochs; returns the last step."""
+    t = cfg.train
     rng = random.Random(cfg.run.seed)
     lengths = [len(p) + len(r) for p, r in encoded]
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
@@ -242,7 +253,7 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
             if step >= total_steps:
                 break
             for g in opt.param_groups:
-                g["lr"] = lr_at(step)
+                g["lr"] = _lr_at(t, total_steps, step)
             opt.zero_grad(set_to_none=True)
             loss = batch_loss(
                 model, [encoded[i] for i in idx], pad, t.length_groups, precision=precision
@@ -256,7 +267,7 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
                 "step": step,
                 "losses/sft": loss,
                 "losses/grad_norm": float(gn),
-                "charts/lr": lr_at(step - 1),
+                "charts/lr": _lr_at(t, total_steps, step - 1),
             }
             if cfg.eval.every and step % cfg.eval.every == 0:
                 row.update(evaluate())
@@ -264,6 +275,49 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
             log.write(row)
             progress.update(1, {"loss": row["losses/sft"]})
     progress.close()
+    return step
+
+
+def run_sft(cfg: SFTConfig) -> dict[str, Any]:
+    """Run supervised fine-tuning; returns the final metrics (eval before/after)."""
+    setup_torch(cfg.run.threads, cfg.run.seed)
+    out = Path(cfg.run.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out / "config.yaml")
+    log = JsonlWriter(out / "metrics.jsonl", truncate_after_step=-1)
+    start_tracking(cfg, out, log)
+    t_start = time.monotonic()
+
+    model, tok, examples, precision = _prepare_model(cfg)
+    encoded = [
+        (encode_prompt(tok, msgs), encode_completion(tok, reply)) for msgs, reply in examples
+    ]
+    _report_examples(encoded, tok, model, cfg.max_tokens)
+    t = cfg.train
+    steps_per_epoch = math.ceil(len(encoded) / t.batch_size)
+    total_steps = t.max_steps or max(1, int(t.epochs * steps_per_epoch))
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay, betas=(0.9, 0.95))
+    engine = HFEngine(model, tok, seed=cfg.run.seed)
+    policy = engine.as_policy()
+    evaluate = _evaluator(cfg, policy, tok)
+
+    results: dict[str, Any] = {}
+    if cfg.eval.at_ends:
+        results["before"] = evaluate()
+        log.write({"step": 0, **results["before"]})
+    step = _train(
+        cfg,
+        model,
+        tok,
+        encoded,
+        opt=opt,
+        params=params,
+        total_steps=total_steps,
+        precision=precision,
+        log=log,
+        evaluate=evaluate,
+    )
     if cfg.eval.at_ends:
         results["after"] = evaluate()
         log.write({"step": step, **results["after"]})
