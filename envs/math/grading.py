@@ -187,6 +187,60 @@ def _check_args(timeout_s: float, hedging: str, queue_timeout_s: float) -> None:
         )
 
 
+def _extract(response: str) -> Extraction:
+    """The reply's final-answer statements (a reply over the size bound is not read)."""
+    if not isinstance(response, str):
+        response = str(response)
+    if len(response) > MAX_RESPONSE_CHARS:
+        return Extraction(None, None, (), "too_long")
+    return extract_answer(response)
+
+
+def _gold_equation(gold: str, gold_n: str, inline: bool) -> str | None:
+    """The gold normalised with its label (``y = 5 - 2x``), when that differs from ``gold_n``."""
+    if inline and "=" in gold:  # "y = 5 - 2x" is also compared as an equation
+        full = normalize(strip_boxed(gold), keep_label=True)
+        return full if full != gold_n else None
+    return None
+
+
+@dataclass
+class _Verdict:
+    """What every verdict of one :func:`grade` call records besides its outcome."""
+
+    gold: str
+    ex: Extraction
+    hedging: str
+    start: float
+    extracted: str | None
+    final: tuple[str, ...] = ()
+
+    def result(
+        self,
+        correct: bool,
+        reason: str,
+        method: str,
+        normalized: str | None = None,
+        wait: float = 0,
+    ) -> GradeResult:
+        """The :class:`GradeResult` of the call with this outcome (timed now)."""
+        return GradeResult(
+            correct=correct,
+            extracted=self.extracted,
+            gold=self.gold,
+            format=self.ex.format,
+            formats=self.ex.formats,
+            reason=reason,
+            method=method,
+            candidates=self.ex.candidates,
+            normalized=normalized,
+            final=self.final,
+            hedging=self.hedging,
+            elapsed_s=time.perf_counter() - self.start,
+            wait_s=wait,
+        )
+
+
 def grade(
     response: str,
     gold: str,
@@ -227,53 +281,24 @@ def grade(
             f"The gold answer {gold!r} is empty after normalisation; every problem needs "
             "a non-empty reference answer."
         )
-    if not isinstance(response, str):
-        response = str(response)
-    if len(response) > MAX_RESPONSE_CHARS:
-        ex = Extraction(None, None, (), "too_long")
-    else:
-        ex = extract_answer(response)
-    final: tuple[str, ...] = ()
-    extracted = ex.answer
-
-    def result(
-        correct: bool, reason: str, method: str, normalized: str | None = None, wait: float = 0
-    ) -> GradeResult:
-        return GradeResult(
-            correct=correct,
-            extracted=extracted,
-            gold=gold,
-            format=ex.format,
-            formats=ex.formats,
-            reason=reason,
-            method=method,
-            candidates=ex.candidates,
-            normalized=normalized,
-            final=final,
-            hedging=hedging,
-            elapsed_s=time.perf_counter() - start,
-            wait_s=wait,
-        )
-
+    ex = _extract(response)
+    v = _Verdict(gold, ex, hedging, start, ex.answer)
     if ex.answer is None:
-        return result(False, ex.reason or "no_answer", "none")
+        return v.result(False, ex.reason or "no_answer", "none")
     arity = gold_arity(gold_n) if inline else 1
     sel = select(group_statements(ex.statements, ex.text), arity, hedging)
-    final = tuple(st.text for st in sel.parts)
+    v.final = tuple(st.text for st in sel.parts)
     if sel.combine:
-        extracted = ", ".join(final)
-    elif final:
-        extracted = final[-1]
+        v.extracted = ", ".join(v.final)
+    elif v.final:
+        v.extracted = v.final[-1]
     limit = max(MAX_CANDIDATES, arity)
     if len(sel.parts) > limit or (hedging == "reject" and len(ex.candidates) > limit):
-        return result(False, "too_many_answers", "none")
+        return v.result(False, "too_many_answers", "none")
 
     raw = not inline or any(len(st.text) > MAX_INLINE_CHARS for st in sel.parts)
     degrees = has_degrees(gold) if inline else False
-    gold_eq = None
-    if inline and "=" in gold:  # "y = 5 - 2x" is also compared as an equation
-        full = normalize(strip_boxed(gold), keep_label=True)
-        gold_eq = full if full != gold_n else None
+    gold_eq = _gold_equation(gold, gold_n, inline)
     claims = build_claims(
         sel, gold if raw else gold_n, raw=raw, gold_equation=gold_eq, gold_degrees=degrees
     )
@@ -281,27 +306,53 @@ def grade(
     normalized = None if raw or first is None else first.pred
     outcome = evaluate(claims, degrees)
     if outcome.pending:
-        remaining = timeout_s - (time.perf_counter() - start)
-        try:
-            reply = get_pool().request(
-                outcome.gold_for_pool,
-                [p.pred for p in outcome.pending],
-                max(0.05, remaining),
-                raw=raw,
-                options=outcome.pool_options(degrees),
-                queue_timeout_s=queue_timeout_s,
-                may_starve=not any(looks_costly(p.pred) for p in outcome.pending),
-            )
-        except PoolError:
-            return result(False, "grader_crashed", "symbolic", normalized)
-        if reply.status != "ok":
-            reason = _POOL_STATUS_REASON.get(reply.status, "grader_error")
-            return result(False, reason, "symbolic", normalized, reply.wait_s)
-        if not raw:
-            remember(outcome.pending, reply.value, degrees)
-        outcome = evaluate(claims, degrees, dict(zip(outcome.pending, reply.value, strict=True)))
-        return _finish(result, claims, outcome, sel, normalized, reply.wait_s)
-    return _finish(result, claims, outcome, sel, normalized, 0.0)
+        return _symbolic(
+            v,
+            claims,
+            outcome,
+            sel,
+            normalized,
+            raw=raw,
+            degrees=degrees,
+            timeout_s=timeout_s,
+            queue_timeout_s=queue_timeout_s,
+        )
+    return _finish(v.result, claims, outcome, sel, normalized, 0.0)
+
+
+def _symbolic(
+    v: _Verdict,
+    claims: list[Claim],
+    outcome: Outcome,
+    sel: Selection,
+    normalized: str | None,
+    *,
+    raw: bool,
+    degrees: bool,
+    timeout_s: float,
+    queue_timeout_s: float,
+) -> GradeResult:
+    """Decide the pending pairs in the worker pool within the time left, then the verdict."""
+    remaining = timeout_s - (time.perf_counter() - v.start)
+    try:
+        reply = get_pool().request(
+            outcome.gold_for_pool,
+            [p.pred for p in outcome.pending],
+            max(0.05, remaining),
+            raw=raw,
+            options=outcome.pool_options(degrees),
+            queue_timeout_s=queue_timeout_s,
+            may_starve=not any(looks_costly(p.pred) for p in outcome.pending),
+        )
+    except PoolError:
+        return v.result(False, "grader_crashed", "symbolic", normalized)
+    if reply.status != "ok":
+        reason = _POOL_STATUS_REASON.get(reply.status, "grader_error")
+        return v.result(False, reason, "symbolic", normalized, reply.wait_s)
+    if not raw:
+        remember(outcome.pending, reply.value, degrees)
+    outcome = evaluate(claims, degrees, dict(zip(outcome.pending, reply.value, strict=True)))
+    return _finish(v.result, claims, outcome, sel, normalized, reply.wait_s)
 
 
 def _finish(
