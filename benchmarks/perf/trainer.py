@@ -168,60 +168,29 @@ class _Agentgym:
         }
 
 
-def _trl(
-    model_dir: Path,
-    workdir: Path,
-    s: dict[str, Any],
-    env_id: str,
-    env_kwargs: dict[str, Any],
-    between_steps: Callable[[int, str], None],
-) -> dict[str, list[float]]:
-    """Train with TRL's GRPOTrainer; ``between_steps(i, "before"|"after")`` runs around
-    TRL's step ``i`` (outside its timing). Returns per-step seconds and figures."""
-    import gymnasium as gym
-    import torch
+def _trl_dataset(env: Any, n_prompts: int) -> Any:
+    """TRL's dataset: the env's first observation (and seed) of each of ``n_prompts`` tasks."""
     from datasets import Dataset
-    from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
 
-    import agentgym  # noqa: F401  (registers the envs)
-    from agentgym import counter_from_tokenizer
-    from agentgym.trainers import resolve_lora_targets
-
-    torch.set_num_threads(s["threads"])
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    count = counter_from_tokenizer(tok)
-    env = gym.make(env_id, count_tokens=count, **env_kwargs)
-    steps = s["warmup_steps"] + s["measured_steps"]
-    n_prompts = steps * s["prompts_per_step"]
     rows = []
     for seed in range(n_prompts):
         obs, _ = env.reset(seed=seed)
         rows.append({"prompt": [m.to_dict() for m in obs], "seed": seed})
-    dataset = Dataset.from_list(rows)
+    return Dataset.from_list(rows)
 
-    def env_reward(completions: list[Any], seed: list[int], **_: Any) -> list[float]:
-        out = []
-        for completion, sd in zip(completions, seed, strict=True):
-            text = completion[-1]["content"] if isinstance(completion, list) else str(completion)
-            env.reset(seed=int(sd))
-            _, r, _, _, _ = env.step(text)
-            out.append(float(r))
-        return out
 
-    targets = resolve_lora_targets(model, None, False)
-    leaves = sorted({n.split(".")[-1] for n in targets.modules})
-    batch = s["group_size"] * s["prompts_per_step"]
-    args = GRPOConfig(
+def _grpo_config(workdir: Path, s: dict[str, Any], steps: int) -> Any:
+    """TRL's settings for the shared workload (DAPO loss, one micro-batch, no KL)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
         output_dir=str(workdir / "trl"),
         loss_type="dapo",
         epsilon=0.2,
         epsilon_high=0.28,
         beta=0.0,
         num_generations=s["group_size"],
-        per_device_train_batch_size=batch,
+        per_device_train_batch_size=s["group_size"] * s["prompts_per_step"],
         gradient_accumulation_steps=1,
         num_iterations=1,
         max_completion_length=s["max_tokens"],
@@ -243,6 +212,48 @@ def _trl(
         seed=0,
         disable_tqdm=True,
     )
+
+
+def _trl(
+    model_dir: Path,
+    workdir: Path,
+    s: dict[str, Any],
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    between_steps: Callable[[int, str], None],
+) -> dict[str, list[float]]:
+    """Train with TRL's GRPOTrainer; ``between_steps(i, "before"|"after")`` runs around
+    TRL's step ``i`` (outside its timing). Returns per-step seconds and figures."""
+    import gymnasium as gym
+    import torch
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOTrainer
+
+    import agentgym  # noqa: F401  (registers the envs)
+    from agentgym import counter_from_tokenizer
+    from agentgym.trainers import resolve_lora_targets
+
+    torch.set_num_threads(s["threads"])
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    count = counter_from_tokenizer(tok)
+    env = gym.make(env_id, count_tokens=count, **env_kwargs)
+    steps = s["warmup_steps"] + s["measured_steps"]
+    dataset = _trl_dataset(env, steps * s["prompts_per_step"])
+
+    def env_reward(completions: list[Any], seed: list[int], **_: Any) -> list[float]:
+        out = []
+        for completion, sd in zip(completions, seed, strict=True):
+            text = completion[-1]["content"] if isinstance(completion, list) else str(completion)
+            env.reset(seed=int(sd))
+            _, r, _, _, _ = env.step(text)
+            out.append(float(r))
+        return out
+
+    targets = resolve_lora_targets(model, None, False)
+    leaves = sorted({n.split(".")[-1] for n in targets.modules})
+    args = _grpo_config(workdir, s, steps)
     out: dict[str, list[float]] = {"step_s": [], "generate_s": [], "completion_tokens": []}
 
     class _Timer(TrainerCallback):
