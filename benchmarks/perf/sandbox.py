@@ -55,34 +55,25 @@ def _local_figures(n: int) -> dict[str, Any]:
     return {"local_level": level, "local_run_true_ms": _ms(samples)}
 
 
-def run(quick: bool = False) -> dict[str, Any]:
-    """Measure and print the table; returns the perf-report dict."""
-    from agentgym.sandbox import SandboxPool, docker_available, docker_client, open_sandbox
+def _cold_starts(n: int) -> list[float]:
+    """Seconds of ``n`` cold starts: open a Docker sandbox, run ``true``, close it."""
+    from agentgym.sandbox import open_sandbox
 
-    quick = quick or os.environ.get("AGENTGYM_PERF_QUICK") == "1"
-    n_cold = 3 if quick else 10
-    n_hot = 20 if quick else 100
-    per_thread = 5 if quick else 25
-    figures: dict[str, Any] = {}
-    why_not = docker_available()
-    if why_not is not None:
-        figures.update(_local_figures(n_hot))
-        notes = f"Docker backend not measured: {why_not}"
-        print(notes)
-        return {"title": "Sandbox speed", "figures": figures, "notes": notes}
-
-    # cold start
     cold = []
-    for _ in range(n_cold):
+    for _ in range(n):
 
         def once() -> None:
             with open_sandbox("docker") as sb:
                 sb.run(["true"])
 
         cold.append(_time(once))
-    figures["cold_open_run_close_ms"] = _ms(cold)
+    return cold
 
-    # pool vs bare exec, interleaved
+
+def _pool_vs_bare(n: int) -> tuple[list[float], list[float], list[float]]:
+    """Interleaved seconds of a pool cycle, a bare SDK exec and (every 4th) a CLI exec."""
+    from agentgym.sandbox import SandboxPool, docker_client, open_sandbox
+
     api = docker_client().api
     pooled, bare, cli = [], [], []
     docker_cli = shutil.which("docker")
@@ -110,20 +101,18 @@ def run(quick: bool = False) -> dict[str, Any]:
         for _ in range(3):  # warm-up
             bare_exec()
             pool_cycle()
-        for i in range(n_hot):
+        for i in range(n):
             bare.append(_time(bare_exec))
             pooled.append(_time(pool_cycle))
             if docker_cli and i % 4 == 0:
                 cli.append(_time(cli_exec))
-    figures["pool_acquire_run_release_ms"] = _ms(pooled)
-    figures["bare_exec_sdk_ms"] = _ms(bare)
-    if cli:
-        figures["bare_docker_exec_cli_ms"] = _ms(cli)
-    figures["pool_acquire_run_release_p90_ms"] = round(
-        1000 * statistics.quantiles(pooled, n=10)[-1], 1
-    )
+    return pooled, bare, cli
 
-    # throughput with 8 concurrent sandboxes
+
+def _throughput_wall(per_thread: int) -> float:
+    """Seconds for 8 threads on a pool of 8 to each run ``per_thread`` acquire/run/release."""
+    from agentgym.sandbox import SandboxPool
+
     with SandboxPool(size=8, backend="docker", prune=False) as pool:
         errors: list[str] = []
 
@@ -142,6 +131,35 @@ def run(quick: bool = False) -> dict[str, Any]:
         wall = time.perf_counter() - t0
         if errors:
             raise RuntimeError(f"{len(errors)} runs failed during the throughput test")
+    return wall
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    """Measure and print the table; returns the perf-report dict."""
+    from agentgym.sandbox import docker_available
+
+    quick = quick or os.environ.get("AGENTGYM_PERF_QUICK") == "1"
+    n_cold = 3 if quick else 10
+    n_hot = 20 if quick else 100
+    per_thread = 5 if quick else 25
+    figures: dict[str, Any] = {}
+    why_not = docker_available()
+    if why_not is not None:
+        figures.update(_local_figures(n_hot))
+        notes = f"Docker backend not measured: {why_not}"
+        print(notes)
+        return {"title": "Sandbox speed", "figures": figures, "notes": notes}
+
+    figures["cold_open_run_close_ms"] = _ms(_cold_starts(n_cold))
+    pooled, bare, cli = _pool_vs_bare(n_hot)
+    figures["pool_acquire_run_release_ms"] = _ms(pooled)
+    figures["bare_exec_sdk_ms"] = _ms(bare)
+    if cli:
+        figures["bare_docker_exec_cli_ms"] = _ms(cli)
+    figures["pool_acquire_run_release_p90_ms"] = round(
+        1000 * statistics.quantiles(pooled, n=10)[-1], 1
+    )
+    wall = _throughput_wall(per_thread)
     figures["throughput_8_concurrent_runs_per_s"] = round(8 * per_thread / wall, 1)
     figures["throughput_1_sequential_runs_per_s"] = round(1 / statistics.mean(pooled), 1)
     figures.update(_local_figures(n_hot))
