@@ -47,8 +47,19 @@ def doctor(image: str | None = None, *, smoke_test: bool = True) -> list[Check]:
         smoke_test: start one sandbox and check it runs commands as a non-root user
             without network.
     """
-    checks: list[Check] = []
     image = image or default_image()
+    checks, engine_ok = _engine_checks()
+    if engine_ok:
+        checks += _image_checks(image, smoke_test)
+        checks.append(_leftovers_check())
+    checks.append(_build_tools_check())
+    checks.append(_local_check())
+    return checks
+
+
+def _engine_checks() -> tuple[list[Check], bool]:
+    """Whether an engine answers and enforces limits; and whether it answered."""
+    checks: list[Check] = []
     engine_ok = False
     try:
         client = docker_client()
@@ -80,61 +91,66 @@ def doctor(image: str | None = None, *, smoke_test: bool = True) -> list[Check]:
         checks.append(Check("engine", "fail", "no engine answers", str(e)))
     except Exception as e:  # permission problems and the like
         checks.append(Check("engine", "fail", f"{type(e).__name__}: {e}", _permission_fix()))
+    return checks, engine_ok
 
-    if engine_ok:
-        found = image_info(image)
-        if found is None:
-            checks.append(
-                Check(
-                    "image",
-                    "fail",
-                    f"{image} is not there",
-                    "agentgym sandbox build-image"
-                    if image.startswith(REPOSITORY + ":")
-                    else f"build or load {image}, or unset {IMAGE_ENV}",
-                )
+
+def _image_checks(image: str, smoke_test: bool) -> list[Check]:
+    """Whether the image is there, and (with ``smoke_test``) whether a sandbox of it runs."""
+    found = image_info(image)
+    if found is None:
+        return [
+            Check(
+                "image",
+                "fail",
+                f"{image} is not there",
+                "agentgym sandbox build-image"
+                if image.startswith(REPOSITORY + ":")
+                else f"build or load {image}, or unset {IMAGE_ENV}",
             )
-        else:
-            checks.append(Check("image", "ok", f"{image} ({found['Size'] / 2**20:.0f} MiB)"))
-            if smoke_test:
-                checks.append(_smoke(image))
-        try:
-            leftovers = prune(dry_run=True)
-            if leftovers:
-                checks.append(
-                    Check(
-                        "leftovers",
-                        "warn",
-                        f"{len(leftovers)} container(s) of dead processes",
-                        "agentgym sandbox prune",
-                    )
-                )
-            else:
-                checks.append(Check("leftovers", "ok", "no containers of dead processes"))
-        except Exception as e:
-            checks.append(Check("leftovers", "warn", f"could not list containers: {e}"))
+        ]
+    checks = [Check("image", "ok", f"{image} ({found['Size'] / 2**20:.0f} MiB)")]
+    if smoke_test:
+        checks.append(_smoke(image))
+    return checks
 
+
+def _leftovers_check() -> Check:
+    """Whether containers of dead processes are left over."""
+    try:
+        leftovers = prune(dry_run=True)
+        if leftovers:
+            return Check(
+                "leftovers",
+                "warn",
+                f"{len(leftovers)} container(s) of dead processes",
+                "agentgym sandbox prune",
+            )
+        return Check("leftovers", "ok", "no containers of dead processes")
+    except Exception as e:
+        return Check("leftovers", "warn", f"could not list containers: {e}")
+
+
+def _build_tools_check() -> Check:
+    """Whether this machine can build the image (debootstrap, root)."""
     if shutil.which("debootstrap") is None:
-        checks.append(
-            Check(
-                "build tools",
-                "warn",
-                "debootstrap is not installed (needed only to build the image)",
-                "apt-get install -y debootstrap",
-            )
+        return Check(
+            "build tools",
+            "warn",
+            "debootstrap is not installed (needed only to build the image)",
+            "apt-get install -y debootstrap",
         )
-    elif os.geteuid() != 0:
-        checks.append(
-            Check(
-                "build tools",
-                "warn",
-                "building the image needs root",
-                "sudo .venv/bin/agentgym sandbox build-image",
-            )
+    if os.geteuid() != 0:
+        return Check(
+            "build tools",
+            "warn",
+            "building the image needs root",
+            "sudo .venv/bin/agentgym sandbox build-image",
         )
-    else:
-        checks.append(Check("build tools", "ok", "debootstrap present, running as root"))
+    return Check("build tools", "ok", "debootstrap present, running as root")
 
+
+def _local_check() -> Check:
+    """The best isolation level the local backend reaches here."""
     levels = available_levels()
     best = next((lvl for lvl, why in levels.items() if why is None), "rlimits")
     detail = f"best level here: {best}"
@@ -142,8 +158,7 @@ def doctor(image: str | None = None, *, smoke_test: bool = True) -> list[Check]:
     if best != "bwrap":
         detail += f" (bwrap: {levels['bwrap']})"
         fix = "apt-get install -y bubblewrap, and allow unprivileged user namespaces"
-    checks.append(Check("local backend", "ok" if best == "bwrap" else "warn", detail, fix))
-    return checks
+    return Check("local backend", "ok" if best == "bwrap" else "warn", detail, fix)
 
 
 def _smoke(image: str) -> Check:
