@@ -83,20 +83,44 @@ def check_env(
     report = CheckReport(env_id=env_id)
 
     if not skip_gymnasium:
-        from gymnasium.utils.env_checker import check_env as gym_check_env
-
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                gym_check_env(env.unwrapped, skip_render_check=True, skip_close_check=True)
-            except AssertionError as e:
-                raise EnvCheckError(f"{env_id}: Gymnasium's checker failed: {e}") from e
-        report.warnings += [str(w.message) for w in caught]
-        report.ok("gymnasium.check_env")
+        _check_gymnasium(env, report)
 
     first = _play(env, seed, _oracle_or_random, max_steps, report, record=True)
     report.ok("episode contract (spaces, info keys, zero reward until the end, breakdown)")
+    _check_replay(env, seed, max_steps, report, first)
+    _check_memory(env, seed, max_steps, report, first)
+    _check_render_and_close(env, report)
+    report.episodes = [
+        {
+            "seed": seed,
+            "reward": first["reward"],
+            "steps": len(first["steps"]),
+            "conversations": first["conversations"],
+            "summaries": first["summaries"],
+        }
+    ]
+    return report
 
+
+def _check_gymnasium(env: gym.Env, report: CheckReport) -> None:
+    """Run Gymnasium's own checker, keeping its warnings in the report."""
+    from gymnasium.utils.env_checker import check_env as gym_check_env
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            gym_check_env(env.unwrapped, skip_render_check=True, skip_close_check=True)
+        except AssertionError as e:
+            raise EnvCheckError(f"{report.env_id}: Gymnasium's checker failed: {e}") from e
+    report.warnings += [str(w.message) for w in caught]
+    report.ok("gymnasium.check_env")
+
+
+def _check_replay(
+    env: gym.Env, seed: int, max_steps: int, report: CheckReport, first: dict[str, Any]
+) -> None:
+    """Play ``first``'s actions again on the same seed: the episode must be the same."""
+    env_id = report.env_id
     actions = [a for a, _ in first["steps"]]
     replay = iter(actions)
     second = _play(env, seed, lambda e, o, i: next(replay), max_steps, report, record=True)
@@ -114,6 +138,11 @@ def check_env(
         )
     report.ok("same seed + same actions -> same episode")
 
+
+def _check_memory(
+    env: gym.Env, seed: int, max_steps: int, report: CheckReport, first: dict[str, Any]
+) -> None:
+    """Check memory turns when they are on; warn when the defaults can never fire them."""
     memory = getattr(env.unwrapped, "memory", None)
     if memory is not None and memory.enabled:
         if first["summaries"] == 0:
@@ -137,6 +166,10 @@ def check_env(
         else:
             report.ok("memory turns: off (pass memory={...} at make time to switch them on)")
 
+
+def _check_render_and_close(env: gym.Env, report: CheckReport) -> None:
+    """``render('ansi')`` gives text (where the env has a transcript); ``close()`` twice works."""
+    env_id = report.env_id
     base = env.unwrapped
     if base.render_mode in (None, "ansi") and hasattr(base, "transcript_text"):
         text = base.transcript_text()
@@ -152,16 +185,6 @@ def check_env(
             f"{env_id}: calling close() twice raised {type(e).__name__}: {e}"
         ) from e
     report.ok("close() twice")
-    report.episodes = [
-        {
-            "seed": seed,
-            "reward": first["reward"],
-            "steps": len(first["steps"]),
-            "conversations": first["conversations"],
-            "summaries": first["summaries"],
-        }
-    ]
-    return report
 
 
 def _play(
