@@ -35,6 +35,7 @@ PAGE = r"""<!DOCTYPE html>
   .arrow { color: var(--accent); margin-left: 4px; }
   .tag { font-size: .72rem; border-radius: 3px; padding: 0 4px; margin-left: 6px; }
   .tag.partial { background: #fff3bf; color: #7a5b00; }
+  .tag.unisolated { background: #ffe3e3; color: #a61e1e; }
   .tag.front { background: #ffe8dc; color: var(--front); }
   svg.pareto { background: #fbfcfe; border: 1px solid var(--line); border-radius: 6px; }
   svg.pareto .axis line, svg.pareto .axis path { stroke: #9aa3b2; }
@@ -154,6 +155,10 @@ load. Results of different suite hashes are never ranked together.</footer>
           td.title = r.spec;
           td.appendChild(document.createTextNode(r.label));
           if (!r.complete) { td.appendChild(el("span", { "class": "tag partial" }, ["partial"])); }
+          if (r.unisolated) {
+            td.appendChild(el("span", { "class": "tag unisolated", title: "graded without isolation (local sandbox)" },
+                              ["graded without isolation"]));
+          }
           if (r.pareto) { td.appendChild(el("span", { "class": "tag front", title: "on the Pareto frontier" }, ["pareto"])); }
         } else if (c.key === "episodes") { td.textContent = r.episodes + "/" + r.expected; }
         else {

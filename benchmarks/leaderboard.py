@@ -12,6 +12,10 @@ external resources, so it works opened straight from the file system. It shows, 
 suite, a sortable table (click a header; ``#sort=METRIC`` or ``#sort=METRIC:asc`` in the
 URL sorts on load) and an SVG plot of the suite's score against mean tokens with the
 Pareto frontier drawn through the points no other point beats on both axes.
+
+A result whose episodes were graded without isolation (``graded_without_isolation`` in
+its ``result.json``: AppGen on the local backend) is marked "graded without isolation"
+in both: its scores do not show that the policy could not rewrite its grader.
 """
 
 from __future__ import annotations
@@ -134,6 +138,7 @@ def render_markdown(groups: list[dict]) -> str:
         for rank, r in enumerate(g["results"], start=1):
             label = r["policy"].get("label") or r["policy"].get("spec", "?")
             partial = "" if r.get("complete") else " (partial)"
+            partial += " (graded without isolation)" if r.get("graded_without_isolation") else ""
             cells = [
                 str(rank),
                 _md_escape(label) + partial,
@@ -162,6 +167,7 @@ def page_data(groups: list[dict]) -> dict[str, Any]:
                     "label": r["policy"].get("label") or r["policy"].get("spec", "?"),
                     "spec": r["policy"].get("spec", ""),
                     "complete": bool(r.get("complete")),
+                    "unisolated": bool(r.get("graded_without_isolation")),
                     "episodes": r.get("episodes", 0),
                     "expected": r.get("expected_episodes", 0),
                     "metrics": {m: r["metrics"].get(m) for m in suite["metrics"]},

@@ -18,6 +18,12 @@ Episodes run through :func:`agentgym.rollout_async`, one task sample per call, o
 ``concurrency`` workers that share one thread pool; environments are made by id with
 ``gym.make`` and reused across episodes of the same suite entry.
 
+``result.json`` also says how episodes were graded: ``grading.sandboxes`` counts the
+sandbox backends named in the episodes' reward breakdowns, and
+``graded_without_isolation`` is true when any episode says its grader was not isolated
+from the code it graded (AppGen on the local backend, an explicit unsafe opt-in); the
+leaderboard marks such results.
+
 Each sample ``s`` of a task uses the sampling seed ``derive_seed(suite seed, entry, s)``
 (and the rollout derives per-request seeds from it), so a resumed run sends the same
 requests an uninterrupted run would have sent.
@@ -464,10 +470,16 @@ def score(
     )
     completion_tokens = prompt_tokens = calls = 0
     episode_time = 0.0
+    sandboxes: dict[str, int] = {}
+    unisolated = 0
     for ep in eps:
         key = task_key(ep)
         assert key is not None
         by_task[(key[0], key[1])].add(ep, suite.success)
+        backend = (ep.reward_breakdown or {}).get("sandbox")
+        if isinstance(backend, str):
+            sandboxes[backend] = sandboxes.get(backend, 0) + 1
+        unisolated += (ep.reward_breakdown or {}).get("grader_isolated") is False
         completion_tokens += episode_tokens(ep)
         prompt_tokens += episode_prompt_tokens(ep)
         calls += len(ep.turns)
@@ -501,6 +513,10 @@ def score(
         "confidence_interval": "95% percentile bootstrap over tasks (2000 resamples, seed 0)",
         "by_entry": by_entry,
         "tasks": [t.to_dict() for t in outcomes if t.n > 0],
+        # envs that grade in a sandbox say which backend, and whether the grader was kept
+        # apart from the graded code (AppGen: False on the local backend, an opt-in)
+        "grading": {"sandboxes": sandboxes, "unisolated_episodes": unisolated},
+        "graded_without_isolation": unisolated > 0,
         "usage": {
             "completion_tokens": completion_tokens,
             "prompt_tokens": prompt_tokens,

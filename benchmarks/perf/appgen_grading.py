@@ -10,8 +10,9 @@ task is graded ``repeats`` times (3, or 1 in quick mode) and the median is repor
 the mean over tasks and the total. Every grading must score 1.0, or the benchmark fails.
 
 Run: ``python -m agentgym.benchmarks.perf.appgen_grading`` (``--backend local`` for the
-local backend, ``--tasks expr_calc todo_sqlite`` for some tasks, ``AGENTGYM_PERF_QUICK=1``
-for one repeat); the Docker backend needs ``scripts/ensure_docker.sh``.
+local backend, which grades without isolation: fine for the reference solutions, trusted
+code; ``--tasks expr_calc todo_sqlite`` for some tasks, ``AGENTGYM_PERF_QUICK=1`` for one
+repeat); the Docker backend needs ``scripts/ensure_docker.sh``.
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ def run(
                 sb = pool.acquire()
                 try:
                     t0 = time.perf_counter()
-                    result = grade(task, task.reference_files(), sb)
+                    result = grade(
+                        task, task.reference_files(), sb, unsafe_local_grading=backend == "local"
+                    )
                     sb.reset()
                     sb.run(["true"])  # the clean-up this grading left, done now
                     samples.append(time.perf_counter() - t0)

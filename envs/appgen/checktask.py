@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentgym import DataError
-from agentgym.envs.appgen.grading import grade
+from agentgym.envs.appgen.grading import GradeResult, grade
 from agentgym.envs.appgen.taskset import (
     VISIBLE_TESTS_DIR,
     AppTask,
@@ -78,6 +78,13 @@ class CheckReport:
 
 
 _SUMMARY = re.compile(r"^(PASSED|FAILED|ERROR) (\S+?)(?: - .*)?$")
+
+
+def _grade(task: AppTask, files: dict[str, bytes], sb, *, details: bool = False) -> GradeResult:
+    """:func:`grade` for check-task: what it grades is the task's own code (reference,
+    scaffold, their prefixes), so ``--sandbox local`` (asked for by name) may grade it
+    without the isolation an agent's project needs."""
+    return grade(task, files, sb, details=details, unsafe_local_grading=sb.backend == "local")
 
 
 def run_visible(task: AppTask, files: dict[str, bytes], pool: SandboxPool) -> dict[str, str]:
@@ -152,7 +159,7 @@ def _service_probe(task: AppTask, pool: SandboxPool) -> Check:
         )
         probe = load_task(probe_dir)
         with pool.sandbox() as sb:
-            result = grade(probe, probe.reference_files(), sb, details=True)
+            result = _grade(probe, probe.reference_files(), sb, details=True)
     n = sum(len(r) for r in routes.values())
     if result.score == 1.0:
         return Check("services start", True, f"{len(routes)} service(s), {n} route(s) answered")
@@ -186,7 +193,7 @@ def check_task(
     limits = {"timeout": float(task.limits.grade_timeout), **task.limits.sandbox()}
     with SandboxPool(size=1, backend=backend, warm=1, **limits) as pool:
         with pool.sandbox() as sb:
-            ref = grade(task, task.reference_files(), sb, details=True)
+            ref = _grade(task, task.reference_files(), sb, details=True)
         bad = [f"{t}: {ref.details.get(t, o)}" for t, o in ref.per_test.items() if o != "passed"]
         add(
             Check(
@@ -198,7 +205,7 @@ def check_task(
             )
         )
         with pool.sandbox() as sb:
-            bare = grade(task, task.initial_files(), sb)
+            bare = _grade(task, task.initial_files(), sb)
         add(Check("scaffold fails", bare.passed == 0, f"{bare.passed}/{bare.total} pass"))
 
         visible = run_visible(task, task.reference_files(), pool)
@@ -225,7 +232,7 @@ def _covered(task: AppTask, pool: SandboxPool) -> Check:
     for label, files in _prefixes(task):
         vis = run_visible(task, files, pool)
         with pool.sandbox() as sb:
-            hidden = grade(task, files, sb).per_test
+            hidden = _grade(task, files, sb).per_test
         failing_hidden = {t for t, o in hidden.items() if o != "passed"}
         for test_id, outcome in vis.items():
             if outcome == "passed":
@@ -253,7 +260,7 @@ def _visible_ids(task: AppTask) -> list[str]:
 
 def _forgetting(task: AppTask, pool: SandboxPool) -> Check:
     with pool.sandbox() as sb:
-        result = grade(task, {**task.reference_files(), **task.forgetful}, sb)
+        result = _grade(task, {**task.reference_files(), **task.forgetful}, sb)
     lost = [n for n, r in result.requirements.items() if not r["met"]]
     last = max(1, len(task.stages))
     late = [n for n in lost if result.requirements[n]["stage"] >= last]

@@ -20,52 +20,24 @@ from agentgym import (
 )
 from agentgym.envs.appgen import protocol
 from agentgym.envs.appgen.grading import MAX_FILE_BYTES, MAX_PROJECT_FILES, drop_reason, grade
-from agentgym.envs.appgen.prompts import stage_done_text, task_prompt
-from agentgym.envs.appgen.sandboxes import DEFAULT_POOL_SIZE, check_sandbox_backend, get_pool
+from agentgym.envs.appgen.prompts import (
+    SYSTEM_PROMPT,
+    VISIBLE_TEST_COMMAND,
+    stage_done_text,
+    task_prompt,
+)
+from agentgym.envs.appgen.sandboxes import (
+    DEFAULT_POOL_SIZE,
+    check_sandbox_backend,
+    get_pool,
+    grading_backend,
+    local_refused,
+)
 from agentgym.envs.appgen.taskset import VISIBLE_TESTS_DIR, AppTask, load_tasks
 from agentgym.sandbox import Sandbox, SandboxLimits, SandboxPool
 
-#: The command the system prompt suggests (and the oracle uses) to run the visible tests.
-VISIBLE_TEST_COMMAND = f"python3 -m pytest -qq -p no:cacheprovider {VISIBLE_TESTS_DIR}"
 HIDDEN_DIRS = ("__pycache__", ".pytest_cache")
 MAX_TREE_ENTRIES = 200
-
-SYSTEM_PROMPT = f"""\
-You are a software engineer. You build a small but complete Python application from a \
-specification, working in a project directory inside a sandbox, over several turns.
-
-Each reply may contain any number of actions, carried out in order; text outside them is \
-ignored, so you may think aloud first:
-
-<write path="pkg/module.py">
-...the complete new content of the file...
-</write>
-<delete path="pkg/old.py"/>
-<read path="pkg/module.py"/>
-<run>{VISIBLE_TEST_COMMAND}</run>
-<submit/>
-
-- write creates or replaces a whole file (there is no partial edit). Paths are relative \
-to the project root and use "/".
-- run executes a shell command in the project root; its output comes back (long output \
-is cut in the middle). Add timeout="SECONDS" to allow more time, up to the task's limit.
-- submit ends the episode: the project is graded. Actions after it are ignored.
-
-The sandbox has Python 3 (run it as python3) with its standard library, pytest and \
-SQLite; there is no network and no pip. After each turn you see what every action did \
-and the project's file tree.
-
-Grading: hidden tests, like the visible ones in {VISIBLE_TESTS_DIR}/ but more thorough, \
-run against a copy of your project, with the project root as the working directory and \
-on sys.path. Only your source and data files are copied: test files, conftest.py, pytest \
-or packaging configuration and interpreter start-up hooks are left out. The reward is \
-the share of hidden tests that pass. Follow the specification exactly: names, \
-signatures, messages and output formats are tested.
-
-Your context is limited. When it fills up you will be asked for a summary; you then \
-continue in a fresh context that holds only the specification, your summary and the \
-file tree. Your files are kept. Write summaries that let you carry on: what is done, \
-what remains, decisions you made."""
 
 
 class AppGenEnv(ConversationEnv):
@@ -110,8 +82,9 @@ class AppGenEnv(ConversationEnv):
     instead of returning a reward: such an episode cannot be scored.
     ``info["reward_breakdown"]``: ``passed``, ``total``, ``pass_rate``, ``per_test``
     (test id -> outcome), ``errors``, ``tampered``, ``dropped_files``, ``bonus``,
-    ``token_penalty``, ``task``, ``task_hash``, ``turns``, ``conversations``,
-    ``policy_tokens``, ``end_reason``.
+    ``token_penalty``, ``task``, ``task_hash``, ``sandbox`` (the backend that graded),
+    ``grader_isolated`` (False on the local backend), ``turns``, ``conversations``,
+    ``policy_tokens``, ``end_reason``. Every ``info`` also carries ``sandbox``.
 
     ## Episode end
     Terminated by ``<submit/>``. Truncated at the turn limit (``max_turns``, default from
@@ -123,7 +96,11 @@ class AppGenEnv(ConversationEnv):
     * ``task_dirs`` (()): extra directories of task directories (they may override
       built-in tasks of the same name).
     * ``sandbox`` ("auto"): ``"docker"``, ``"local"`` or ``"auto"`` (Docker when its
-      engine and image are usable, else local).
+      engine and image are usable). The local backend grades without isolation (the
+      project could rewrite the grader), so it needs ``unsafe_local_grading=True``:
+      ``"local"`` without it fails at make, ``"auto"`` without Docker at reset, with a
+      :class:`~agentgym.ConfigError` that says how to get Docker.
+    * ``unsafe_local_grading`` (False): allow the local backend (trusted code only).
     * ``sandbox_limits`` (None): dict of :class:`agentgym.sandbox.SandboxLimits` fields.
     * ``pool_size`` (8): sandboxes in the shared pool of this backend and limits.
     * ``output_chars`` (4000) / ``read_chars`` (20000): caps on command output and file
@@ -153,6 +130,7 @@ class AppGenEnv(ConversationEnv):
         task_dirs: list[str] | tuple[str, ...] = (),
         sandbox: str = "auto",
         sandbox_limits: dict[str, Any] | None = None,
+        unsafe_local_grading: bool = False,
         pool_size: int = DEFAULT_POOL_SIZE,
         output_chars: int = 4000,
         read_chars: int = 20_000,
@@ -171,6 +149,13 @@ class AppGenEnv(ConversationEnv):
         if not self.tasks:
             raise ConfigError("AppGen has no tasks: pass task names or task_dirs with tasks.")
         self.sandbox_backend = check_sandbox_backend(sandbox)
+        if not isinstance(unsafe_local_grading, bool):
+            raise ConfigError(
+                f"unsafe_local_grading must be true or false, got {unsafe_local_grading!r}."
+            )
+        self.unsafe_local_grading = unsafe_local_grading
+        if self.sandbox_backend == "local" and not unsafe_local_grading:
+            raise local_refused("local")
         self.sandbox_limits = dict(sandbox_limits or {})
         SandboxLimits.from_kwargs(**self.sandbox_limits)  # validate names and values now
         if not isinstance(pool_size, int) or pool_size < 1:
@@ -220,7 +205,8 @@ class AppGenEnv(ConversationEnv):
         self._stage = 0
         self._stage_pending = False
         start = time.monotonic()
-        self._pool = get_pool(self.sandbox_backend, self._limits(), self.pool_size)
+        backend = grading_backend(self.sandbox_backend, self.unsafe_local_grading)
+        self._pool = get_pool(backend, self._limits(), self.pool_size)
         if app.app is not None and app.app.browser and self._pool.backend != "docker":
             warnings.warn(
                 f"AppGen task {app.name!r} is graded in Chromium, which starts only in the "
@@ -248,6 +234,11 @@ class AppGenEnv(ConversationEnv):
         obs, info = super().reset(seed=seed, options=options)
         self.episode_metrics = dict(self._begin_metrics)
         return obs, info
+
+    def _info(self) -> dict[str, Any]:
+        info = super()._info()
+        info["sandbox"] = self._pool.backend if self._pool is not None else None
+        return info
 
     def _limits(self) -> dict[str, Any]:
         limits: dict[str, Any] = {"timeout": float(self.app_task.limits.command_timeout)}
@@ -444,7 +435,7 @@ class AppGenEnv(ConversationEnv):
         start = time.monotonic()
         grader = self._pool.acquire()
         try:
-            result = grade(app, files, grader)
+            result = grade(app, files, grader, unsafe_local_grading=self.unsafe_local_grading)
         finally:
             self._pool.release(grader)
         self.episode_metrics.update(
@@ -470,6 +461,8 @@ class AppGenEnv(ConversationEnv):
             "task": app.name,
             "task_hash": app.content_hash,
             "difficulty": app.difficulty,
+            "sandbox": result.backend,
+            "grader_isolated": result.isolated,
             "requirements": result.requirements,
             "lost_requirements": result.lost_requirements,
             "stages_submitted": self._stage + (1 if end_reason == "done" else 0),

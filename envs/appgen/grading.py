@@ -83,6 +83,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentgym import ConfigError
 from agentgym.envs.appgen.grader import GRADER_MODULES, WORKER_MODULES, source
 from agentgym.envs.appgen.taskset import VISIBLE_TESTS_DIR, AppTask, is_test_file
 from agentgym.sandbox import Sandbox
@@ -170,6 +171,9 @@ class GradeResult:
         timed_out: the whole run hit the grading timeout.
         dropped: project files that were not copied, with the reason.
         seconds: wall time of the grading run (non-deterministic: goes to metrics).
+        backend: the sandbox backend that graded (``"docker"``, ``"local"``).
+        isolated: the grader and the project ran as separate users (False on the local
+            backend, which needs ``unsafe_local_grading=True``).
     """
 
     passed: int
@@ -180,6 +184,8 @@ class GradeResult:
     timed_out: bool = False
     dropped: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    backend: str = ""
+    isolated: bool = True
     requirements: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: test id -> the first lines of its failure (only with ``grade(..., details=True)``:
     #: for task authors; never in the reward breakdown, as they may hold expected values)
@@ -252,22 +258,37 @@ def top_level_names(paths: list[str]) -> list[str]:
 
 
 def grade(
-    task: AppTask, files: Mapping[str, bytes], sandbox: Sandbox, *, details: bool = False
+    task: AppTask,
+    files: Mapping[str, bytes],
+    sandbox: Sandbox,
+    *,
+    details: bool = False,
+    unsafe_local_grading: bool = False,
 ) -> GradeResult:
     """Run ``task``'s hidden tests against ``files`` (the agent's project) in ``sandbox``.
 
     ``sandbox`` must be fresh (empty workspace); it is not closed here. With a sandbox
     that ``supports_users`` (Docker) the grader runs as :data:`GRADER_USER` and the
-    project as the sandbox user; otherwise both share the sandbox's one user (see the
-    module docstring for what that does not defend).
+    project as the sandbox user. A sandbox without users (the local backend) grades
+    without isolation, a project could rewrite the grader, so it needs
+    ``unsafe_local_grading=True`` (see the module docstring); the result says which
+    (``backend``, ``isolated``).
 
     Raises:
+        agentgym.ConfigError: a sandbox without users and no ``unsafe_local_grading``.
         agentgym.InfraError: the sandbox died or its engine went away during grading: the
             project cannot be scored (never the project's doing).
     """
+    two_users = sandbox.supports_users and sandbox.limits.user != GRADER_USER
+    if not two_users and not unsafe_local_grading:
+        raise ConfigError(
+            f"grading in a {sandbox.backend} sandbox would run the grader and the project "
+            "as one user (a project could rewrite the grader): use a Docker sandbox "
+            "(`bash scripts/ensure_docker.sh`, `agentgym sandbox doctor`), or pass "
+            "unsafe_local_grading=True for trusted code"
+        )
     start = time.monotonic()
     project, dropped = filter_project(files)
-    two_users = sandbox.supports_users and sandbox.limits.user != GRADER_USER
     secret = secrets.token_hex(16)
     first = _canary(secrets.token_hex(16))
     last = _canary(secrets.token_hex(16))
@@ -321,7 +342,13 @@ def grade(
         user=GRADER_USER if two_users else None,
     )
     report, problem = _read_report(result.stdout, result.stdout_truncated, secret)
-    out = GradeResult(passed=0, total=task.num_hidden_tests, dropped=dropped)
+    out = GradeResult(
+        passed=0,
+        total=task.num_hidden_tests,
+        dropped=dropped,
+        backend=sandbox.backend,
+        isolated=two_users,
+    )
     if result.timed_out:
         out.timed_out = True
         out.errors.append(f"the hidden tests did not finish within {limits.grade_timeout}s")

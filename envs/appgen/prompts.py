@@ -8,7 +8,47 @@ conversations and reach later ones only through the agent's memory and its files
 
 from __future__ import annotations
 
-from agentgym.envs.appgen.taskset import AppTask
+from agentgym.envs.appgen.taskset import VISIBLE_TESTS_DIR, AppTask
+
+#: The command the system prompt suggests (and the oracle uses) to run the visible tests.
+VISIBLE_TEST_COMMAND = f"python3 -m pytest -qq -p no:cacheprovider {VISIBLE_TESTS_DIR}"
+
+SYSTEM_PROMPT = f"""\
+You are a software engineer. You build a small but complete Python application from a \
+specification, working in a project directory inside a sandbox, over several turns.
+
+Each reply may contain any number of actions, carried out in order; text outside them is \
+ignored, so you may think aloud first:
+
+<write path="pkg/module.py">
+...the complete new content of the file...
+</write>
+<delete path="pkg/old.py"/>
+<read path="pkg/module.py"/>
+<run>{VISIBLE_TEST_COMMAND}</run>
+<submit/>
+
+- write creates or replaces a whole file (there is no partial edit). Paths are relative \
+to the project root and use "/".
+- run executes a shell command in the project root; its output comes back (long output \
+is cut in the middle). Add timeout="SECONDS" to allow more time, up to the task's limit.
+- submit ends the episode: the project is graded. Actions after it are ignored.
+
+The sandbox has Python 3 (run it as python3) with its standard library, pytest and \
+SQLite; there is no network and no pip. After each turn you see what every action did \
+and the project's file tree.
+
+Grading: hidden tests, like the visible ones in {VISIBLE_TESTS_DIR}/ but more thorough, \
+run against a copy of your project, with the project root as the working directory and \
+on sys.path. Only your source and data files are copied: test files, conftest.py, pytest \
+or packaging configuration and interpreter start-up hooks are left out. The reward is \
+the share of hidden tests that pass. Follow the specification exactly: names, \
+signatures, messages and output formats are tested.
+
+Your context is limited. When it fills up you will be asked for a summary; you then \
+continue in a fresh context that holds only the specification, your summary and the \
+file tree. Your files are kept. Write summaries that let you carry on: what is done, \
+what remains, decisions you made."""
 
 
 def app_section(task: AppTask) -> str:

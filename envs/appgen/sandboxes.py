@@ -7,7 +7,10 @@ while it plays, then (after the project files were read back and the workspace r
 a fresh one for grading. Holding one at a time means a full pool can never deadlock.
 
 Which backend ``"auto"`` means is decided by :func:`agentgym.sandbox.resolve_backend`;
-this module only keeps the cache of pools.
+this module keeps the cache of pools, and refuses to grade on the local backend unless
+the caller opted in (:func:`grading_backend`): the local backend runs the grader and the
+project as one user, so a project could rewrite the grader (see
+:mod:`agentgym.envs.appgen.grading`).
 """
 
 from __future__ import annotations
@@ -16,9 +19,21 @@ import atexit
 import threading
 from typing import Any
 
-from agentgym.sandbox import SandboxPool, check_backend, resolve_backend
+from agentgym import ConfigError
+from agentgym.sandbox import SandboxPool, check_backend, docker_available, resolve_backend
 
-__all__ = ["DEFAULT_POOL_SIZE", "check_sandbox_backend", "close_pools", "get_pool"]
+__all__ = [
+    "DEFAULT_POOL_SIZE",
+    "UNSAFE_LOCAL_OPT_IN",
+    "check_sandbox_backend",
+    "close_pools",
+    "get_pool",
+    "grading_backend",
+    "local_refused",
+]
+
+#: the argument that lets AppGen grade on the local backend (its name says what it costs)
+UNSAFE_LOCAL_OPT_IN = "unsafe_local_grading"
 
 #: Sandboxes per pool (handed out plus idle). Raise it for more concurrent episodes.
 DEFAULT_POOL_SIZE = 8
@@ -30,6 +45,37 @@ _lock = threading.Lock()
 def check_sandbox_backend(name: str) -> str:
     """``name`` if it names a sandbox backend, else a ConfigError that names AppGen's argument."""
     return check_backend(name, argument="AppGen's sandbox argument")
+
+
+def local_refused(asked: str, why_not_docker: str | None = None) -> ConfigError:
+    """The error for grading on the local backend without the opt-in: what it would cost,
+    how to get Docker, and how to opt in anyway."""
+    if asked == "auto":
+        head = (
+            "AppGen's sandbox='auto' found no usable Docker backend"
+            + (f" ({why_not_docker})" if why_not_docker else "")
+            + " and will not fall back to the local backend on its own."
+        )
+    else:
+        head = "AppGen's sandbox='local' was asked for without the unsafe opt-in."
+    return ConfigError(
+        f"{head} The local backend runs the grader and the project under one user, so a "
+        "project can rewrite the grader and score 1.0 without doing the task. Get Docker: "
+        "`bash scripts/ensure_docker.sh` (installs and starts the engine, builds the "
+        "image), then `agentgym sandbox doctor` to check it. To grade without isolation "
+        f"anyway (trusted code only), pass {UNSAFE_LOCAL_OPT_IN}=True (`--env-arg "
+        f"{UNSAFE_LOCAL_OPT_IN}=true`); episodes then carry sandbox='local' and "
+        "benchmark results are marked as graded without isolation."
+    )
+
+
+def grading_backend(backend: str, unsafe_local: bool) -> str:
+    """The concrete backend AppGen grades on for ``backend``; a :class:`ConfigError`
+    (:func:`local_refused`) when that is the local backend and ``unsafe_local`` is not set."""
+    concrete = resolve_backend(backend, remember=True)
+    if concrete == "local" and not unsafe_local:
+        raise local_refused(backend, docker_available() if backend == "auto" else None)
+    return concrete
 
 
 def get_pool(backend: str, limits: dict[str, Any], size: int = DEFAULT_POOL_SIZE) -> SandboxPool:

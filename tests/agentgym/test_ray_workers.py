@@ -195,7 +195,14 @@ def test_sandbox_command_timeout_holds_in_a_worker(workers):
 
     async def go():
         env = await workers.acquire(
-            APPGEN, {"sandbox": "local", "pool_size": 1, "tasks": ["csv_report"]}
+            APPGEN,
+            # the local backend grades only with the opt-in (this test never grades)
+            {
+                "sandbox": "local",
+                "unsafe_local_grading": True,
+                "pool_size": 1,
+                "tasks": ["csv_report"],
+            },
         )
         try:
             await env.reset(seed=0)

@@ -4,6 +4,11 @@ Most tests run on ``BACKEND``: the local backend when its ``python3`` has pytest
 ``apt-get install python3-pytest``), else Docker when its engine and image are usable.
 With neither, they are skipped on a developer machine and fail in CI (``CI`` set), so CI
 cannot pass by skipping. Tests marked ``docker`` always use Docker.
+
+Grading on the local backend runs the grader and the project as one user, so AppGen
+refuses it unless asked by name: tests that may run on it pass the opt-in explicitly
+(:func:`sandbox_kwargs` for the env, :func:`unsafe_local` for :func:`grade`). They grade
+reference solutions and test projects, never an agent's output.
 """
 
 from __future__ import annotations
@@ -54,6 +59,16 @@ def need_docker() -> None:
         if IN_CI:
             pytest.fail(f"Docker backend not usable: {DOCKER_PROBLEM}")
         pytest.skip(f"Docker backend not usable here: {DOCKER_PROBLEM}")
+
+
+def sandbox_kwargs(backend: str) -> dict:
+    """AppGen's make arguments for ``backend``: with the unsafe opt-in on the local one."""
+    return {"sandbox": backend, **({"unsafe_local_grading": True} if backend == "local" else {})}
+
+
+def unsafe_local(sandbox) -> dict:
+    """:func:`grade`'s opt-in for a sandbox of the local backend (none for Docker)."""
+    return {"unsafe_local_grading": True} if sandbox.backend == "local" else {}
 
 
 @pytest.fixture(scope="session")

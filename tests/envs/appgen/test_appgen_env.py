@@ -12,6 +12,8 @@ from agentgym.errors import ConfigError, UnknownNameError
 from agentgym.policies import OraclePolicy, ScriptedPolicy
 from agentgym.rollouts import rollout
 
+from .conftest import sandbox_kwargs
+
 ENV_ID = "agentgym/AppGen-v0"
 NAMES = builtin_task_names()
 #: the library tasks (no [app]): every backend grades them; full-stack tasks need Docker's
@@ -21,7 +23,7 @@ LIBRARY = [t.name for t in load_tasks() if t.app is None]
 
 @pytest.fixture
 def env(backend):
-    e = gym.make(ENV_ID, sandbox=backend)
+    e = gym.make(ENV_ID, **sandbox_kwargs(backend))
     yield e
     e.close()
 
@@ -42,7 +44,7 @@ def test_oracle_solves_every_library_task_over_two_conversations(backend):
         OraclePolicy(),
         seeds=range(len(LIBRARY)),
         concurrency=4,
-        env_kwargs={"sandbox": backend, "tasks": LIBRARY},
+        env_kwargs={**sandbox_kwargs(backend), "tasks": LIBRARY},
     )
     assert sorted(e.reward_breakdown["task"] for e in episodes) == LIBRARY
     for ep in episodes:
@@ -52,11 +54,15 @@ def test_oracle_solves_every_library_task_over_two_conversations(backend):
         assert ep.num_conversations >= 2 and b["conversations"] >= 2
         assert any(t.kind == "summary" for t in ep.turns)
         assert b["passed"] == b["total"] > 0 and not b["tampered"]
+        assert b["sandbox"] == backend and b["grader_isolated"] is (backend == "docker")
 
 
-def test_empty_submission_scores_zero(env):
-    reward, info, _, _ = play(env, lambda e, o, i: "Done already.\n<submit/>", seed=3)
+def test_empty_submission_scores_zero(env, backend):
+    reward, info, infos, _ = play(env, lambda e, o, i: "Done already.\n<submit/>", seed=3)
     b = info["reward_breakdown"]
+    # every info names the backend, and the breakdown says whether grading was isolated
+    assert {i["sandbox"] for i in infos} == {backend}
+    assert (b["sandbox"], b["grader_isolated"]) == (backend, backend == "docker")
     assert reward == 0.0 and b["passed"] == 0 and b["total"] > 0
     assert b["turns"] == 1 and b["conversations"] == 1 and b["end_reason"] == "done"
 
@@ -125,7 +131,7 @@ def test_long_output_is_cut_in_the_middle(env):
 
 
 def test_files_persist_across_conversations_and_digest_shows_them(backend):
-    env = gym.make(ENV_ID, sandbox=backend, memory={"every_k_turns": 1})
+    env = gym.make(ENV_ID, **sandbox_kwargs(backend), memory={"every_k_turns": 1})
     try:
         env.reset(options={"task": "log_analyzer"})
         obs, *_, info = env.step('<write path="logstats/keep.py">\nX = 42\n</write>')
@@ -143,7 +149,7 @@ def test_files_persist_across_conversations_and_digest_shows_them(backend):
 
 
 def test_turn_limit_truncates_and_grades(backend):
-    env = gym.make(ENV_ID, sandbox=backend, max_turns=2, tasks=["rate_limiter"])
+    env = gym.make(ENV_ID, **sandbox_kwargs(backend), max_turns=2, tasks=["rate_limiter"])
     try:
         reward, info, _, _ = play(env, lambda e, o, i: "<run>true</run>")
         b = info["reward_breakdown"]
@@ -163,7 +169,11 @@ def test_task_choice_by_seed_and_option(env):
 
 def test_bonus_and_token_cost(backend):
     env = gym.make(
-        ENV_ID, sandbox=backend, tasks=["log_analyzer"], completion_bonus=0.5, token_cost=0.01
+        ENV_ID,
+        **sandbox_kwargs(backend),
+        tasks=["log_analyzer"],
+        completion_bonus=0.5,
+        token_cost=0.01,
     )
     try:
         policy_actor = lambda e, o, i: e.unwrapped.oracle_action(o)  # noqa: E731
@@ -178,7 +188,7 @@ def test_bonus_and_token_cost(backend):
 
 def test_same_actions_same_info(backend):
     """Timings stay out of info; two plays of the same actions give identical infos."""
-    env = gym.make(ENV_ID, sandbox=backend, tasks=["log_analyzer"])
+    env = gym.make(ENV_ID, **sandbox_kwargs(backend), tasks=["log_analyzer"])
     try:
         actions = []
 
@@ -197,7 +207,7 @@ def test_same_actions_same_info(backend):
 
 
 def test_check_env_passes(backend):
-    env = gym.make(ENV_ID, sandbox=backend, tasks=["log_analyzer"])
+    env = gym.make(ENV_ID, **sandbox_kwargs(backend), tasks=["log_analyzer"])
     report = agentgym.check_env(env)
     assert "same seed + same actions -> same episode" in report.passed
     assert report.episodes[0]["reward"] == 1.0 and report.episodes[0]["conversations"] >= 2
@@ -212,6 +222,8 @@ def test_check_env_passes(backend):
         ({"memory": {"token_budget": 1500, "summary_max_tokens": 200}}, "token_budget"),
         ({"output_chars": 10}, "output_chars"),
         ({"token_cost": -1}, "token_cost"),
+        ({"sandbox": "local"}, "unsafe_local_grading=True"),
+        ({"sandbox": "local", "unsafe_local_grading": "yes"}, "true or false"),
     ],
 )
 def test_bad_configuration_fails_at_make(kwargs, fragment):
@@ -222,6 +234,6 @@ def test_bad_configuration_fails_at_make(kwargs, fragment):
 def test_scripted_policy_through_rollout(backend):
     """A policy that only writes junk files and submits: graded, no crash, zero reward."""
     policy = ScriptedPolicy(lambda msgs: '<write path="junk.py">\nx = (\n</write><submit/>')
-    [ep] = rollout(ENV_ID, policy, seeds=[5], env_kwargs={"sandbox": backend})
+    [ep] = rollout(ENV_ID, policy, seeds=[5], env_kwargs=sandbox_kwargs(backend))
     assert ep.reward == 0.0 and ep.terminated
     assert ep.reward_breakdown["turns"] == 1

@@ -9,6 +9,8 @@ import pytest
 from agentgym.envs.appgen.grading import drop_reason, filter_project, grade
 from agentgym.envs.appgen.taskset import BUILTIN_TASKS_DIR, load_task, load_tasks
 
+from .conftest import unsafe_local
+
 TASK = load_task(BUILTIN_TASKS_DIR / "rate_limiter")
 
 
@@ -26,7 +28,7 @@ def honest_partial(backend):
     from agentgym.sandbox import open_sandbox
 
     with open_sandbox(backend, timeout=120) as sb:
-        result = grade(TASK, partial(TASK), sb)
+        result = grade(TASK, partial(TASK), sb, **unsafe_local(sb))
     assert 0 < result.passed < result.total, result
     assert not result.tampered and not result.errors
     return result
@@ -40,9 +42,9 @@ def test_reference_passes_and_scaffold_fails_every_task(backend):
             if task.app is not None and backend != "docker":
                 continue  # Chromium starts only in Docker: test_fullstack.py grades these
             with pool.sandbox() as sb:
-                ref = grade(task, task.reference_files(), sb)
+                ref = grade(task, task.reference_files(), sb, **unsafe_local(sb))
             with pool.sandbox() as sb:
-                empty = grade(task, task.initial_files(), sb)
+                empty = grade(task, task.initial_files(), sb, **unsafe_local(sb))
             assert (ref.passed, ref.errors, ref.tampered) == (task.num_hidden_tests, [], False), (
                 task.name,
                 ref,
@@ -189,7 +191,7 @@ def _with_init(code: str) -> dict[str, bytes]:
     ],
 )
 def test_tampering_gains_nothing(sandbox, honest_partial, name, files, expected):
-    result = grade(TASK, files, sandbox)
+    result = grade(TASK, files, sandbox, **unsafe_local(sandbox))
     assert result.passed <= honest_partial.passed, (name, result)
     assert result.score <= honest_partial.score
     assert not result.tampered, (name, result)
@@ -212,7 +214,7 @@ def test_a_hanging_test_fails_alone(sandbox, tmp_path):
         "    def allow(self):\n        now = self._expire()",
         "    def allow(self):\n        while True:\n            pass\n        now = self._expire()",
     ).encode()
-    result = grade(task, files, sandbox)
+    result = grade(task, files, sandbox, **unsafe_local(sandbox))
     assert result.per_test["test_ratelimit.py::test_sliding_log"] == "failed"
     assert result.per_test["test_ratelimit.py::test_fixed_window_aligned"] == "passed"
     assert result.passed == task.num_hidden_tests - 1
@@ -222,7 +224,7 @@ def test_a_hanging_test_fails_alone(sandbox, tmp_path):
 def test_collection_errors_are_reported_without_sandbox_paths(sandbox):
     files = partial(TASK)
     files["ratelimit/clock.py"] = b"raise ImportError('broken clock')\n"
-    result = grade(TASK, files, sandbox)
+    result = grade(TASK, files, sandbox, **unsafe_local(sandbox))
     assert result.passed == 0
     assert set(result.per_test.values()) == {"not run"}
     assert any("broken clock" in e for e in result.errors)
@@ -243,7 +245,7 @@ def test_running_out_of_grading_time_keeps_what_passed(sandbox, tmp_path):
         b"import time\n\n\nclass FixedWindow:\n    def __init__(self, *a, **k):\n"
         b"        time.sleep(60)\n\n\nSlidingLog = FixedWindow\n"
     )
-    result = grade(task, files, sandbox)
+    result = grade(task, files, sandbox, **unsafe_local(sandbox))
     assert not result.tampered and not result.timed_out, result.errors
     bucket = [t for t in result.per_test if "test_bucket_" in t]
     assert bucket and all(result.per_test[t] == "passed" for t in bucket)

@@ -30,7 +30,7 @@ from agentgym.envs.appgen.grading import GradeResult, grade
 from agentgym.envs.appgen.taskset import BUILTIN_TASKS_DIR, AppTask, load_task, load_tasks
 
 from .attacks import ATTACKS, ISSUE_24, PROBE, Attack, inject
-from .conftest import need_docker
+from .conftest import need_docker, sandbox_kwargs
 
 pytestmark = pytest.mark.docker
 
@@ -195,7 +195,7 @@ def test_run_commands_cannot_find_the_hidden_tests_during_the_episode(backend):
         f"grep -rlE '{pattern}' /tmp /workspace /etc /var /opt /home /root 2>/dev/null | head; "
         "echo searched"
     )
-    env = gym.make("agentgym/AppGen-v0", sandbox=backend, tasks=["rate_limiter"])
+    env = gym.make("agentgym/AppGen-v0", **sandbox_kwargs(backend), tasks=["rate_limiter"])
     try:
         env.reset(seed=0)
         obs, *_ = env.step(f'<run timeout="25">{search}</run>')

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import agentgym
 
+from .conftest import sandbox_kwargs
 
-def test_the_task_heading_appears_once():
-    env = agentgym.make("agentgym/AppGen-v0", tasks=["bank_ledger"])
+
+def test_the_task_heading_appears_once(backend):
+    env = agentgym.make("agentgym/AppGen-v0", tasks=["bank_ledger"], **sandbox_kwargs(backend))
     try:
         obs, _ = env.reset(seed=0)
     finally:
