@@ -6,6 +6,8 @@
 * :mod:`.apptest`: the grader's side of the boundary, which hidden tests import: proxies
   of the project's modules and objects, mirrored exceptions, the import hook;
 * :mod:`.apptest_runner`: the grader's process: pytest, outcomes, limits, the report;
+* :mod:`.apptest_files`: directories and files the grader shares with the project, made
+  and read without following what the project put there (symlinks, FIFOs, hard links);
 * :mod:`.apptest_fullstack`: fixtures of full-stack tasks (the app as a running server,
   mock services, a browser page); :mod:`.apptest_services` the mock services and
   :mod:`.apptest_browser` the headless Chromium driven over the DevTools pipe.
@@ -26,6 +28,7 @@ __all__ = ["GRADER_MODULES", "WORKER_MODULES", "source"]
 GRADER_MODULES = (
     "apptest.py",
     "apptest_browser.py",
+    "apptest_files.py",
     "apptest_fullstack.py",
     "apptest_runner.py",
     "apptest_services.py",

@@ -6,7 +6,8 @@ ask for the fixtures by name:
 
 * ``app``: the project started with the task's command (``[app] command``) as the
   project's user, in the project's root, with ``PORT`` (a free port on ``127.0.0.1``),
-  ``DATA_DIR`` (a fresh directory for its database) and one variable per mock service
+  ``DATA_DIR`` (a fresh directory for its database, shared and sticky, made with its
+  final mode under an unguessable name) and one variable per mock service
   (its URL) in the environment; ready once ``ready_path`` answers. :class:`App` has the
   base ``url``, HTTP helpers (``get``, ``post``, ``put``, ``delete``, ``request``: each
   returns a :class:`Response` of plain data), and ``stop()``, ``start()``, ``restart()``
@@ -32,17 +33,28 @@ import urllib.parse
 import urllib.request
 
 import apptest
+import apptest_files
 import pytest
 
 #: largest response body read from the app
 MAX_RESPONSE = 8 << 20
-_state: dict = {"app": None, "services": {}, "browser": None, "launch": None, "read": None}
+_state: dict = {
+    "app": None,
+    "services": {},
+    "browser": None,
+    "launch": None,
+    "read": None,
+    "scratch": None,
+}
 
 
-def configure(app: dict | None, services: dict, launch_browser, read) -> None:
+def configure(app: dict | None, services: dict, launch_browser, read, scratch: str) -> None:
     """Called by the runner: the task's app settings, its services, how to start the
-    browser (the runner allows that one process), how to read a hidden file."""
-    _state.update(app=app, services_spec=services or {}, launch=launch_browser, read=read)
+    browser (the runner allows that one process), how to read a hidden file, and the
+    grader's scratch directory (the project may enter it, not list or write it)."""
+    _state.update(
+        app=app, services_spec=services or {}, launch=launch_browser, read=read, scratch=scratch
+    )
 
 
 def shutdown() -> None:
@@ -125,9 +137,8 @@ class App:
     def __init__(self, settings: dict, workdir: str, services: dict) -> None:
         self.settings = settings
         self.workdir = workdir
-        self.data_dir = os.path.join(workdir, "data")
-        os.mkdir(self.data_dir)
-        os.chmod(self.data_dir, 0o777)
+        # made with its final mode in one mkdir, under a name the project cannot guess
+        self.data_dir = apptest_files.make_dir(workdir, "data-", apptest_files.SHARED)
         self.log_path = os.path.join(workdir, "app.log")
         self.services = services
         self.proc = None
@@ -238,12 +249,10 @@ class App:
         return self.request("DELETE", path, **kw)
 
 
-def _workdir(tmp_path_factory) -> str:
-    base = tmp_path_factory.getbasetemp()
-    os.chmod(str(base), 0o711)
-    path = tmp_path_factory.mktemp("a", numbered=True)
-    os.chmod(str(path), 0o777)
-    return str(path)
+def _workdir() -> str:
+    """A fresh directory for one app (its log, its data directory): shared and sticky,
+    made with its final mode in the grader's scratch."""
+    return apptest_files.make_dir(_state["scratch"], "a", apptest_files.SHARED)
 
 
 class FullStack:
@@ -262,22 +271,22 @@ class FullStack:
         return _state["services"]
 
     @pytest.fixture
-    def app(self, services, tmp_path_factory):
+    def app(self, services):
         settings = _state["app"]
         if not settings:
             raise RuntimeError("this task has no [app] section in task.toml")
-        app = App(settings, _workdir(tmp_path_factory), services)
+        app = App(settings, _workdir(), services)
         app.start()
         yield app
         app.stop()
 
     @pytest.fixture
-    def app_factory(self, services, tmp_path_factory):
+    def app_factory(self, services):
         """``make()`` gives an App that is not started yet (to test start-up itself)."""
         made = []
 
         def make() -> App:
-            made.append(App(_state["app"], _workdir(tmp_path_factory), services))
+            made.append(App(_state["app"], _workdir(), services))
             return made[-1]
 
         yield make

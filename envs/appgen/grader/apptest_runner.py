@@ -26,6 +26,7 @@ import tempfile
 import time
 
 import apptest
+import apptest_files
 
 
 class Timeout(BaseException):
@@ -90,7 +91,9 @@ def _project_names(candidates) -> list:
     return out
 
 
-def _recorder(here: str, project: str, cfg: dict, state: dict):
+def _recorder(here: str, project: str, scratch: str, cfg: dict, state: dict):
+    import pathlib
+
     import pytest
 
     test_timeout = float(cfg["test_timeout"])
@@ -115,14 +118,12 @@ def _recorder(here: str, project: str, cfg: dict, state: dict):
             signal.setitimer(signal.ITIMER_REAL, 0)
 
         @pytest.fixture
-        def tmp_path(self, tmp_path_factory):
-            """A fresh directory the project's process may use (named without the test's
-            name, which the project must not learn)."""
-            base = tmp_path_factory.getbasetemp()
-            os.chmod(str(base), 0o711)
-            path = tmp_path_factory.mktemp("t", numbered=True)
-            os.chmod(str(path), 0o777)
-            return path
+        def tmp_path(self):
+            """A fresh directory the project's process may use: named without the test's
+            name (which the project must not learn) and unguessably, made with its final
+            mode (shared, sticky) in the grader's scratch, which the project cannot list
+            or write."""
+            return pathlib.Path(apptest_files.make_dir(scratch, "t", apptest_files.SHARED))
 
         @pytest.hookimpl(hookwrapper=True)
         def pytest_runtest_setup(self, item):
@@ -198,8 +199,10 @@ def main(here: str, cfg: dict) -> None:
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.umask(0)  # the project's process may change what the tests write, and vice versa
-    scratch = tempfile.mkdtemp(prefix=".agentgym-tmp-")  # tmp_path dirs, open to the project
-    os.chmod(scratch, 0o711)
+    # where tmp_path and the app's directories go: the project may enter, not list or write
+    scratch = apptest_files.make_dir(
+        tempfile.gettempdir(), ".agentgym-tmp-", apptest_files.TRAVERSE_ONLY
+    )
     worker = list(cfg.get("worker") or [])
     start_dir = os.getcwd()  # the workspace: worker paths are relative to it
     project = os.path.abspath(cfg["project"])
@@ -241,6 +244,7 @@ def main(here: str, cfg: dict) -> None:
         cfg.get("services") or {},
         lambda: _launch_browser(float(cfg["test_timeout"])),
         read_hidden,
+        scratch,
     )
     sys.addaudithook(_no_processes)
     try:
@@ -262,7 +266,7 @@ def main(here: str, cfg: dict) -> None:
             os.path.join(scratch, "b"),
         ]
         args += [os.path.join(here, f) for f in cfg["files"]]
-        plugins = [_recorder(here, project, cfg, state), apptest_fullstack.FullStack()]
+        plugins = [_recorder(here, project, scratch, cfg, state), apptest_fullstack.FullStack()]
         pytest.main(args, plugins=plugins)
     except BaseException as e:
         text = f"{type(e).__name__}: {e}"

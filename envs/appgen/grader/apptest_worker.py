@@ -47,10 +47,13 @@ import apptest_wire as wire
 
 del sys.path[0]
 
-#: standard modules imported once in the spawner, so each worker starts with them loaded
+#: standard modules imported once in the spawner, so each worker starts with them loaded;
+#: imported before the project's directory joins ``sys.path`` (a lazy import inside one of
+#: them, such as mimetypes' ``_winapi``, must not find a project file of that name)
 PRELOAD = (
     "argparse",
     "collections",
+    "compileall",
     "csv",
     "dataclasses",
     "datetime",
@@ -63,6 +66,7 @@ PRELOAD = (
     "json",
     "math",
     "pathlib",
+    "py_compile",
     "re",
     "sqlite3",
     "string",
@@ -403,6 +407,15 @@ def _kill_groups(groups: list) -> None:
     _reap()
 
 
+def _preload() -> None:
+    """Import :data:`PRELOAD`, with nothing of the project on ``sys.path`` yet."""
+    for mod in PRELOAD:
+        try:
+            importlib.import_module(mod)
+        except Exception:
+            pass
+
+
 def _compile_project() -> None:
     """Compile the project's modules to bytecode (nothing of it runs), so that each
     worker's imports read the bytecode instead of compiling the source again."""
@@ -444,14 +457,10 @@ def main(argv: list) -> None:
             f.write("1000")
     except OSError:
         pass
+    _preload()  # before the project's directory is on sys.path: only the standard library
     os.chdir(project)
     _compile_project()
     sys.path.append(os.getcwd())
-    for mod in PRELOAD:
-        try:
-            importlib.import_module(mod)
-        except Exception:
-            pass
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind("\0" + name)
     listener.listen(16)

@@ -212,6 +212,14 @@ def probe():
                 if cols[3] == "0A":
                     ports.add(int(cols[1].rsplit(":", 1)[1], 16))
     out["listening"] = sorted(ports)
+    data = os.environ["DATA_DIR"]
+    work = os.path.dirname(data)
+    out["modes"] = [os.stat(d).st_mode & 0o7777 for d in (data, work, os.path.dirname(work))]
+    try:
+        os.listdir(os.path.dirname(work))
+        out["scratch_listed"] = True
+    except OSError:
+        out["scratch_listed"] = False
     return out
 
 
@@ -263,6 +271,9 @@ def test_the_app_is_walled_in(app, services, page):
     service_port = int(services["echo"].url.rsplit(":", 1)[1])
     assert set(p["listening"]) <= {app.port, service_port}, p["listening"]
     assert services["echo"].calls() == []
+    # DATA_DIR and the app's directory: shared and sticky, made with that mode; the grader's
+    # scratch above them can be entered, not listed or written
+    assert p["modes"] == [0o1777, 0o1777, 0o711] and p["scratch_listed"] is False, p
 """
 
 
