@@ -23,6 +23,7 @@ from agentgym.config import (
 from agentgym.env import ActResult, ConversationEnv, Task
 from agentgym.errors import (
     AgentGymError,
+    CheckpointError,
     ConfigError,
     DataError,
     EnvStateError,
@@ -34,7 +35,13 @@ from agentgym.errors import (
 )
 from agentgym.lazy import lazy_exports
 from agentgym.memory import MemoryConfig
-from agentgym.metrics import episode_accuracy, episode_solved, episode_tokens
+from agentgym.metrics import (
+    episode_accuracy,
+    episode_solved,
+    episode_tokens,
+    failed_attempts,
+    retried_reasons,
+)
 from agentgym.progress import Progress
 from agentgym.registration import (
     agentgym_env_ids,
@@ -98,6 +105,7 @@ __all__ = [
     "ActResult",
     "AgentGymError",
     "ChatObservation",
+    "CheckpointError",
     "Completion",
     "ConfigError",
     "ConversationEnv",
@@ -141,6 +149,7 @@ __all__ = [
     "episode_accuracy",
     "episode_solved",
     "episode_tokens",
+    "failed_attempts",
     "iter_episodes",
     "lazy_exports",
     "load_config",
@@ -151,6 +160,7 @@ __all__ = [
     "read_episodes",
     "register_builtin_envs",
     "resolve_env_id",
+    "retried_reasons",
     "rollout",
     "rollout_async",
     "save_config",

@@ -54,6 +54,12 @@ class PolicyError(AgentGymError, RuntimeError):
     """A policy could not produce a completion (endpoint down, retries exhausted, bad reply)."""
 
 
+class CheckpointError(AgentGymError, RuntimeError):
+    """A checkpoint cannot be written or read back as it was saved (a file missing,
+    truncated or changed since, a full disk); the message names the checkpoint and the
+    file."""
+
+
 class SandboxError(AgentGymError, RuntimeError):
     """The sandbox could not be created or used (engine missing, image missing, bad path)."""
 

@@ -103,6 +103,10 @@ class LocalEnvs:
         self.close()
 
 
+#: how long a rollout's end waits for its envs to close (see LocalRollout.close)
+CLOSE_WAIT_S = 30.0
+
+
 class _EnvCalls:
     """Runs blocking env calls in a thread pool with few thread hand-offs.
 
@@ -243,7 +247,7 @@ class LocalRollout:
             # its episode failed or was cancelled mid-call: it may be in any state. Close
             # it (in the background); the episode that gets its slot makes a fresh env.
             self.made.remove(e)
-            self.closing.append(self.calls.call(lambda: close_all([e.env])))
+            self.closing.append(_close_apart([e.env]))
         self.slots.release()
 
     async def close(self) -> None:
@@ -260,8 +264,29 @@ class LocalRollout:
                     self.cache.give(self.cache_key, e.env)
         to_close = [e.env for e in self.made if id(e) not in keep]
         if to_close:
-            self.closing.append(self.calls.call(lambda: close_all(to_close)))
-        await asyncio.gather(*self.closing, return_exceptions=True)
+            self.closing.append(_close_apart(to_close))
+        # bounded: an env whose close hangs (its call that never returned holds it) must
+        # not hold the rollout; it is abandoned
+        if self.closing:
+            await asyncio.wait(self.closing, timeout=CLOSE_WAIT_S)
+
+
+def _close_apart(envs: Sequence[gym.Env]) -> asyncio.Future[None]:
+    """Close ``envs`` on a thread of their own, not the env pool's (whose threads a call
+    that never returns may hold: closing a frozen sandbox is what ends such a call);
+    the future is done when they are closed."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def close() -> None:
+        close_all(envs)
+        try:
+            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+        except RuntimeError:  # the event loop is gone: nobody waits any more
+            pass
+
+    threading.Thread(target=close, name="agentgym-env-close", daemon=True).start()
+    return done
 
 
 def close_all(envs: Sequence[gym.Env]) -> None:

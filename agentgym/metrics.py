@@ -11,9 +11,14 @@ the same questions; the answers live here so that they cannot drift apart.
   positive examples).
 * :func:`episode_tokens`: the tokens the policy generated, over every turn of every
   conversation.
+* :func:`retried_reasons`: the failed attempts that :func:`agentgym.rollout` played
+  again, by reason (an episode that was scored after a retry still had a failure).
 """
 
 from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
 
 from agentgym.tokens import approx_tokens
 from agentgym.types import Episode
@@ -57,3 +62,18 @@ def episode_tokens(ep: Episode) -> int:
         n = t.completion.num_tokens
         total += int(n) if n is not None else approx_tokens(t.completion.text)
     return total
+
+
+#: where :func:`agentgym.rollout` records an episode's failed attempts before the last
+FAILED_ATTEMPTS = "rollout/failed_attempts"
+
+
+def failed_attempts(ep: Episode) -> list[str]:
+    """The reasons of the episode's attempts that failed and were played again."""
+    return list(ep.metrics.get(FAILED_ATTEMPTS, ()))
+
+
+def retried_reasons(episodes: Iterable[Episode]) -> dict[str, int]:
+    """The attempts that failed and were played again, counted by reason (most common
+    first), over ``episodes`` (scored or failed in the end)."""
+    return dict(Counter(r for ep in episodes for r in failed_attempts(ep)).most_common())

@@ -25,6 +25,13 @@ env gives the same episode), and then comes back with ``episode.failure`` set (a
 ``env_error`` / ``policy_error``, the message, the call that failed); its env is closed,
 never reused. Trainers drop such episodes' groups and benchmarks leave them unscored. A
 configuration error (unknown env id, bad kwargs) is never a failed episode: it raises.
+
+Deadlines. With ``episode_timeout_s`` an attempt that runs longer (an env call or a
+policy call that never returns: a frozen sandbox, a hung endpoint) fails with reason
+``episode_timeout``, naming the call it was stuck in; its env is released as failed (a
+blocking env call still running in its thread is abandoned, not interrupted). A rollout
+then returns within about ``episode_timeout_s * (retries + 1)`` per wave of
+``concurrency`` episodes, whatever its episodes do.
 """
 
 from __future__ import annotations
@@ -41,8 +48,9 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
-from agentgym.errors import ConfigError, EnvStateError, UnknownNameError
+from agentgym.errors import ConfigError, EnvStateError, InfraError, UnknownNameError
 from agentgym.local_envs import EnvSource, LocalEnv, LocalEnvs, LocalRollout
+from agentgym.metrics import FAILED_ATTEMPTS
 from agentgym.progress import Progress
 from agentgym.registration import resolve_env_id
 from agentgym.types import Episode, EpisodeFailure, SamplingParams, Turn
@@ -109,6 +117,7 @@ class _Runner:
     sampling: SamplingParams
     max_steps: int
     retries: int
+    episode_timeout_s: float | None = None
 
     async def attempt(self, seed: int, sample: int) -> tuple[Episode, BaseException | None]:
         """One play of a task sample: the episode, or a failed one and its error."""
@@ -123,12 +132,21 @@ class _Runner:
         played = _Played()
         ok = False
         try:
-            ep = await _play(e, self.policy, seed, sample, self.sampling, self.max_steps, played)
+            async with asyncio.timeout(self.episode_timeout_s) as deadline:
+                ep = await _play(
+                    e, self.policy, seed, sample, self.sampling, self.max_steps, played
+                )
             ok = True
             return ep, None
         except Exception as err:
             if _is_config_error(err):
                 raise
+            if isinstance(err, TimeoutError) and deadline.expired():
+                err = InfraError(
+                    f"the episode ran past episode_timeout_s={self.episode_timeout_s:g} s, "
+                    f"stuck in {played.where} (a frozen sandbox or a hung endpoint?)",
+                    reason="episode_timeout",
+                )
             ep = _failed(
                 played.env_id or _env_label(self.env),
                 seed,
@@ -153,7 +171,7 @@ class _Runner:
             reasons.append(ep.failure.reason if ep.failure is not None else "error")
         retried = reasons if err is None else reasons[:-1]
         if retried:
-            ep.metrics["rollout/failed_attempts"] = retried
+            ep.metrics[FAILED_ATTEMPTS] = retried
         return ep, err
 
 
@@ -209,6 +227,7 @@ async def rollout_async(
     env_host: LocalEnvs | RayEnvWorkers | None = None,
     retries: int = 0,
     on_failure: str = "record",
+    episode_timeout_s: float | None = None,
 ) -> list[Episode]:
     """Run ``len(seeds) * group_size`` episodes concurrently; see the module docstring.
 
@@ -243,12 +262,16 @@ async def rollout_async(
             module docstring): ``"record"`` (the default) returns it with
             ``episode.failure`` set, after the others; ``"raise"`` re-raises its error
             once every other episode has finished.
+        episode_timeout_s: a deadline for each attempt at an episode (see "Deadlines"
+            in the module docstring); None: no deadline.
 
     Raises:
         ConfigError / UnknownNameError: a configuration problem (an unknown env id, bad
             env kwargs): never recorded as a failed episode.
     """
     _check_rollout_args(on_failure, retries, group_size, concurrency)
+    if episode_timeout_s is not None and episode_timeout_s <= 0:
+        raise ConfigError(f"episode_timeout_s must be > 0 (or None), got {episode_timeout_s}.")
     if seeds is None:
         seeds = list(range(num_tasks if num_tasks is not None else 1))
     seeds = list(seeds)
@@ -265,7 +288,7 @@ async def rollout_async(
     host, envs = _open_envs(env, env_kwargs, n_envs, env_host)
     bar = Progress(len(jobs), desc="rollout", unit="episode", enabled=progress)
     finished = _Finished(results, bar, out_path, on_episode)
-    runner = _Runner(env, envs, policy, sampling, max_steps, retries)
+    runner = _Runner(env, envs, policy, sampling, max_steps, retries, episode_timeout_s)
 
     async def run_one(k: int) -> None:
         _ti, seed, sample = jobs[k]

@@ -7,15 +7,25 @@ Layout of ``<run>/checkpoints/step_000042/``::
     optimizer.pt              optimizer state (sharded runs: optimizer.rank<r>-of-<n>.pt)
     rng.pt                    torch (CPU and every visible GPU), python and numpy RNG states
     trainer_state.json        step, task-seed counter, env-mixing RNG, ...
+    checksums.json            every other file's size and SHA-256, written last
 
 A checkpoint is written into a temporary sibling directory and renamed into place, and
 ``<run>/checkpoints/latest`` (a one-line file naming it) is replaced atomically after
 the rename, so a run killed at any moment leaves either the old or the new checkpoint,
-never a half-written one.
+never a half-written one. A write that fails (a full disk) removes the temporary folder
+and says how much space there is.
+
+What a resume reads is checked against ``checksums.json`` first
+(:func:`verify_checkpoint`): a file missing, truncated or changed since (a flipped bit)
+is named, and :func:`resume_checkpoint` falls back to the newest checkpoint that is
+intact. Old checkpoints are pruned only after a new one is written and summed, so the
+newest intact one is never deleted.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import random
@@ -26,10 +36,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentgym import ConfigError
+from agentgym import CheckpointError, ConfigError
 from agentgym.trainers.distributed import SINGLE, DistInfo, barrier
 
 LATEST = "latest"
+CHECKSUMS = "checksums.json"
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -98,8 +109,40 @@ def save_checkpoint(
     """
     root = Path(ckpt_dir)
     name = f"step_{step:06d}"
-    final = root / name
     tmp = root / f".{name}.tmp"
+    try:
+        _write_files(
+            tmp,
+            model,
+            optimizer_state,
+            trainer_state,
+            lora,
+            adapter_state,
+            dist,
+            step,
+            extra_tensors,
+        )
+    except Exception as e:
+        if dist.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise _write_error(root, name, e) from e
+    return _publish(root, name, keep, dist)
+
+
+def _write_files(
+    tmp: Path,
+    model: Any,
+    optimizer_state: dict[str, Any],
+    trainer_state: dict[str, Any],
+    lora: bool,
+    adapter_state: dict[str, torch.Tensor] | None,
+    dist: DistInfo,
+    step: int,
+    extra_tensors: dict[str, dict[str, torch.Tensor]] | None,
+) -> None:
+    """Every file of a checkpoint into ``tmp``, ``checksums.json`` last (rank 0 writes
+    all but the optimizer shards, which each rank writes)."""
+    root = tmp.parent
     if dist.is_main:
         root.mkdir(parents=True, exist_ok=True)
         if tmp.exists():
@@ -132,19 +175,111 @@ def save_checkpoint(
     torch.save(optimizer_state, tmp / _optimizer_file(dist.rank, dist.world_size))
     barrier(dist)
     if dist.is_main:
-        for f in tmp.rglob("*"):
+        sums = {}
+        for f in sorted(tmp.rglob("*")):
             if f.is_file():
                 with f.open("rb") as fh:
                     os.fsync(fh.fileno())
+                sums[f.relative_to(tmp).as_posix()] = _digest(f)
+        _atomic_write_text(tmp / CHECKSUMS, json.dumps(sums, indent=1) + "\n")
+
+
+def _publish(root: Path, name: str, keep: int, dist: DistInfo) -> Path:
+    """Rename the written checkpoint into place, point ``latest`` at it, prune old ones."""
+    final, tmp = root / name, root / f".{name}.tmp"
+    if dist.is_main:
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
         _atomic_write_text(root / LATEST, name + "\n")
-        ckpts = sorted(p for p in root.glob("step_*") if p.is_dir())
-        for old in ckpts[:-keep]:
+        # older ones beyond ``keep``, and any newer one: a resume that fell back past a
+        # damaged checkpoint has replaced that history
+        ckpts = sorted(p for p in root.glob("step_*") if p.is_dir() and p.name <= name)
+        newer = [p for p in root.glob("step_*") if p.is_dir() and p.name > name]
+        for old in ckpts[:-keep] + newer:
             shutil.rmtree(old, ignore_errors=True)
     barrier(dist)
     return final
+
+
+def _digest(path: Path) -> dict[str, Any]:
+    """A file's size and SHA-256."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return {"bytes": path.stat().st_size, "sha256": h.hexdigest()}
+
+
+def _write_error(root: Path, name: str, e: Exception) -> CheckpointError:
+    """What a failed checkpoint write tells the user (a full disk said as such)."""
+    try:
+        free = shutil.disk_usage(root if root.exists() else root.parent).free
+    except OSError:
+        free = -1
+    full = (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "unexpected pos" in str(e)
+    if full or 0 <= free < 64 << 20:
+        return CheckpointError(
+            f"no space left on device for checkpoint {name} in {root} ({free / 2**20:.0f} MiB "
+            f"free; the last checkpoint's size is what it needs). The partial checkpoint was "
+            "removed; free space or lower run.keep_checkpoints, then continue with --resume."
+        )
+    return CheckpointError(f"writing checkpoint {name} in {root} failed: {e}")
+
+
+def verify_checkpoint(path: str | Path) -> None:
+    """Check every file of a checkpoint against its ``checksums.json`` (size, then
+    SHA-256). A checkpoint written before checksums existed passes unchecked.
+
+    Raises:
+        CheckpointError: naming the checkpoint and the first file that is missing,
+            truncated or changed.
+    """
+    path = Path(path)
+    sums_file = path / CHECKSUMS
+    if not sums_file.is_file():
+        return
+    try:
+        sums = json.loads(sums_file.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"checkpoint {path}: {CHECKSUMS} is unreadable ({e}).") from e
+    for rel, want in sorted(sums.items()):
+        f = path / rel
+        if not f.is_file():
+            raise CheckpointError(f"checkpoint {path}: {rel} is missing.")
+        got = _digest(f) if f.stat().st_size == want["bytes"] else {"bytes": f.stat().st_size}
+        if got["bytes"] != want["bytes"]:
+            raise CheckpointError(
+                f"checkpoint {path}: {rel} is {got['bytes']} bytes, {want['bytes']} were "
+                "written (truncated or replaced)."
+            )
+        if got["sha256"] != want["sha256"]:
+            raise CheckpointError(
+                f"checkpoint {path}: {rel} changed since it was written "
+                "(its SHA-256 differs: a damaged disk or an edit)."
+            )
+
+
+def resume_checkpoint(ckpt_dir: str | Path) -> tuple[Path | None, list[str]]:
+    """The checkpoint a resume starts from: the one ``latest`` names if it is intact,
+    else the newest intact one (:func:`verify_checkpoint`). Returns it (None when there
+    is none) and a message for each damaged checkpoint passed over."""
+    root = Path(ckpt_dir)
+    candidates = sorted(
+        (p for p in root.glob("step_*") if (p / "trainer_state.json").is_file()), reverse=True
+    )
+    first = latest_checkpoint(root)
+    if first is not None:
+        candidates = [first, *(p for p in candidates if p != first)]
+    skipped = []
+    for cand in candidates:
+        try:
+            verify_checkpoint(cand)
+        except CheckpointError as e:
+            skipped.append(f"{e} Passing over it.")
+            continue
+        return cand, skipped
+    return None, skipped
 
 
 def read_extra_tensors(path: str | Path, name: str) -> dict[str, torch.Tensor]:
@@ -193,19 +328,28 @@ def read_checkpoint(
         )
     from safetensors.torch import load_file
 
+    def read(rel: str, load: Any) -> Any:
+        try:
+            return load(path / rel)
+        except Exception as e:  # a truncated or damaged file: name it
+            raise CheckpointError(
+                f"checkpoint {path}: {rel} cannot be read ({type(e).__name__}: {e}). Resume "
+                "from an earlier checkpoint (remove this folder) or start a new run."
+            ) from e
+
+    def torch_file(f: Path) -> Any:
+        return torch.load(f, weights_only=False, map_location="cpu")
+
     if lora:
-        weights = load_file(str(path / "adapter" / "adapter_model.safetensors"))
+        weights = read("adapter/adapter_model.safetensors", lambda f: load_file(str(f)))
     else:
         weights = {}
         for f in sorted((path / "model").glob("*.safetensors")):
-            weights.update(load_file(str(f)))
+            weights.update(read(f"model/{f.name}", lambda f: load_file(str(f))))
     # to host memory: each rank reads every rank's file, whose tensors were saved on that
     # rank's GPU; the optimizer moves its state onto its parameters' device when it loads
-    optim = [
-        torch.load(path / _optimizer_file(r, written_by), weights_only=False, map_location="cpu")
-        for r in range(written_by)
-    ]
-    set_rng_state(torch.load(path / "rng.pt", weights_only=False, map_location="cpu"))
+    optim = [read(_optimizer_file(r, written_by), torch_file) for r in range(written_by)]
+    set_rng_state(read("rng.pt", torch_file))
     return weights, optim, state
 
 

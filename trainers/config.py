@@ -217,6 +217,11 @@ class RolloutConfig:
             ``failures.jsonl``, and its task is quarantined (skipped on resume).
         max_failed_share: stop the run when more than this share of a step's episodes
             failed (the message names the reasons and what to check).
+        episode_timeout_s: a deadline for each attempt at an episode (training and
+            evaluation): one that runs longer (a frozen sandbox, a hung engine call)
+            fails with reason ``episode_timeout``, naming where it was stuck, and is
+            retried as any failure; ``null``: no deadline. T-PPO's windows are not
+            bounded by it.
         truncate_window: T-PPO (``algorithm.name=tppo``, docs/trainer.md): a pool of
             ``batch_tasks x group_size`` episodes stays in flight and each step extends
             every response by at most this many tokens; a response the window cut
@@ -242,6 +247,7 @@ class RolloutConfig:
     ray_address: str | None = None
     episode_retries: int = 1
     max_failed_share: float = 0.25
+    episode_timeout_s: float | None = 3600.0
     truncate_window: int | None = None
     max_policy_lag: int = 3
 
@@ -251,6 +257,10 @@ class RolloutConfig:
             "rollout.truncate_window must be >= 1 (tokens per response per step) or null.",
         )
         _check(self.max_policy_lag >= 1, "rollout.max_policy_lag must be >= 1.")
+        _check(
+            self.episode_timeout_s is None or self.episode_timeout_s > 0,
+            "rollout.episode_timeout_s must be > 0 (seconds) or null (no deadline).",
+        )
         _check(self.group_size >= 1, f"rollout.group_size must be >= 1, got {self.group_size}.")
         _check(self.batch_tasks >= 1, f"rollout.batch_tasks must be >= 1, got {self.batch_tasks}.")
         _check(

@@ -76,6 +76,7 @@ async def evaluate_async(
     env_host: Any = None,
     retries: int = 2,
     progress: bool = False,
+    episode_timeout_s: float | None = None,
 ) -> tuple[dict[str, float], list[list[Episode]]]:
     """One episode per held-out seed and env.
 
@@ -86,6 +87,7 @@ async def evaluate_async(
         retries: replays of an episode that failed for infrastructure reasons; one
             that still fails is left out of the metrics and counted (``eval/failed``).
         progress: show an ``eval`` progress bar over the episodes (plain lines in logs).
+        episode_timeout_s: a deadline for each attempt at an episode (``rollout``'s).
 
     Returns:
         summary metrics under ``eval/`` and the episodes, one list per env.
@@ -109,6 +111,7 @@ async def evaluate_async(
             concurrency=concurrency,
             env_host=env_host,
             retries=retries,
+            episode_timeout_s=episode_timeout_s,
         )
     finally:
         bar.close()

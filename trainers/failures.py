@@ -9,7 +9,10 @@ reads on ``--resume``:
   sample, reason, message, the failing call, the traceback's tail);
 * ``quarantine.jsonl``: the tasks (env id, seed) never to draw again, so a resumed run does
   not replay a task that fails every time;
-* the step's counts, ``episodes/failed`` and ``episodes/failed/<reason>``;
+* the step's counts, ``episodes/failed`` and ``episodes/failed/<reason>``, and of the
+  attempts played again after a failure, ``episodes/retried`` and
+  ``episodes/retried/<reason>`` (``failures.jsonl`` has a ``recovered`` row for each
+  episode scored after a retry);
 * the stop rule: more than ``rollout.max_failed_share`` of a step's episodes failed.
 """
 
@@ -20,7 +23,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentgym import Episode, InfraError
+from agentgym import Episode, InfraError, failed_attempts, retried_reasons
 
 FAILURES_FILE = "failures.jsonl"
 QUARANTINE_FILE = "quarantine.jsonl"
@@ -41,19 +44,36 @@ def reasons(failed: Sequence[Episode]) -> dict[str, int]:
     return dict(Counter(e.failure.reason for e in failed if e.failure is not None).most_common())
 
 
-def failure_counts(failed: Sequence[Episode]) -> dict[str, int]:
-    """The step's metrics: ``episodes/failed`` and ``episodes/failed/<reason>``."""
+def failure_counts(failed: Sequence[Episode], scored: Sequence[Episode] = ()) -> dict[str, int]:
+    """The step's metrics: ``episodes/failed`` and ``episodes/failed/<reason>``; the
+    attempts played again (of ``failed`` and ``scored`` episodes), ``episodes/retried``
+    and ``episodes/retried/<reason>``."""
     out = {"episodes/failed": len(failed)}
     out.update({f"episodes/failed/{r}": n for r, n in reasons(failed).items()})
+    retried = retried_reasons([*failed, *scored])
+    out["episodes/retried"] = sum(retried.values())
+    out.update({f"episodes/retried/{r}": n for r, n in retried.items()})
     return out
 
 
-def record(run_dir: Path, step: int, failed: Sequence[Episode]) -> str:
-    """Append the failures and their tasks to the run folder; returns a one-line summary."""
+def record(
+    run_dir: Path, step: int, failed: Sequence[Episode], recovered: Sequence[Episode] = ()
+) -> str:
+    """Append the failures and their tasks to the run folder, and a ``recovered`` row for
+    each episode scored after failed attempts; returns a one-line summary."""
     with (run_dir / FAILURES_FILE).open("a", encoding="utf-8") as f:
         for ep in failed:
             row = {"step": step, "env_id": ep.env_id, "seed": ep.seed, "sample": ep.sample}
             f.write(json.dumps({**row, **(ep.failure.to_dict() if ep.failure else {})}) + "\n")
+        for ep in recovered:
+            row = {"step": step, "env_id": ep.env_id, "seed": ep.seed, "sample": ep.sample}
+            attempts = failed_attempts(ep)
+            f.write(json.dumps({**row, "recovered": True, "failed_attempts": attempts}) + "\n")
+    if not failed:
+        return (
+            f"[agentgym train] step {step}: {len(recovered)} episode(s) scored after a retry "
+            f"({retried_reasons(recovered)}); details in {run_dir / FAILURES_FILE}."
+        )
     with (run_dir / QUARANTINE_FILE).open("a", encoding="utf-8") as f:
         for env_id, seed in sorted({(ep.env_id, int(ep.seed or 0)) for ep in failed}):
             f.write(json.dumps({"env_id": env_id, "seed": seed, "step": step}) + "\n")

@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 import torch
 
+from agentgym import ConfigError
 from agentgym.trainers.batch import MicroBatch
 from agentgym.trainers.config import AlgorithmConfig, OptimConfig
 from agentgym.trainers.critic import Critic, CriticConfig
@@ -214,7 +215,11 @@ class Learner:
             self._load_adapter_state(state["adapter"])
         if state.get("critic") is not None:
             if self.critic is None:
-                raise ValueError("the checkpoint has a critic and this run has none")
+                raise ConfigError(
+                    "the checkpoint holds a critic and this run has none: resume with the "
+                    "config it was written with (algorithm.name ppo / vapo), or start a new "
+                    "run folder."
+                )
             self._load_critic_state(state["critic"])
         if state.get("optimizer") is not None:
             self._load_optimizer_state(state["optimizer"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,18 @@ def _clean(v: Any) -> Any:
     return v
 
 
+def _replace_lines(path: Path, lines: Sequence[str]) -> None:
+    """Rewrite ``path`` as ``lines`` without ever leaving it half written: a new file
+    beside it, flushed to disk, renamed over it (a kill at any moment leaves the old
+    file or the new one)."""
+    tmp = path.with_name(f".{path.name}.rewrite")
+    with tmp.open("w", encoding="utf-8") as f:
+        f.writelines(line + "\n" for line in lines)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 class JsonlWriter:
     """Append one JSON object per line (flushed, so a killed run keeps what it wrote).
 
@@ -58,9 +71,7 @@ class JsonlWriter:
             keep = [
                 r for r in read_jsonl(self.path) if int(r.get("step", 0)) <= truncate_after_step
             ]
-            with self.path.open("w", encoding="utf-8") as f:
-                for r in keep:
-                    f.write(json.dumps(r) + "\n")
+            _replace_lines(self.path, [json.dumps(r) for r in keep])
 
     def attach(self, trackers: Any) -> None:
         """Also hand every row to ``trackers`` (:class:`~agentgym.trainers.tracking.Trackers`)."""

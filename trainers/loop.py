@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -53,11 +54,13 @@ from typing import Any
 import torch
 
 from agentgym import (
+    CheckpointError,
     ConfigError,
     Progress,
     RayEnvWorkers,
     SamplingParams,
     derive_seed,
+    failed_attempts,
     save_config,
 )
 from agentgym.health import (
@@ -71,9 +74,9 @@ from agentgym.health import (
 )
 from agentgym.trainers import apo, failures
 from agentgym.trainers.checkpoint import (
-    latest_checkpoint,
     read_checkpoint,
     read_extra_tensors,
+    resume_checkpoint,
     save_checkpoint,
 )
 from agentgym.trainers.config import TrainConfig
@@ -91,10 +94,16 @@ from agentgym.trainers.logging import (
     start_tracking,
     write_summary,
 )
-from agentgym.trainers.models import apply_lora, build_model_and_tokenizer
+from agentgym.trainers.models import apply_lora, build_model_and_tokenizer, tensors_digest
 from agentgym.trainers.rollout_phase import RolloutPhase
 from agentgym.trainers.runtime import setup_torch
 from agentgym.trainers.steps import GroupSteps, StepKind
+from agentgym.trainers.stopping import (
+    GO_ON,
+    STOP_AFTER_CHECKPOINT,
+    PoliteSignals,
+    agreed_stop,
+)
 from agentgym.trainers.strategies import make_learner
 from agentgym.trainers.timeline import Timeline
 from agentgym.trainers.tppo import TruncatedSteps
@@ -128,6 +137,8 @@ class DAPOTrainer:
         if self.dist.rank == 0 and not held_by_launcher(self.out):
             self.run_lock = RunLock(self.out).acquire()
         self.heartbeat: RankHeartbeat | None = None
+        #: a SIGTERM / SIGINT while it trains: stop after the step, with a checkpoint
+        self.signals = PoliteSignals(self._say, lambda: self.step)
         self.worker_monitor: WorkerMonitor | None = None
         try:
             self._build(cfg, resume, engine)
@@ -222,12 +233,21 @@ class DAPOTrainer:
         step, the task stream, T-PPO's responses in flight, the quarantined tasks.
         Returns the checkpoint, or None (with a message) when there is none."""
         cfg = self.cfg
-        ckpt = latest_checkpoint(self.ckpt_dir)
+        ckpt, damaged = resume_checkpoint(self.ckpt_dir)
+        for msg in damaged:
+            self._say(f"[agentgym train] --resume: {msg}")
+        if ckpt is None and damaged:
+            raise CheckpointError(
+                f"--resume: no intact checkpoint in {self.ckpt_dir} (see above). Start a new "
+                "run folder, or --overwrite this one."
+            )
         if ckpt is None:
             self._say(
                 f"[agentgym train] --resume: no checkpoint in {self.ckpt_dir}; starting fresh."
             )
             return None
+        if damaged:
+            self._say(f"[agentgym train] --resume: continuing from {ckpt.name}, the newest intact.")
         weights, optim_states, state = read_checkpoint(ckpt, lora=cfg.lora.enabled, dist=self.dist)
         if not cfg.lora.enabled:
             missing, unexpected = self.model.load_state_dict(weights, strict=False)
@@ -303,13 +323,13 @@ class DAPOTrainer:
             self.heartbeat.phase(name)
 
     def _stop_requested(self) -> int:
-        """Whether the launcher asked the ranks to stop: 0 no, 1 stop, 2 stop after a
-        checkpoint (decided by all ranks together, so that they stop after the same
-        step)."""
-        if self.heartbeat is None or not os.environ.get(LAUNCHER_ENV):
-            return 0
-        wanted = all_gather_objects(self.heartbeat.stop_requested(), self.dist)
-        return 0 if not any(wanted) else min(w for w in wanted if w)
+        """Whether to stop after this step (:func:`~.stopping.agreed_stop`): the launcher
+        asks when it found a faulty rank, a SIGTERM / SIGINT to stop after a checkpoint."""
+        local = STOP_AFTER_CHECKPOINT if self.signals.signum else GO_ON
+        launched = self.heartbeat is not None and os.environ.get(LAUNCHER_ENV)
+        if launched and not local:
+            local = self.heartbeat.stop_requested()
+        return agreed_stop(local, self.dist, collective=bool(launched) or self.dist.distributed)
 
     # ------------------------------------------------------------------ one step
     def _step_kind(self) -> StepKind:
@@ -364,9 +384,9 @@ class DAPOTrainer:
             self.engine.wake()  # a colocated engine (vLLM) takes its memory back
         with tl.phase("rollout"), tl.watch(self.engine), self.learner.generation():
             rollout = self.steps.rollout(self.step)
-        self._record_failures(rollout.failed, rollout.played)
         with tl.phase("reward"):
             scored = self.steps.score(rollout)
+        self._record_failures(rollout.failed, scored.played, rollout.played)
         self._phase("train")
         with tl.phase("sleep"):
             self.engine.sleep()  # and gives it to training
@@ -383,13 +403,15 @@ class DAPOTrainer:
         self.samples_log.write_step(self.step, scored.played, scored.trained, scored.rewards)
         return m
 
-    def _record_failures(self, failed: list[Any], played: int) -> None:
-        """Episodes that failed after their retries: ``failures.jsonl``, and the run stops
-        when too large a share of the step's episodes failed."""
-        if not failed:
+    def _record_failures(self, failed: list[Any], scored: list[Any], played: int) -> None:
+        """Episodes that failed after their retries, and those scored after a retry:
+        ``failures.jsonl``; the run stops when too large a share of the step's episodes
+        failed."""
+        recovered = [ep for ep in scored if failed_attempts(ep)]
+        if not (failed or recovered):
             return
         if self.dist.is_main:
-            self._say(failures.record(self.out, self.step + 1, failed))
+            self._say(failures.record(self.out, self.step + 1, failed, recovered))
         failures.check_share(
             self.step + 1, failed, played, self.cfg.rollout.max_failed_share, self.out
         )
@@ -416,6 +438,7 @@ class DAPOTrainer:
                     concurrency=self.cfg.rollout.concurrency,
                     env_host=self.rollouts.env_host,
                     progress=self.cfg.run.progress and self.dist.is_main,
+                    episode_timeout_s=self.cfg.rollout.episode_timeout_s,
                 )
             )
         if self.dist.world_size > 1:  # every rank played its share of the seeds
@@ -428,13 +451,7 @@ class DAPOTrainer:
 
     def adapter_digest(self) -> str:
         """SHA-256 of the LoRA weights (gathered): equal on every rank of a healthy run."""
-        import hashlib
-
-        h = hashlib.sha256()
-        for k, v in sorted(self.learner.state_dict(optimizer=False)["adapter"].items()):
-            h.update(k.encode())
-            h.update(v.detach().to(torch.float32).cpu().contiguous().numpy().tobytes())
-        return h.hexdigest()
+        return tensors_digest(self.learner.state_dict(optimizer=False)["adapter"])
 
     def check_ranks_agree(self) -> dict[str, Any]:
         """Every rank's adapter digest; written to ``ranks/rank<r>.json`` and compared.
@@ -462,6 +479,30 @@ class DAPOTrainer:
             )
         return record
 
+    def _stopped(self, *, saved: bool) -> RunStopped:
+        """Why the run stops after this step (a signal, or the launcher's request)."""
+        kept = "its checkpoint is saved" if saved else "not saved"
+        if not self.signals.signum:
+            return RunStopped(
+                f"stopped after step {self.step} at the launcher's request (a faulty rank, "
+                f"see faults.jsonl); {kept}."
+            )
+        name = signal.Signals(self.signals.signum).name
+        stopped = RunStopped(
+            f"stopped after step {self.step} on {name}; {kept}. Continue with --resume."
+        )
+        stopped.exit_code = self.signals.exit_code
+        return stopped
+
+    def _checkpoint(self) -> None:
+        """:meth:`save`, timed on the timeline (phase ``checkpoint`` of this step)."""
+        tl = Timeline()
+        self._phase("checkpoint")
+        with tl.phase("checkpoint"):
+            self.save()
+        for row in tl.to_records(self.step, self.origin):
+            self.timeline_log.write(row)
+
     def save(self) -> Path:
         """A checkpoint of this step: the learner's state (adapter, critic, optimizer),
         the task stream, T-PPO's responses in flight (a collective: all ranks call it)."""
@@ -484,64 +525,21 @@ class DAPOTrainer:
         )
 
     def train(self) -> list[dict[str, Any]]:
-        """Run to ``run.max_steps``; returns the per-step metrics of this invocation."""
+        """Run to ``run.max_steps`` (value pretraining and the evaluations at the ends
+        included); returns the per-step metrics of this invocation. A first SIGTERM or
+        SIGINT stops it after the step in progress, with a checkpoint
+        (:class:`~.stopping.PoliteSignals`)."""
         cfg = self.cfg
-        history = []
+        history: list[dict[str, Any]] = []
         progress = Progress(
             cfg.run.max_steps,
             desc=cfg.algorithm.name or "dapo",
             start=self.step,
             enabled=cfg.run.progress and self.dist.is_main,
         )
-        eval_rows = []
         try:
-            if self.step == 0 and self.learner.critic is not None and cfg.critic.pretrain_steps:
-                self.pretrain_critic()  # VAPO's value pretraining
-            if cfg.eval.at_ends and self.step == 0:
-                tl = Timeline()
-                with tl.phase("eval"):
-                    ev = self.evaluate()
-                row = {"step": 0, **ev, "time/eval_s": tl.seconds("eval")}
-                self.metrics_log.write(row)
-                eval_rows.append(row)
-            while self.step < cfg.run.max_steps:
-                m = self.train_step()
-                if cfg.eval.every and self.step % cfg.eval.every == 0:
-                    tl = Timeline()
-                    with tl.phase("eval"):
-                        m.update(self.evaluate())
-                    m["time/eval_s"] = tl.seconds("eval")
-                    eval_rows.append(m)
-                last = self.step == cfg.run.max_steps
-                stop = self._stop_requested()  # the launcher found a faulty rank
-                save = cfg.run.save_every and self.step % cfg.run.save_every == 0
-                if save or last or stop == 2:
-                    t0 = time.monotonic()
-                    self._phase("checkpoint")
-                    self.save()
-                    m["time/checkpoint_s"] = time.monotonic() - t0
-                self.metrics_log.write(m)
-                history.append(m)
-                progress.update(1, progress_stats(m))
-                if self.heartbeat is not None:
-                    self.heartbeat.step_done(self.step, m)
-                if stop:
-                    kept = "its checkpoint is saved" if stop == 2 or save else "not saved"
-                    raise RunStopped(
-                        f"stopped after step {self.step} at the launcher's request (a faulty "
-                        f"rank, see faults.jsonl); {kept}."
-                    )
-                if self.worker_monitor is not None:
-                    self.worker_monitor.check()
-            if (
-                cfg.eval.at_ends
-                and not (cfg.eval.every and self.step % cfg.eval.every == 0)
-                and history
-            ):
-                ev = self.evaluate()
-                row = {"step": self.step, **ev}
-                self.metrics_log.write(row)
-                eval_rows.append(row)
+            with self.signals:
+                self._run(history, progress)
         finally:
             progress.close()
             self._close_parts(heartbeat=False)  # it beats until the process exits
@@ -557,6 +555,44 @@ class DAPOTrainer:
             if self.run_lock is not None:
                 self.run_lock.release()
         return history
+
+    def _run(self, history: list[dict[str, Any]], progress: Progress) -> None:
+        """The steps, each row written, checkpointed when due, ended early when asked."""
+        cfg = self.cfg
+        if self.step == 0 and self.learner.critic is not None and cfg.critic.pretrain_steps:
+            self.pretrain_critic()  # VAPO's value pretraining
+        evals_each_step = bool(cfg.eval.every)
+        if cfg.eval.at_ends and self.step == 0:
+            self.metrics_log.write({"step": 0, **self._timed_eval()})
+        while self.step < cfg.run.max_steps:
+            m = self.train_step()
+            if evals_each_step and self.step % cfg.eval.every == 0:
+                m.update(self._timed_eval())
+            stop = self._stop_requested()
+            save = cfg.run.save_every and self.step % cfg.run.save_every == 0
+            # the step's rows are written before the checkpoint that marks it done: a
+            # kill in between redoes the step on --resume (its rows are replaced)
+            self.metrics_log.write(m)
+            if save or stop == 2 or self.step == cfg.run.max_steps:
+                self._checkpoint()
+            history.append(m)
+            progress.update(1, progress_stats(m))
+            if self.heartbeat is not None:
+                self.heartbeat.step_done(self.step, m)
+            if stop:
+                raise self._stopped(saved=stop == 2 or bool(save))
+            if self.worker_monitor is not None:
+                self.worker_monitor.check()
+        evaluated_last = evals_each_step and self.step % cfg.eval.every == 0
+        if cfg.eval.at_ends and not evaluated_last and history:
+            self.metrics_log.write({"step": self.step, **self.evaluate()})
+
+    def _timed_eval(self) -> dict[str, float]:
+        """:meth:`evaluate`'s metrics and ``time/eval_s``."""
+        tl = Timeline()
+        with tl.phase("eval"):
+            metrics = self.evaluate()
+        return {**metrics, "time/eval_s": tl.seconds("eval")}
 
     def _say(self, text: str) -> None:
         """A message on stderr, from rank 0 only."""

@@ -362,3 +362,15 @@ def build_model_and_tokenizer(
     assert cfg.preset is not None  # guaranteed by ModelConfig validation
     model = build_preset(cfg.preset, tokenizer, seed=cfg.init_seed, overrides=cfg.preset_overrides)
     return model, tokenizer
+
+
+def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 of named tensors (names and float32 values, in name order): equal for
+    equal weights on any device or rank."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for k, v in sorted(tensors.items()):
+        h.update(k.encode())
+        h.update(v.detach().to(torch.float32).cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()

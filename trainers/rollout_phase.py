@@ -287,6 +287,7 @@ class RolloutPhase:
                     on_episode=lambda _ep, i=stream: policy.episode_done(i),
                     env_host=self.env_host,
                     retries=r.episode_retries,
+                    episode_timeout_s=r.episode_timeout_s,
                 )
             )
         policy.expect(streams)

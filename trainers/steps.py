@@ -195,7 +195,7 @@ class GroupSteps:
         m["charts/groups_filtered"] = got.groups_dropped
         m["charts/groups_generated"] = got.groups_seen
         m["charts/groups_failed"] = got.groups_failed
-        m.update(failures.failure_counts(got.failed))
+        m.update(failures.failure_counts(got.failed, got.episodes))
         m["charts/generation_rounds"] = got.rounds
         m["charts/hit_round_cap"] = int(got.capped)
         m["charts/update_skipped"] = int(scored.skip)

@@ -54,17 +54,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "endpoint) again up to this many times; still failing, it is reported and not "
         "scored, and the exit status is 1",
     )
+    p.add_argument(
+        "--episode-timeout",
+        type=float,
+        default=3600.0,
+        help="seconds an attempt at an episode may take; one that runs longer (a frozen "
+        "sandbox, a silent endpoint) fails with reason episode_timeout and is retried "
+        "(default: %(default)s; 0: no deadline)",
+    )
     p.set_defaults(func=cmd_eval)
 
 
 def summarise(env_id: str, policy: str, played: list) -> dict:
     """Reward and length statistics over the scored episodes; failed ones are counted
-    apart (by reason), never as zero rewards."""
+    apart (by reason), never as zero rewards, and so are the attempts played again."""
+    from agentgym import retried_reasons
+
     episodes = [e for e in played if not e.failed]
     failed = [e for e in played if e.failed]
     reasons: dict[str, int] = {}
     for e in failed:
         reasons[e.failure.reason] = reasons.get(e.failure.reason, 0) + 1
+    retried = retried_reasons(played)  # failed attempts played again, scored or not
     n = len(episodes)
     rewards = [e.reward for e in episodes]
     mean = sum(rewards) / n if n else float("nan")
@@ -86,6 +97,8 @@ def summarise(env_id: str, policy: str, played: list) -> dict:
         "truncated": sum(e.truncated for e in episodes),
         "failed": len(failed),
         "failed_by_reason": reasons,
+        "retried": sum(retried.values()),
+        "retried_by_reason": retried,
     }
 
 
@@ -96,6 +109,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ConfigError("--episodes must be >= 1.")
     if args.retries < 0:
         raise ConfigError("--retries must be >= 0.")
+    if args.episode_timeout < 0:
+        raise ConfigError("--episode-timeout must be >= 0 (seconds; 0: no deadline).")
     if args.seed is not None and args.seed < 0:
         raise ConfigError(f"--seed must be >= 0 (a reset seed), got {args.seed}.")
     targets, first_seed = _targets(args)
@@ -170,6 +185,7 @@ def _evaluate(
         out=args.out,
         progress=not args.json,
         retries=args.retries,
+        episode_timeout_s=args.episode_timeout or None,
     )
     summary = summarise(env_id, args.policy, episodes)
     summary["first_seed"] = seed

@@ -208,7 +208,30 @@ def test_eval_keeps_the_good_episodes_and_reports_the_failed_ones(tmp_path):
     summary = json.loads(r.stdout)
     assert summary["episodes"] == 15 and summary["failed"] == 1
     assert summary["failed_by_reason"] == {"injected": 1}
+    assert summary["retried"] == 1  # its first attempt, played again (and failing again)
     assert summary["mean_reward"] == 1.0  # the oracle's; the failure is not a zero
     assert "1 of 16 episodes failed" in r.stderr and "seed 5" in r.stderr
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(lines) == 16 and [x["seed"] for x in lines if "failure" in x] == [5]
+
+
+def test_eval_counts_an_episode_scored_after_a_retry(tmp_path):
+    """A failure that a retry recovered is no failure, but it is counted."""
+    r = cli(
+        "eval",
+        "trainer_toy_envs:agentgym-test/EvenChars-v0",
+        "--episodes",
+        "4",
+        "--json",
+        "--seed",
+        "0",
+        "--env-arg",
+        "fail_on_seeds=[2]",
+        "--env-arg",
+        f"fail_once_dir={tmp_path}",
+        env={"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "helpers")},
+    )
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["episodes"] == 4 and summary["failed"] == 0
+    assert summary["retried"] == 1 and summary["retried_by_reason"] == {"injected": 1}

@@ -6,6 +6,7 @@ give an untrained tiny model rewards that differ within a group, so DAPO has a s
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -23,7 +24,9 @@ class EvenCharsEnv(ConversationEnv):
     with an even seed do, so exactly the odd-seed groups are informative.
 
     ``fail_on_seeds`` injects an infrastructure failure: the step of a task with one of
-    those seeds raises :class:`~agentgym.InfraError` (reason ``injected``), every time.
+    those seeds raises :class:`~agentgym.InfraError` (reason ``injected``), every time;
+    with ``fail_once_dir`` only the first attempt on each such seed fails (a marker file
+    per seed in that folder remembers it), so a retry scores it.
     """
 
     def __init__(
@@ -31,6 +34,7 @@ class EvenCharsEnv(ConversationEnv):
         constant_reward: float | None = None,
         constant_for_even_seeds: bool = False,
         fail_on_seeds: list[int] | tuple[int, ...] = (),
+        fail_once_dir: str = "",
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("max_turns", 1)
@@ -38,6 +42,7 @@ class EvenCharsEnv(ConversationEnv):
         self.constant_reward = constant_reward
         self.constant_for_even_seeds = constant_for_even_seeds
         self.fail_on_seeds = frozenset(int(s) for s in fail_on_seeds)
+        self.fail_once_dir = fail_once_dir
         self._reply = ""
         self._seed = 0
 
@@ -46,10 +51,21 @@ class EvenCharsEnv(ConversationEnv):
         return Task(task_id=f"even-{seed}", prompt=f"Task {seed}: write even characters.")
 
     def _act(self, action: str) -> ActResult:
-        if self._seed in self.fail_on_seeds:
+        if self._seed in self.fail_on_seeds and self._fails_now():
             raise InfraError(f"injected failure on seed {self._seed}", reason="injected")
         self._reply = action
         return ActResult(done=True)
+
+    def _fails_now(self) -> bool:
+        """Every time, or with ``fail_once_dir`` the first time for this seed."""
+        if not self.fail_once_dir:
+            return True
+        marker = Path(self.fail_once_dir) / f"seed{self._seed}"
+        try:
+            marker.touch(exist_ok=False)
+        except FileExistsError:
+            return False
+        return True
 
     def _score(self, end_reason):
         if self.constant_reward is not None:

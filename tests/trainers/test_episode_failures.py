@@ -84,3 +84,21 @@ def test_a_resumed_run_skips_quarantined_tasks(tmp_path, toy_envs_registered):
     assert again.rollouts.draw_tasks(4) == {0: [2, 3, 4, 6]}
     trainer.close()
     again.close()
+
+
+def test_an_episode_scored_after_a_retry_is_counted_and_recorded(tmp_path, toy_envs_registered):
+    # seed 1's first attempt fails; its retry scores: nothing is dropped, but it shows
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    envs = (
+        "envs=[{id: agentgym-test/EvenChars-v0, "
+        f"kwargs: {{fail_on_seeds: [1], fail_once_dir: '{markers}'}}}}]"
+    )
+    first, _ = DAPOTrainer(_cfg(tmp_path, envs, "rollout.episode_retries=1")).train()
+    assert first["episodes/failed"] == 0 and first["charts/groups_kept"] == 2
+    assert first["episodes/retried"] == 1 and first["episodes/retried/injected"] == 1
+    rows = read_jsonl(tmp_path / "run" / "failures.jsonl")
+    assert [(r["step"], r["seed"], r["recovered"], r["failed_attempts"]) for r in rows] == [
+        (1, 1, True, ["injected"])
+    ]
+    assert not (tmp_path / "run" / "quarantine.jsonl").exists()

@@ -252,7 +252,7 @@ class TruncatedSteps:
             1 for g in complete if len(g) > 1 and len({e.reward for e in g}) == 1
         )
         m["charts/update_skipped"] = int(not samples)
-        m.update(failures.failure_counts(got.failed))
+        m.update(failures.failure_counts(got.failed, scored.played))
         m["tppo/active"] = done.active
         m["tppo/ended"] = len(done.ended)
         m["tppo/window_tokens"] = done.tokens

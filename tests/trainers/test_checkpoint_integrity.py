@@ -1,0 +1,138 @@
+"""Checkpoints and run records a run can trust (issue 35): checksums verified on resume
+with a fall-back to the newest intact checkpoint, damaged files named, a full disk said as
+such, the step's metrics row written before the checkpoint that marks the step done, and
+record files never rewritten in place."""
+
+from __future__ import annotations
+
+import errno
+import json
+
+import pytest
+from test_loop import _cfg
+
+from agentgym import CheckpointError
+from agentgym.trainers.checkpoint import (
+    CHECKSUMS,
+    read_checkpoint,
+    resume_checkpoint,
+    verify_checkpoint,
+)
+from agentgym.trainers.logging import JsonlWriter, read_jsonl
+from agentgym.trainers.loop import DAPOTrainer
+
+
+def _flip(path, at: int = 64) -> None:
+    """Flip four bytes of ``path`` in place (a damaged disk)."""
+    data = bytearray(path.read_bytes())
+    for i in range(at, at + 4):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.fixture
+def two_checkpoints(tmp_path, toy_envs_registered):
+    """A run folder with the checkpoints of steps 1 and 2."""
+    DAPOTrainer(_cfg(tmp_path, "run.max_steps=2", "run.save_every=1")).train()
+    return tmp_path / "run" / "checkpoints"
+
+
+def test_a_checkpoint_carries_the_sums_of_all_its_files(two_checkpoints):
+    step2 = two_checkpoints / "step_000002"
+    sums = json.loads((step2 / CHECKSUMS).read_text())
+    files = {p.relative_to(step2).as_posix() for p in step2.rglob("*") if p.is_file()}
+    assert set(sums) == files - {CHECKSUMS}
+    assert "adapter/adapter_model.safetensors" in sums and "optimizer.pt" in sums
+    verify_checkpoint(step2)  # intact
+
+
+def test_a_flipped_bit_is_named_and_resume_falls_back_to_the_intact_one(
+    two_checkpoints, tmp_path, capsys
+):
+    _flip(two_checkpoints / "step_000002" / "adapter" / "adapter_model.safetensors")
+    with pytest.raises(CheckpointError, match=r"adapter_model\.safetensors changed"):
+        verify_checkpoint(two_checkpoints / "step_000002")
+    ckpt, damaged = resume_checkpoint(two_checkpoints)
+    assert ckpt.name == "step_000001" and len(damaged) == 1
+    resumed = DAPOTrainer(_cfg(tmp_path, "run.max_steps=3", "run.save_every=1"), resume=True)
+    assert resumed.step == 1
+    assert "step_000002" in capsys.readouterr().err
+    resumed.train()
+    # the history after the intact checkpoint was redone and saved again, intact
+    for step in (2, 3):
+        verify_checkpoint(two_checkpoints / f"step_{step:06d}")
+    rows = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "charts/reward" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+
+
+def test_a_truncated_file_is_named_with_its_checkpoint(two_checkpoints):
+    rng = two_checkpoints / "step_000002" / "rng.pt"
+    rng.write_bytes(rng.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match=r"step_000002: rng.pt is 100 bytes"):
+        verify_checkpoint(two_checkpoints / "step_000002")
+    # without its sums (an older checkpoint) the read itself names the file
+    (two_checkpoints / "step_000002" / CHECKSUMS).unlink()
+    with pytest.raises(CheckpointError, match=r"step_000002: rng.pt cannot be read"):
+        read_checkpoint(two_checkpoints / "step_000002", lora=True)
+
+
+def test_no_intact_checkpoint_stops_the_resume(two_checkpoints, tmp_path):
+    for step in (1, 2):
+        _flip(two_checkpoints / f"step_{step:06d}" / "optimizer.pt")
+    with pytest.raises(CheckpointError, match="no intact checkpoint"):
+        DAPOTrainer(_cfg(tmp_path, "run.max_steps=3"), resume=True)
+
+
+def test_a_full_disk_is_said_and_leaves_no_temporary_folder(two_checkpoints, tmp_path, monkeypatch):
+    import agentgym.trainers.checkpoint as checkpoint
+
+    trainer = DAPOTrainer(_cfg(tmp_path, "run.max_steps=3"), resume=True)
+    real_save = checkpoint.torch.save
+
+    def full(obj, f, *a, **kw):
+        if str(f).endswith("optimizer.pt"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, f, *a, **kw)
+
+    monkeypatch.setattr(checkpoint.torch, "save", full)
+    trainer.step = 3
+    with pytest.raises(CheckpointError, match="no space left on device for checkpoint step_000003"):
+        trainer.save()
+    trainer.close()
+    assert not list(two_checkpoints.glob(".step_*"))
+    assert resume_checkpoint(two_checkpoints)[0].name == "step_000002"
+
+
+def test_the_metrics_row_is_written_before_the_checkpoint(tmp_path, toy_envs_registered):
+    trainer = DAPOTrainer(_cfg(tmp_path, "run.max_steps=2", "run.save_every=1"))
+    log = tmp_path / "run" / "metrics.jsonl"
+    seen = []
+
+    def save():  # the run is killed while it writes step 2's checkpoint
+        seen.append([r["step"] for r in read_jsonl(log) if "charts/reward" in r])
+        if trainer.step == 2:
+            raise KeyboardInterrupt
+
+    trainer.save = save
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    assert seen == [[1], [1, 2]]
+    phases = [r["phase"] for r in read_jsonl(tmp_path / "run" / "timeline.jsonl")]
+    assert "checkpoint" in phases
+
+
+def test_a_resume_rewrites_a_record_file_whole_or_not_at_all(tmp_path, monkeypatch):
+    log = tmp_path / "metrics.jsonl"
+    rows = [{"step": i, "x": i} for i in range(1, 6)]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # the process dies before the new file takes the old's place
+
+    monkeypatch.setattr("agentgym.trainers.logging.os.replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        JsonlWriter(log, truncate_after_step=3)
+    assert read_jsonl(log) == rows  # untouched
+    monkeypatch.undo()
+    JsonlWriter(log, truncate_after_step=3)
+    assert read_jsonl(log) == rows[:3]
