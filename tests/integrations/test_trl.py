@@ -23,6 +23,10 @@ TINY = {
 }
 
 
+#: leave this GRPOConfig field at TRL's default
+_DEFAULT = object()
+
+
 @pytest.fixture(autouse=True)
 def _one_thread(monkeypatch):
     torch.set_num_threads(1)
@@ -36,10 +40,10 @@ def _model():
     return build_preset("tiny-qwen2", tok, overrides=TINY), tok
 
 
-def _train_one_step(tmp_path, model, tok, adapter, dataset, groups=2, g=2):
+def _train_one_step(tmp_path, model, tok, adapter, dataset, groups=2, g=2, **config):
     from trl import GRPOConfig, GRPOTrainer
 
-    args = GRPOConfig(
+    settings = dict(
         output_dir=str(tmp_path / "trl"),
         num_generations=g,
         per_device_train_batch_size=g * groups,
@@ -57,6 +61,8 @@ def _train_one_step(tmp_path, model, tok, adapter, dataset, groups=2, g=2):
         disable_tqdm=True,
         seed=0,
     )
+    settings.update(config)
+    args = GRPOConfig(**{k: v for k, v in settings.items() if v is not _DEFAULT})
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=adapter.reward,
@@ -192,3 +198,52 @@ def test_a_prompt_not_from_the_dataset_is_refused():
     adapter = TRLEnvAdapter("agentgym/BalancedMath-v0", tok)
     with pytest.raises(ConfigError, match=r"adapter\.dataset"):
         adapter.rollout([[{"role": "user", "content": "hello"}]], trainer=None)
+
+
+def test_grpo_trains_under_grpo_configs_defaults_bf16_included(tmp_path):
+    """GRPOConfig's bf16 (on by default) wraps the model's forward in a bf16 autocast;
+    the adapter's generation follows it instead of failing every episode."""
+    from agentgym.trainers.integrations import TRLEnvAdapter
+
+    model, tok = _model()
+    adapter = TRLEnvAdapter(
+        "agentgym/BalancedMath-v0",
+        tok,
+        env_kwargs={"kinds": "arithmetic", "levels": 1},
+        max_tokens=8,
+    )
+    trainer, _, logged = _train_one_step(
+        tmp_path, model, tok, adapter, adapter.dataset(range(4)), bf16=_DEFAULT
+    )
+    assert trainer.args.bf16 and trainer.accelerator.mixed_precision == "bf16"
+    assert trainer.state.global_step == 1
+    episodes = adapter.last_episodes
+    assert len(episodes) == 4 and not any(e.failed for e in episodes)
+    assert all(e.turns[0].completion.token_ids for e in episodes)
+    assert logged["rewards/agentgym_reward/mean"] == pytest.approx(
+        sum(e.reward for e in episodes) / 4, abs=1e-6
+    )
+    adapter.close()
+
+
+def test_a_policy_error_is_raised_with_the_episodes_recorded_failure():
+    """The trainer's model failing is an error that names the cause, not an episode
+    without turns that TRL cannot read (it was an IndexError)."""
+    from types import SimpleNamespace
+
+    from agentgym import PolicyError
+    from agentgym.trainers.integrations import TRLEnvAdapter
+
+    model, tok = _model()
+
+    def broken_forward(*args, **kwargs):
+        raise RuntimeError("expected m1 and m2 to have the same dtype")
+
+    model.forward = broken_forward
+    adapter = TRLEnvAdapter("agentgym/BalancedMath-v0", tok, max_tokens=4)
+    dataset = adapter.dataset(range(2))
+    trainer = SimpleNamespace(model=model, state=SimpleNamespace(global_step=0))
+    with pytest.raises(PolicyError, match=r"policy_error.*same dtype") as err:
+        adapter.rollout([dataset[0]["prompt"]] * 2 + [dataset[1]["prompt"]] * 2, trainer)
+    assert "4 of 4 episodes" in str(err.value)
+    adapter.close()

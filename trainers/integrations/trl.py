@@ -32,16 +32,31 @@ trainer does not make (it trains each conversation as its own sequence, with the
 episode's advantage on all of them). The returned ``logprobs`` are the engine's
 sampling log-probs of the replies (0 on environment tokens); with a vLLM backend TRL uses
 them for its importance-sampling correction.
+
+Generation runs in the precision TRL trains in (``GRPOConfig``'s ``bf16``, its default,
+or ``fp16``: the autocast accelerate wraps the model's forward in). The trainer's model
+failing to generate raises :class:`~agentgym.PolicyError` with the episode's recorded
+failure, never an episode without tokens.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from agentgym import ConfigError, Episode, LocalEnvs, SamplingParams, derive_seed, rollout_async
+from agentgym import (
+    ConfigError,
+    Episode,
+    LocalEnvs,
+    PolicyError,
+    SamplingParams,
+    derive_seed,
+    rollout_async,
+)
 
 INSTALL_HINT = "pip install 'agentgym[trl]'"
 
@@ -170,11 +185,11 @@ class TRLEnvAdapter:
             top_p=self.top_p,
             seed=derive_seed("trl", self.seed, step, self.calls),
         )
-        with _generation_model(trainer) as model:
+        with _generation_model(trainer) as model, _mixed_precision(trainer, model):
             from agentgym.trainers.engines import HFEngine
 
             engine = HFEngine(model, self.tokenizer, seed=self.seed)
-            policy = engine.as_policy()
+            policy = engine.as_policy()  # generates on this thread, under the autocast
             try:
                 per_group = asyncio.run(self._play(policy, groups, sampling))
             finally:
@@ -184,6 +199,7 @@ class TRLEnvAdapter:
             for slot, ep in zip(slots, per_group[key], strict=True):
                 episodes[slot] = ep
         self.last_episodes = [ep for ep in episodes if ep is not None]
+        _raise_unplayable(self.last_episodes)
         rows = [self.episode_row(ep) for ep in self.last_episodes]
         return {
             "prompt_ids": [r["prompt_ids"] for r in rows],
@@ -258,6 +274,50 @@ class TRLEnvAdapter:
         if self._host is not None:
             self._host.close()
             self._host = None
+
+
+def _raise_unplayable(episodes: Sequence[Episode]) -> None:
+    """Raise on an episode TRL cannot train on: one whose policy (the trainer's model)
+    failed, or one that failed before its first reply. Its recorded failure is named.
+
+    An env or sandbox failure after the first reply stays a failed episode (reward
+    ``None``, left out of its group's baseline), as in agentgym's own trainer.
+    """
+    for ep in episodes:
+        failure = ep.failure
+        if failure is None or (failure.reason != "policy_error" and ep.turns):
+            continue
+        bad = sum(e.failure is not None and e.failure.reason == failure.reason for e in episodes)
+        what = (
+            "the trainer's model could not generate"
+            if failure.reason == "policy_error"
+            else ("the episode failed before the model's first reply")
+        )
+        raise PolicyError(
+            f"TRLEnvAdapter.rollout: {what} ({bad} of {len(episodes)} episodes; "
+            f"{failure.reason} at {failure.where}, task {ep.task_id} seed {ep.seed}): "
+            f"{failure.message}\n{failure.detail}".rstrip()
+        )
+
+
+@contextlib.contextmanager
+def _mixed_precision(trainer: Any, model: Any) -> Iterator[None]:
+    """The autocast TRL trains under (``GRPOConfig``'s ``bf16``, on by default, or
+    ``fp16``), for generation too: accelerate wraps the model's forward in it, so the
+    engine's own decode steps must run in the same precision as that forward."""
+    import torch
+
+    precision = getattr(getattr(trainer, "accelerator", None), "mixed_precision", "no")
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(precision))
+    if dtype is None:
+        yield
+        return
+    device = next(model.parameters()).device
+    with torch.autocast(device_type=device.type, dtype=dtype), warnings.catch_warnings():
+        # the fused decode step's RMSNorm sees a half-precision input and float weights
+        # under autocast: torch computes it unfused and says so, once per process
+        warnings.filterwarnings("ignore", "Mismatch dtype between input and weight")
+        yield
 
 
 class _generation_model:
