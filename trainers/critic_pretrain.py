@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from agentgym import episode_solved
+from agentgym import Progress, episode_solved
 from agentgym.trainers.batch import episodes_to_samples
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.learner import Learner
@@ -27,6 +27,7 @@ def pretrain_critic(
     *,
     log: JsonlWriter,
     say: Callable[[str], None],
+    progress: bool = False,
 ) -> list[dict[str, float]]:
     """VAPO's value pretraining, before the first policy update: up to
     ``critic.pretrain_steps`` rounds of rollouts from the warm-start policy, each training
@@ -40,11 +41,47 @@ def pretrain_critic(
     after them) and leave the policy and its learning-rate warm-up untouched.
     """
     rows: list[dict[str, float]] = []
+    say(
+        f"[agentgym train] value pretraining: up to {cfg.critic.pretrain_steps} round(s) of "
+        "rollouts train the critic alone before the first policy update "
+        "(critic.pretrain_steps)."
+    )
+    bar = Progress(cfg.critic.pretrain_steps, desc="value pretraining", unit="round",
+                   enabled=progress)  # fmt: skip
+    try:
+        _pretrain_rounds(cfg, learner, rollouts, policy, tokenizer, log, bar, rows)
+    finally:
+        bar.close()
+    ev = rows[-1]["critic/explained_variance"] if rows else float("nan")
+    why = (
+        "reached critic.pretrain_explained_variance"
+        if ev >= cfg.critic.pretrain_explained_variance
+        else "ran critic.pretrain_steps"
+    )
+    say(
+        f"[agentgym train] value pretraining: {len(rows)} round(s), explained variance "
+        f"{ev:.3f} ({why})"
+    )
+    return rows
+
+
+def _pretrain_rounds(
+    cfg: TrainConfig,
+    learner: Learner,
+    rollouts: RolloutPhase,
+    policy: Any,
+    tokenizer: Any,
+    log: JsonlWriter,
+    bar: Progress,
+    rows: list[dict[str, float]],
+) -> None:
+    """The rounds of :func:`pretrain_critic`, each row appended to ``rows`` and ``log``."""
     for i in range(cfg.critic.pretrain_steps):
         with learner.generation():
             got = rollouts.collect(policy, 0)
         episodes = [ep for g in group_episodes(got.episodes) for ep in g]
         if not episodes:
+            bar.update(1)
             continue
         group_ids = torch.tensor(
             [i for i, g in enumerate(group_episodes(episodes)) for _ in g], dtype=torch.long
@@ -66,16 +103,6 @@ def pretrain_critic(
         }
         rows.append(row)
         log.write(row)
+        bar.update(1, {"explained_variance": row["critic/explained_variance"]})
         if row["critic/explained_variance"] >= cfg.critic.pretrain_explained_variance:
             break
-    ev = rows[-1]["critic/explained_variance"] if rows else float("nan")
-    why = (
-        "reached critic.pretrain_explained_variance"
-        if ev >= cfg.critic.pretrain_explained_variance
-        else "ran critic.pretrain_steps"
-    )
-    say(
-        f"[agentgym train] value pretraining: {len(rows)} round(s), explained variance "
-        f"{ev:.3f} ({why})"
-    )
-    return rows

@@ -77,6 +77,7 @@ async def evaluate_async(
     retries: int = 2,
     progress: bool = False,
     episode_timeout_s: float | None = None,
+    label: str = "eval",
 ) -> tuple[dict[str, float], list[list[Episode]]]:
     """One episode per held-out seed and env.
 
@@ -88,6 +89,7 @@ async def evaluate_async(
             that still fails is left out of the metrics and counted (``eval/failed``).
         progress: show an ``eval`` progress bar over the episodes (plain lines in logs).
         episode_timeout_s: a deadline for each attempt at an episode (``rollout``'s).
+        label: the progress bar's name (which evaluation this is).
 
     Returns:
         summary metrics under ``eval/`` and the episodes, one list per env.
@@ -98,7 +100,7 @@ async def evaluate_async(
         seeds = range(seed_start, seed_start + num_tasks)
     ids = resolve_envs(envs)
     seeds = list(seeds)
-    bar = Progress(len(seeds) * len(ids), desc="eval", unit="episode", enabled=progress)
+    bar = Progress(len(seeds) * len(ids), desc=label, unit="episode", enabled=progress)
     try:
         results = await _play_all(
             ids,

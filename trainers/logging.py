@@ -149,10 +149,15 @@ def train_summary(rows: Sequence[Mapping[str, Any]], out: str | Path) -> str:
 
     k = max(1, min(3, len(steps) // 2))
     head, tail = steps[:k], steps[-k:]
-    lines = [
-        f"trained steps {steps[0]['step']}-{steps[-1]['step']} "
-        f"({avg(steps, 'time/step_s') or 0:.1f} s/step); first {k} vs last {k} steps:"
-    ]
+    skipped = [r["step"] for r in steps if r.get("charts/update_skipped")]
+    span = f"steps {steps[0]['step']}-{steps[-1]['step']}"
+    if len(skipped) == len(steps):
+        did = f"ran {span} without a single update (each was skipped: charts/update_skipped)"
+    elif skipped:
+        did = f"ran {span}, {len(steps) - len(skipped)} with an update ({len(skipped)} skipped)"
+    else:
+        did = f"trained {span}"
+    lines = [f"{did} ({avg(steps, 'time/step_s') or 0:.1f} s/step); first {k} vs last {k} steps:"]
     for key, name in (
         ("charts/reward", "reward"),
         ("charts/accuracy", "accuracy"),
@@ -182,7 +187,12 @@ PROGRESS_KEYS = (
 
 def progress_stats(metrics: dict[str, Any]) -> dict[str, Any]:
     """The :data:`PROGRESS_KEYS` present in a step's metrics, under their short names."""
-    return {short: metrics[k] for k, short in PROGRESS_KEYS if metrics.get(k) is not None}
+    return {
+        short: metrics[k]
+        for k, short in PROGRESS_KEYS
+        if metrics.get(k) is not None
+        and not (isinstance(metrics[k], float) and not math.isfinite(metrics[k]))
+    }
 
 
 def write_summary(out: str | Path) -> None:

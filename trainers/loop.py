@@ -370,6 +370,7 @@ class DAPOTrainer:
             self.tokenizer,
             log=log,
             say=self._say,
+            progress=self.cfg.run.progress and self.dist.is_main,
         )
 
     def train_step(self) -> dict[str, Any]:
@@ -439,6 +440,7 @@ class DAPOTrainer:
                     env_host=self.rollouts.env_host,
                     progress=self.cfg.run.progress and self.dist.is_main,
                     episode_timeout_s=self.cfg.rollout.episode_timeout_s,
+                    label=f"eval (after step {self.step})",
                 )
             )
         if self.dist.world_size > 1:  # every rank played its share of the seeds

@@ -101,6 +101,7 @@ class GroupSteps:
         self.cfg, self.rollouts, self.policy, self.learner = cfg, rollouts, policy, learner
         self.tokenizer, self.apo_values, self.say = tokenizer, apo_values, say
         self._batches_before = 0
+        self._capped_steps = 0  # steps whose dynamic sampling ran out of rounds
 
     def rollout(self, step: int) -> Collected:
         """Rounds of generation until ``batch_tasks`` informative groups (or the cap)."""
@@ -123,6 +124,12 @@ class GroupSteps:
         if algo.on_cap == "error":
             raise ConfigError(msg)
         then = "training on what there is" if algo.on_cap == "train" and got.kept else None
+        self._capped_steps += 1
+        if self._capped_steps > 1:  # said in full once; then a short line
+            msg = (
+                f"dynamic sampling ran out of rounds again ({len(got.kept)}/{r.batch_tasks} "
+                f"informative groups; {self._capped_steps} steps so far)"
+            )
         self.say(f"[agentgym train] step {step + 1}: {msg} ({then or 'skipping the update'})")
 
     def score(self, got: Collected) -> GroupScored:

@@ -6,8 +6,12 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 
 from agentgym.cli.envs import add_env_args, parse_env_args
+
+#: the reply length without --max-tokens or a run's config
+DEFAULT_MAX_TOKENS = 1024
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -17,8 +21,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=(
             "Play --episodes tasks with a policy and summarise. Seeds start at the held-out "
             "split (1,000,000, where training never draws) unless --seed says otherwise. "
-            "--config RUN/config.yaml takes the run's envs and their arguments (and, for an "
-            "hf: policy, the model tokenizer's token counter, as training did)."
+            "--config RUN/config.yaml takes the run's envs and their arguments, its evaluation "
+            "settings (reply length: eval.max_tokens or rollout.max_tokens; temperature: "
+            "eval.temperature) and its model tokenizer's token counter, as training did, "
+            "whatever the policy kind (hf:, openai:, ...); a flag given explicitly wins, and "
+            "a difference from the run's setting is printed."
         ),
     )
     p.add_argument("env_id", nargs="?", help="the env (default with --config: each of the run's)")
@@ -41,8 +48,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--group-size", type=int, default=1, help="samples per task")
     p.add_argument("--concurrency", type=int, default=8)
-    p.add_argument("--max-tokens", type=int, default=1024, help="per policy call")
-    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help=f"per policy call (default: the run's with --config, else {DEFAULT_MAX_TOKENS})",
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="0 is greedy (default: the run's eval.temperature with --config, else 0)",
+    )
     add_env_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--out", default=None, help="write the episodes to this JSONL file")
@@ -113,10 +130,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ConfigError("--episode-timeout must be >= 0 (seconds; 0: no deadline).")
     if args.seed is not None and args.seed < 0:
         raise ConfigError(f"--seed must be >= 0 (a reset seed), got {args.seed}.")
-    targets, first_seed = _targets(args)
+    targets, run = _targets(args)
+    first_seed = run.eval.seed_start if run is not None else None
     seed = args.seed if args.seed is not None else (first_seed or HELD_OUT_SEED_START)
+    args.max_tokens, args.temperature = _sampling_settings(args, run)
     policy = make_policy(args.policy)
-    counter = _tokenizer_counter(policy) if args.config else None
+    counter = _run_counter(policy, run) if run is not None else None
     if args.out:
         open(args.out, "w").close()  # a fresh file per run
     rc, summaries = 0, []
@@ -131,8 +150,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return rc
 
 
-def _targets(args: argparse.Namespace) -> tuple[list[tuple[str, dict]], int | None]:
-    """(env id, make kwargs) to evaluate, and the config's first held-out seed."""
+def _targets(args: argparse.Namespace) -> tuple[list[tuple[str, dict]], object | None]:
+    """(env id, make kwargs) to evaluate, and the run's config (``--config``) or None."""
     from agentgym import ConfigError, resolve_env_id
 
     extra = parse_env_args(args.env_arg)
@@ -155,16 +174,53 @@ def _targets(args: argparse.Namespace) -> tuple[list[tuple[str, dict]], int | No
                 f"{wanted} is not one of the envs of {args.config}: "
                 f"{', '.join(e.id for e in cfg.envs)}."
             )
-    return envs, cfg.eval.seed_start
+    return envs, cfg
 
 
-def _tokenizer_counter(policy: object):
-    """The token counter of a local model's tokenizer (hf: policies), else None."""
-    tokenizer = getattr(getattr(policy, "engine", None), "tokenizer", None)
-    if tokenizer is None:
-        return None
+def _sampling_settings(args: argparse.Namespace, run: object | None) -> tuple[int, float]:
+    """The reply length and temperature: the flags, else the run's evaluation settings
+    (``--config``), else the defaults; a flag that differs from the run's is said."""
+    if run is None:
+        max_tokens = args.max_tokens if args.max_tokens is not None else DEFAULT_MAX_TOKENS
+        return max_tokens, args.temperature if args.temperature is not None else 0.0
+    theirs = {
+        "max_tokens": run.eval.max_tokens or run.rollout.max_tokens,
+        "temperature": run.eval.temperature,
+    }
+    flags = {"max_tokens": args.max_tokens, "temperature": args.temperature}
+    for key, value in flags.items():
+        if value is not None and value != theirs[key]:
+            print(
+                f"agentgym eval: --{key.replace('_', '-')} {value} differs from the run's "
+                f"{theirs[key]} ({args.config}): the scores will not be comparable with its "
+                "evaluations.",
+                file=sys.stderr,
+            )
+    return (
+        flags["max_tokens"] if flags["max_tokens"] is not None else theirs["max_tokens"],
+        flags["temperature"] if flags["temperature"] is not None else theirs["temperature"],
+    )
+
+
+def _run_counter(policy: object, run: object):
+    """The token counter the run's envs used: its model tokenizer's (an hf: policy's
+    own, or the one saved with the run's ``model.path`` for any other policy), else
+    None (the envs' documented approximation, said on stderr)."""
     from agentgym import counter_from_tokenizer
 
+    tokenizer = getattr(getattr(policy, "engine", None), "tokenizer", None)
+    path = getattr(run.model, "path", None)
+    if tokenizer is None and path and (Path(path) / "tokenizer_config.json").is_file():
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer is None:
+        print(
+            "agentgym eval: the run's tokenizer is not on disk (model.path); token counts "
+            "use the approximation, which may score differently from training.",
+            file=sys.stderr,
+        )
+        return None
     return counter_from_tokenizer(tokenizer)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 #: each command's override examples; tests/agentgym/test_help_examples.py loads them
@@ -185,8 +186,18 @@ def cmd_train(args: argparse.Namespace) -> int:
     finally:
         shutdown(trainer.dist, wait_for_all=ok)
     if trainer.dist.is_main:
-        print(f"[agentgym train] done: {cfg.run.output_dir} (metrics.jsonl, checkpoints/, plots/)")
+        print(f"[agentgym train] done: {_written(cfg.run.output_dir)}")
     return 0
+
+
+def _written(folder: str) -> str:
+    """The run folder and what the run left in it (of metrics.jsonl, checkpoints/,
+    plots/): only what is there."""
+    parts = ["metrics.jsonl", "checkpoints", "plots"]
+    there = [
+        p + ("/" if p != "metrics.jsonl" else "") for p in parts if (Path(folder) / p).exists()
+    ]
+    return f"{folder} ({', '.join(there)})" if there else f"{folder} (no steps were run)"
 
 
 def _prepare(args: argparse.Namespace, cfg: Any, command: str) -> bool:

@@ -223,7 +223,7 @@ def test_a_value_based_run_trains_both_adapters_and_not_the_base(
     assert trainer.learner.updates == 2
 
 
-def test_value_pretraining_trains_only_the_critic(tmp_path, toy_envs_registered):
+def test_value_pretraining_trains_only_the_critic(tmp_path, toy_envs_registered, capsys):
 
     cfg = load_config(
         TrainConfig,
@@ -240,6 +240,8 @@ def test_value_pretraining_trains_only_the_critic(tmp_path, toy_envs_registered)
     before = {n: p.detach().clone() for n, p in params.items()}
     rows = trainer.pretrain_critic()
     assert [r["pretrain_step"] for r in rows] == [1, 2, 3]
+    said = capsys.readouterr().err  # a person waiting sees what runs, before it runs
+    assert said.index("value pretraining: up to 3 round(s)") < said.index("3 round(s), explained")
     changed = {n for n, p in params.items() if not torch.equal(before[n], p.detach())}
     assert changed and all(f".{ADAPTER}." in n or "value_head" in n for n in changed)
     trainer.close()

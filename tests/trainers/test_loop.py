@@ -350,3 +350,12 @@ def test_every_loss_trains_from_the_config(tmp_path, toy_envs_registered, loss):
     ):
         assert key in last and last[key] >= 0.0
     assert 0.0 <= last["charts/tis_truncated_share"] <= 1.0
+
+
+def test_the_round_cap_message_is_said_in_full_once(tmp_path, toy_envs_registered, capsys):
+    env = "envs=[{id: agentgym-test/EvenChars-v0, kwargs: {constant_reward: 0.5}}]"
+    cfg = _cfg(tmp_path, env, "run.max_steps=3", "algorithm.max_generation_rounds=1")
+    DAPOTrainer(cfg).train()
+    err = capsys.readouterr().err
+    assert err.count("Raise algorithm.max_generation_rounds") == 1, err
+    assert err.count("dynamic sampling ran out of rounds again") == 2, err

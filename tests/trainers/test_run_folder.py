@@ -19,9 +19,10 @@ from agentgym.trainers.logging import read_jsonl
 from agentgym.trainers.run_folder import clean_failed_start, describe_run, prepare_run_folder
 
 HELPERS = Path(__file__).resolve().parents[1] / "helpers"
+REPO = Path(__file__).resolve().parents[2]
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HELPERS), env.get("PYTHONPATH")]))
     return subprocess.run(
@@ -30,6 +31,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=600,
         env=env,
+        cwd=cwd,
     )
 
 
@@ -98,8 +100,11 @@ def test_a_failed_start_leaves_no_folder_and_a_missing_model_names_its_command(t
     )
     _error(r, "does not exist", "agentgym sft configs/quickstart_sft.yaml")
     assert not out.exists()
-    # the shipped configs say which command writes their model
-    r = cli("train", "configs/quickstart_dapo.yaml", f"run.output_dir={out}")
+    # the shipped configs say which command writes their model; run from a scratch folder,
+    # so that the config's relative model.path never finds a model the quickstart wrote
+    # in the checkout (the README's two commands pass in either order)
+    config = REPO / "configs" / "quickstart_dapo.yaml"
+    r = cli("train", str(config), f"run.output_dir={out}", cwd=tmp_path)
     _error(r, "It is written by `agentgym sft configs/quickstart_sft.yaml`")
     assert not out.exists()
 

@@ -413,3 +413,26 @@ def test_the_base_is_placed_on_the_device_and_in_the_dtype_asked_for(trained):
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="torch sees no GPU"):
             load_served_models(str(base), device="cuda")
+
+
+def test_hf_and_openai_policies_score_alike_with_the_runs_settings(trained, server, capsys):
+    """``eval --config RUN/config.yaml`` applies the run's envs, reply length and
+    temperature to every policy kind: the adapter in-process (``hf:``) and the same
+    adapter behind ``agentgym serve`` (``openai:``) give the same greedy episodes."""
+    base, adapter = trained
+    config = adapter.parents[2] / "config.yaml"  # the run's: rollout.max_tokens=8
+    results = {}
+    for kind, policy in (
+        ("hf", f"hf:{base}@{adapter}"),
+        ("openai", f"openai:{ADAPTER}@{server.url}"),
+    ):
+        args = ["eval", "--config", str(config), "--policy", policy, "--episodes", "4", "--json"]
+        assert main(args) == 0
+        results[kind] = json.loads(capsys.readouterr().out)
+    hf, served = results["hf"], results["openai"]
+    assert hf["mean_reward"] == served["mean_reward"]
+    assert hf["mean_policy_tokens"] == served["mean_policy_tokens"] <= 8  # the run's length
+    # an explicit flag wins, and the difference from the run is said
+    assert main(["eval", "--config", str(config), "--policy", "random", "--max-tokens", "3",
+                 "--episodes", "1", "--json"]) == 0  # fmt: skip
+    assert "--max-tokens 3 differs from the run's 8" in capsys.readouterr().err

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from test_run_folder import _train_args, cli
 
-from agentgym.trainers.logging import SampleLog, read_jsonl, train_summary
+from agentgym.trainers.logging import SampleLog, progress_stats, read_jsonl, train_summary
 
 
 def test_a_run_shows_what_the_model_wrote_and_how_training_goes(tmp_path):
@@ -67,5 +67,28 @@ def test_eval_shows_progress(tmp_path):
     args = _train_args(out, "run.progress=true", "eval.at_ends=true", "eval.num_tasks=3")
     r = cli(*args)
     assert r.returncode == 0, r.stderr[-4000:]
-    assert r.stderr.count("[eval] 3/3 episodes") == 2, r.stderr  # before and after training
+    # before and after training, each saying which evaluation it is
+    assert r.stderr.count("[eval (after step 0)] 3/3 episodes") == 1, r.stderr
+    assert r.stderr.count("[eval (after step 1)] 3/3 episodes") == 1, r.stderr
     assert (out / "eval_table.md").is_file() and "trained steps 1-1" in r.stdout
+
+
+def test_the_summary_says_when_updates_were_skipped():
+    rows = [{"step": s, "charts/reward": 0.5, "charts/update_skipped": 1} for s in (1, 2, 3)]
+    text = train_summary(rows, "runs/x")
+    assert "without a single update" in text and "trained steps" not in text
+    rows[1]["charts/update_skipped"] = 0
+    assert "ran steps 1-3, 1 with an update (2 skipped)" in train_summary(rows, "runs/x")
+
+
+def test_progress_lines_leave_out_figures_that_are_not_numbers():
+    stats = progress_stats({"charts/reward": float("nan"), "losses/total": 0.5})
+    assert stats == {"loss": 0.5}
+
+
+def test_a_run_of_no_steps_does_not_list_checkpoints(tmp_path):
+    out = tmp_path / "run"
+    r = cli(*_train_args(out, "run.max_steps=0", "eval.at_ends=false"))
+    assert r.returncode == 0, r.stderr[-4000:]
+    done = [line for line in r.stdout.splitlines() if "[agentgym train] done:" in line]
+    assert done and "checkpoints/" not in done[0], r.stdout
