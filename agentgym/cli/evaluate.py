@@ -62,7 +62,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     add_env_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--out", default=None, help="write the episodes to this JSONL file")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="write the episodes to this JSONL file (its folder is made; NAME.meta.json "
+        "beside it records the policy and settings)",
+    )
     p.add_argument(
         "--retries",
         type=int,
@@ -137,7 +142,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     policy = make_policy(args.policy)
     counter = _run_counter(policy, run) if run is not None else None
     if args.out:
-        open(args.out, "w").close()  # a fresh file per run
+        _start_out(args, [env_id for env_id, _ in targets], seed)
     rc, summaries = 0, []
     for env_id, kwargs in targets:
         if counter is not None and "count_tokens" not in kwargs:
@@ -148,6 +153,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summaries[0] if len(summaries) == 1 else summaries))
     return rc
+
+
+def _start_out(args: argparse.Namespace, env_ids: list[str], seed: int) -> None:
+    """A fresh ``--out`` file (its folder made), and beside it ``NAME.meta.json``: the
+    policy and settings that played it (``agentgym episodes export`` reads the policy)."""
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("")  # a fresh file per run
+    meta = {
+        "command": "agentgym eval",
+        "policy": args.policy,
+        "envs": env_ids,
+        "first_seed": seed,
+        "episodes": args.episodes,
+        "group_size": args.group_size,
+        "max_tokens": args.max_tokens,
+        "temperature": args.temperature,
+    }
+    out.with_suffix(".meta.json").write_text(json.dumps(meta, indent=1) + "\n")
 
 
 def _targets(args: argparse.Namespace) -> tuple[list[tuple[str, dict]], object | None]:

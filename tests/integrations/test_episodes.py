@@ -105,3 +105,57 @@ def test_cli_exports_a_run_folder(tmp_path, capsys):
     )
     _same(episodes_from_dataset(load_from_disk(str(tmp_path / "ds"))), read_episodes(out))
     assert main(["episodes", "export", str(tmp_path / "nothing_here")]) == 2
+
+
+def test_a_folder_export_takes_every_episode_file_and_a_runs_samples_with_their_policy(
+    tmp_path, capsys
+):
+    """Any JSONL of episodes counts (not only *episodes*.jsonl), a training run's
+    samples.jsonl too, and each row says which policy played it and from which file."""
+    import pyarrow.parquet as pq
+    import trainer_toy_envs
+
+    from agentgym.trainers.logging import SampleLog
+
+    trainer_toy_envs.register()
+    root = tmp_path / "results"
+    # `eval --out` into a folder that does not exist yet, under a name of the user's
+    out = root / "evals" / "oracle_run.jsonl"
+    argv = ["eval", "agentgym-test/TwoPart-v0", "--episodes", "2", "--out", str(out)]
+    assert main([*argv, "--policy", "oracle"]) == 0
+    assert len(read_episodes(out)) == 2
+    # a training run's samples.jsonl, as the trainer writes it
+    run = root / "train_run"
+    played = _episodes()[:4]
+    log = SampleLog(run / "samples.jsonl", per_step=2)
+    log.write_step(3, played, played, [0.5] * 4)
+    (run / "metrics.jsonl").write_text('{"step": 3, "charts/reward": 1.0}\n')  # skipped
+    (run / "config.yaml").write_text("run: {}\n")
+
+    assert main(["episodes", "export", str(root)]) == 0
+    err = capsys.readouterr().err
+    assert "4 episodes (12 turns) from 2 file(s)" in err and "oracle" in err
+    table = pq.read_table(root / "episodes.parquet").to_pylist()
+    by_source = {}
+    for row in table:
+        by_source.setdefault(row["source"], []).append(row)
+    assert set(by_source) == {"evals/oracle_run.jsonl", "train_run/samples.jsonl"}
+    assert {r["policy"] for r in by_source["evals/oracle_run.jsonl"]} == {"oracle"}
+    samples = by_source["train_run/samples.jsonl"]
+    assert {r["policy"] for r in samples} == {f"train:{run}"}
+    assert [json.loads(r["metrics"])["step"] for r in samples] == [3, 3]
+    first = samples[0]["conversations"][0]["turns"][0]
+    assert first["completion"]["text"] == "aaa" and first["messages"][0]["content"]
+
+
+def test_export_errors_say_what_is_wrong(tmp_path):
+    from agentgym import ConfigError
+    from agentgym.trainers.integrations import find_episode_files
+
+    with pytest.raises(ConfigError, match="does not exist"):
+        find_episode_files(tmp_path / "no_such_folder")
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
+    with pytest.raises(ConfigError, match="not a file of episodes"):
+        find_episode_files(tmp_path / "metrics.jsonl")
+    assert find_episode_files(tmp_path) == []
+    assert main(["episodes", "export", str(tmp_path)]) == 2

@@ -7,7 +7,9 @@
   (:mod:`.episodes`): :func:`write_episodes_parquet`, :func:`read_episodes_parquet`,
   :func:`episodes_to_dataset`, :func:`episodes_from_dataset`, :func:`episodes_to_table`,
   :func:`episodes_from_table`, :func:`episode_schema`; the episode files of a run folder:
-  :func:`find_episode_files`, :func:`iter_run_episodes`.
+  :func:`find_episode_files`, :func:`iter_run_episodes`, :func:`run_episodes_table` (with
+  each row's policy and source file), :func:`sample_episode` (a training run's
+  ``samples.jsonl`` row).
 
 See docs/integrations.md.
 """
@@ -28,6 +30,8 @@ _LAZY = {
     "episodes_from_dataset": "agentgym.trainers.integrations.episodes",
     "find_episode_files": "agentgym.trainers.integrations.episodes",
     "iter_run_episodes": "agentgym.trainers.integrations.episodes",
+    "run_episodes_table": "agentgym.trainers.integrations.episodes",
+    "sample_episode": "agentgym.trainers.integrations.episodes",
 }
 
 
