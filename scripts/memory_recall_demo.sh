@@ -42,11 +42,8 @@ echo "[memory_recall] stage 2/2: multi-conversation DAPO"
 import json, sys, time
 from pathlib import Path
 
-from agentgym.policies import OraclePolicy
-from agentgym.rollouts import rollout
-from agentgym.trainers.common import env_kwargs
-from agentgym.trainers.config import TrainConfig, load_config
-from agentgym.trainers.models import load_model
+from agentgym import OraclePolicy, load_config, rollout
+from agentgym.trainers import TrainConfig, env_kwargs, load_model
 
 run, start, sft_end = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 cfg = load_config(TrainConfig, run / "dapo" / "config.yaml")

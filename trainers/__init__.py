@@ -43,6 +43,7 @@ _LAZY = {
     "RolloutConfig": "agentgym.trainers.config",
     "Learner": "agentgym.trainers.learner",
     "env_corpus": "agentgym.trainers.env_setup",
+    "env_kwargs": "agentgym.trainers.env_setup",
     "evaluate_async": "agentgym.trainers.evaluation",
     "eval_table": "agentgym.trainers.evaluation",
     "read_jsonl": "agentgym.trainers.logging",
