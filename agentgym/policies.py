@@ -150,7 +150,8 @@ class OpenAIPolicy:
     are requested when ``sampling.logprobs`` is set and returned when the server sends
     them. Connection errors, timeouts, HTTP 408/409/429 and 5xx are retried with
     exponential backoff and jitter; other HTTP errors fail at once with the server's
-    message.
+    message, and so does a refused connection before the server ever answered this
+    client (nothing listens at the URL: waiting would not help).
 
     Args:
         model: the model name the server expects.
@@ -202,6 +203,7 @@ class OpenAIPolicy:
         self._sem: asyncio.Semaphore | None = None
         self._max_concurrency = max_concurrency
         self._clients: dict[int, Any] = {}
+        self._reached = False  # the server has answered at least once
         self.name = f"openai:{model}"
 
     def _client(self):
@@ -253,8 +255,14 @@ class OpenAIPolicy:
                 try:
                     resp = await client.post("/chat/completions", json=body)
                 except (httpx.TransportError, httpx.TimeoutException) as e:
+                    if isinstance(e, httpx.ConnectError) and not self._reached:
+                        raise PolicyError(
+                            f"nothing answers at {self.base_url} ({e}). Is the server running "
+                            "(e.g. agentgym serve --model ...) and is the URL right?"
+                        ) from e
                     last_error = f"{type(e).__name__}: {e}"
                     continue
+                self._reached = True
                 if resp.status_code in self.RETRY_STATUS:
                     last_error = f"HTTP {resp.status_code}: {resp.text[:300]}"
                     continue

@@ -122,6 +122,35 @@ def test_openai_client_times_out_and_gives_up_after_retries():
         )
 
 
+def test_openai_client_fails_at_once_where_nothing_listens(monkeypatch):
+    with ChatServer() as srv:  # a port that was just freed: connections are refused
+        url = srv.url
+    slept = []
+
+    async def no_sleep(seconds):
+        slept.append(seconds)
+
+    monkeypatch.setattr("agentgym.policies.asyncio.sleep", no_sleep)
+    with pytest.raises(PolicyError, match=r"nothing answers at .*Is the server running"):
+        asyncio.run(OpenAIPolicy("m", url, max_retries=4)(MSGS, SamplingParams()))
+    assert slept == []  # no backoff: waiting would not bring a server up
+
+
+def test_openai_client_retries_a_refused_connection_once_it_was_reached():
+    with ChatServer() as srv:
+        policy = OpenAIPolicy("m", srv.url, max_retries=2, backoff=0.01)
+
+        async def twice():
+            first = await policy(MSGS, SamplingParams())
+            srv.httpd.shutdown()
+            srv.httpd.server_close()  # the server goes away (a restart)
+            with pytest.raises(PolicyError, match="after 3 attempts"):
+                await policy(MSGS, SamplingParams())
+            return first
+
+        assert asyncio.run(twice()).text == "4"
+
+
 def test_openai_client_handles_many_concurrent_requests():
     with ChatServer() as srv:
         policy = OpenAIPolicy("m", srv.url, max_concurrency=4)
