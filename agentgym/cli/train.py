@@ -37,8 +37,11 @@ def _overrides_help(examples: tuple[str, ...]) -> str:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
-        help="all-sync DAPO with LoRA on one or more environments",
-        description="Train a policy with all-sync DAPO (LoRA). See docs/trainer.md.",
+        help="RL with LoRA (DAPO, PPO, VAPO, T-PPO, ...) on one or more environments",
+        description="Train a policy with LoRA by all-sync RL: DAPO (the default), PPO, "
+        "VAPO or T-PPO (algorithm.name), or a registered loss and advantage "
+        "(algorithm.loss: dapo, ppo, gspo, cispo, reinforce, apo; algorithm.advantage: "
+        "grpo, drgrpo, rloo, reinforce++, apo, apo_group, gae). See docs/trainer.md.",
     )
     p.add_argument("config", nargs="?", help="YAML config file (omit to use the defaults)")
     p.add_argument(
@@ -85,13 +88,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sft",
         help="supervised warm start on worked solutions or oracle turns of the envs",
-        description="Supervised fine-tuning on examples the environments provide. See docs/trainer.md.",
+        description="Supervised fine-tuning on examples the environments provide; writes "
+        "RUN/model for `agentgym train model.path=RUN/model`, a checkpoint every "
+        "train.save_every steps, plots/. A first Ctrl-C / SIGTERM stops after the step with "
+        "a checkpoint; --resume continues. See docs/trainer.md.",
     )
     p.add_argument("config", nargs="?", help="YAML config file (omit to use the defaults)")
     p.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE", help=_overrides_help(SFT_OVERRIDE_EXAMPLES)
     )
-    _run_folder_flags(p, resume=False)
+    _run_folder_flags(p, resume=True)
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     p.set_defaults(func=cmd_sft)
 
@@ -160,6 +166,11 @@ def cmd_train(args: argparse.Namespace) -> int:
                 "--nproc/--nnodes need a sharded strategy: add distributed.strategy=deepspeed "
                 "or distributed.strategy=fsdp2."
             )
+        from agentgym.trainers import Layout
+
+        layout = Layout.from_config(cfg.distributed)  # once, here: not once per rank
+        if not layout.is_default:
+            layout.check_world((args.nproc or 1) * args.nnodes)
         return _launch(args, config, overrides, cfg, _prepare(args, cfg, "train"))
 
     from agentgym.health import RunStopped
@@ -279,12 +290,16 @@ def cmd_sft(args: argparse.Namespace) -> int:
     if args.print_config:
         _print_config(cfg)
         return 0
+    from agentgym.health import RunStopped
     from agentgym.trainers import clean_failed_start, folder_state, run_sft
 
     existed = folder_state(cfg.run.output_dir)
-    _prepare(args, cfg, "sft")
+    resume = _prepare(args, cfg, "sft")
     try:
-        run_sft(cfg)
+        run_sft(cfg, resume=resume)
+    except RunStopped as e:  # a SIGTERM / Ctrl-C: stopped after a step, with a checkpoint
+        print(f"[agentgym sft] {e}", file=sys.stderr)
+        return e.exit_code
     except BaseException:
         if clean_failed_start(cfg.run.output_dir, existed):
             print(f"[agentgym sft] removed {cfg.run.output_dir}: the run did not start")

@@ -143,3 +143,14 @@ def test_the_rules_as_functions(tmp_path):
     kept.mkdir()
     (kept / "metrics.jsonl").write_text("{}\n")
     assert not clean_failed_start(kept, existed=False) and kept.exists()
+
+
+def test_a_layout_that_does_not_fit_the_processes_is_said_once_before_anything_starts(tmp_path):
+    out = tmp_path / "run"
+    r = cli(
+        *_train_args(out, "distributed.strategy=fsdp2", "distributed.dp_shard=2"), "--nproc", "3"
+    )
+    _error(r, "= 2 processes, but this run has 3: launch with --nproc 2")
+    assert r.stderr.count("processes, but this run has") == 1, r.stderr
+    assert "--resume" not in r.stderr
+    assert not out.exists()  # no health/, no run.lock left behind
