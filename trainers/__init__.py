@@ -83,6 +83,7 @@ _LAZY = {
     "vllm_lora_rank": "agentgym.trainers.engines",
     "RolloutEngine": "agentgym.trainers.engines",
     "make_engine": "agentgym.trainers.engines",
+    "resolve_adapter": "agentgym.trainers.engines",
     # the policy losses by name and the device mesh (the planner sizes the same runs)
     "POLICY_LOSSES": "agentgym.trainers.algorithm",
     "Layout": "agentgym.trainers.parallel",

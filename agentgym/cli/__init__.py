@@ -34,7 +34,8 @@ SUBCOMMANDS: tuple[str, ...] = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentgym",
-        description="Agentic multi-conversation environments and an all-sync DAPO trainer.",
+        description="Agentic multi-conversation environments and an all-sync RL trainer "
+        "(DAPO, PPO, VAPO, T-PPO) for LLM agents.",
     )
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -28,7 +28,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="oracle | random | scripted:MODULE:FUNC | openai:MODEL[@URL] | hf:PATH[@ADAPTER]",
     )
     p.add_argument("--label", help="name shown on the leaderboard (default: the policy spec)")
-    p.add_argument("--concurrency", type=int, default=8, help="episodes in flight at once")
+    p.add_argument(
+        "--concurrency", type=int, default=8, help="episodes in flight at once (default: 8)"
+    )
     p.add_argument(
         "--out", default=None, help="results root (default bench_results; perf: perf_report.md)"
     )
@@ -43,13 +45,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--only", action="append", default=[], metavar="NAME", help="perf: run only these"
     )
     g.add_argument(
-        "--timeout", type=float, default=1800.0, help="perf: seconds per benchmark module"
+        "--timeout",
+        type=float,
+        default=1800.0,
+        help="perf: seconds per benchmark module (default: 1800)",
     )
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser(
         "leaderboard",
         help="build the leaderboard (Markdown + static HTML) from a results folder",
+        description="Rank every result.json under RESULTS_DIR (agentgym bench runs) by "
+        "its suite's primary metric, per suite and suite version, ties broken by fewer "
+        "tokens; write OUT/leaderboard.md and OUT/index.html (one self-contained page: "
+        "sortable tables and a score-against-tokens plot). Partial runs are left out "
+        "unless --include-partial.",
     )
     p.add_argument("results_dir", help="folder holding result.json files (searched recursively)")
     p.add_argument("--out", required=True, help="site folder for index.html and leaderboard.md")

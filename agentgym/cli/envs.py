@@ -9,25 +9,54 @@ from typing import Any
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("list", help="list the registered agentgym environments")
+    p = sub.add_parser(
+        "list",
+        help="list the registered agentgym environments",
+        description="List every registered agentgym environment (built in, or from an "
+        "installed plugin package) with where it comes from and its entry point.",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("info", help="show an environment's spec sheet and arguments")
-    p.add_argument("env_id")
+    p = sub.add_parser(
+        "info",
+        help="show an environment's spec sheet and arguments",
+        description="Print an environment's spec sheet (its docstring: description, "
+        "action, observation, rewards, episode end, arguments, version history) and the "
+        "keyword arguments it is registered with.",
+    )
+    p.add_argument("env_id", help=_ENV_ID_HELP)
     p.set_defaults(func=cmd_info)
 
-    p = sub.add_parser("check-env", help="run the environment checker on an environment")
-    p.add_argument("env_id")
-    p.add_argument("--seed", type=int, default=0)
+    p = sub.add_parser(
+        "check-env",
+        help="run the environment checker on an environment",
+        description="Make the environment and run Gymnasium's checker and agentgym's "
+        "text-env contract on it (spaces, reset/step, same seed + same actions gives the "
+        "same episode, memory turns, render and close); exit status 1 on a failure.",
+    )
+    p.add_argument("env_id", help=_ENV_ID_HELP)
+    p.add_argument(
+        "--seed", type=int, default=0, help="reset seed of the checked episodes (default: 0)"
+    )
     add_env_args(p)
     p.set_defaults(func=cmd_check_env)
 
-    p = sub.add_parser("play", help="play an environment yourself: type the actions")
-    p.add_argument("env_id")
-    p.add_argument("--seed", type=int, default=None)
+    p = sub.add_parser(
+        "play",
+        help="play an environment yourself: type the actions",
+        description="Play an episode yourself in the terminal: each observation is "
+        "printed and you type the reply (end it with a line holding only '.'; Ctrl-D "
+        "quits); the reward and its breakdown are shown at the end.",
+    )
+    p.add_argument("env_id", help=_ENV_ID_HELP)
+    p.add_argument("--seed", type=int, default=None, help="reset seed (default: a random task)")
     add_env_args(p)
     p.set_defaults(func=cmd_play)
+
+
+#: the env id argument's help
+_ENV_ID_HELP = "a registered env id, e.g. agentgym/MemoryRecall-v0 (see `agentgym list`)"
 
 
 def add_env_args(p: argparse.ArgumentParser) -> None:
@@ -77,7 +106,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    width = max((len(r["id"]) for r in rows), default=10)
+    width = max((len(r["id"]) for r in rows), default=0)
+    width = max(width, len("ENV ID"))
+    print(f"{'ENV ID':<{width}}  {'FROM':<20}  ENTRY POINT")
     for r in rows:
         src = f"plugin {r['plugin']}" if r["plugin"] else "built-in"
         print(f"{r['id']:<{width}}  {src:<20}  {r['entry_point']}")

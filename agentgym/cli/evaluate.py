@@ -37,17 +37,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--policy",
         default="oracle",
-        help="oracle | random | scripted:MODULE:FUNC | openai:MODEL[@URL] | hf:PATH[@ADAPTER]",
+        help="oracle | random | scripted:MODULE:FUNC | openai:MODEL[@URL] | hf:PATH[@ADAPTER] "
+        "(default: oracle, the env's reference solution, not a model)",
     )
-    p.add_argument("--episodes", type=int, default=8, help="number of tasks (seeds)")
+    p.add_argument(
+        "--episodes", type=int, default=8, help="number of tasks (seeds) (default: %(default)s)"
+    )
     p.add_argument(
         "--seed",
         type=int,
         default=None,
         help="first reset seed (default: the held-out split, eval.seed_start with --config)",
     )
-    p.add_argument("--group-size", type=int, default=1, help="samples per task")
-    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument(
+        "--group-size", type=int, default=1, help="samples per task (default: %(default)s)"
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=8,
+        help="episodes in flight at once (default: %(default)s)",
+    )
     p.add_argument(
         "--max-tokens",
         type=int,
@@ -74,7 +84,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=2,
         help="play an episode that failed for infrastructure reasons (sandbox, grader, "
         "endpoint) again up to this many times; still failing, it is reported and not "
-        "scored, and the exit status is 1",
+        "scored, and the exit status is 1 (default: %(default)s)",
     )
     p.add_argument(
         "--episode-timeout",

@@ -238,8 +238,16 @@ def write_package(name: str, directory: str | Path | None = None, *, force: bool
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("new-env", help="write an installable package for a new environment")
-    p.add_argument("name", help="e.g. word-ladder")
+    p = sub.add_parser(
+        "new-env",
+        help="write an installable package for a new environment",
+        description="Write a small installable Python package for a new environment: a "
+        "ConversationEnv subclass with its spec-sheet docstring, its registration "
+        "(agentgym/NAME-v0 through the agentgym.envs entry points), a test that runs the "
+        "checker, and a pyproject.toml; `pip install -e DIR` makes it show in "
+        "`agentgym list`. See docs/authoring.md.",
+    )
+    p.add_argument("name", help="the env's name, e.g. word-ladder")
     p.add_argument("--dir", default=None, help="target directory (default: ./NAME)")
     p.add_argument("--force", action="store_true", help="write into a non-empty directory")
     p.set_defaults(func=cmd_new_env)

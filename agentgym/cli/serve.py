@@ -34,11 +34,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="NAME=PATH",
-        help="serve the peft adapter in PATH (e.g. a checkpoint's adapter/) as model NAME; "
-        "repeatable",
+        help="serve a peft adapter as model NAME; PATH is the adapter folder, a checkpoint, "
+        "RUN/checkpoints/latest or a run folder (its latest checkpoint's adapter, as "
+        "hf:MODEL@RUN finds it); repeatable",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0: any free one)")
     p.add_argument(
         "--served-model-name", default=None, help="the base model's name (default: --model)"
     )
@@ -87,15 +88,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def parse_lora(specs: list[str]) -> list[tuple[str, str]]:
-    """``NAME=PATH`` pairs, checked."""
+    """``NAME=PATH`` pairs, checked; each PATH resolved to its adapter folder the way
+    ``hf:MODEL@ADAPTER`` resolves one (a checkpoint, ``RUN/checkpoints/latest`` or a run
+    folder: its latest checkpoint's ``adapter/``)."""
+    from agentgym.trainers import resolve_adapter
+
     out = []
     for spec in specs:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
             raise ConfigError(
-                f"--lora {spec!r}: write it as NAME=PATH (e.g. math=runs/dapo/adapter)."
+                f"--lora {spec!r}: write it as NAME=PATH (e.g. math=runs/dapo, a run folder, "
+                "or math=runs/dapo/checkpoints/step_000010/adapter)."
             )
-        out.append((name, path))
+        try:
+            folder = resolve_adapter(path)
+        except ConfigError as e:
+            raise ConfigError(f"--lora {spec}: {e}") from e
+        out.append((name, str(folder)))
     return out
 
 

@@ -235,3 +235,75 @@ def test_eval_counts_an_episode_scored_after_a_retry(tmp_path):
     summary = json.loads(r.stdout)
     assert summary["episodes"] == 4 and summary["failed"] == 0
     assert summary["retried"] == 1 and summary["retried_by_reason"] == {"injected": 1}
+
+
+def _subparsers():
+    import argparse
+
+    from agentgym.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return parser, sub.choices
+
+
+def test_every_command_says_what_it_does_and_shows_its_defaults():
+    """Each command has a description; every option with a default says it in --help
+    (eval's --policy silently defaulted to the oracle)."""
+    import argparse
+
+    _, commands = _subparsers()
+    assert {"list", "info", "check-env", "play", "new-env", "leaderboard", "eval"} <= set(commands)
+    missing = [name for name, p in commands.items() if not (p.description or "").strip()]
+    assert not missing, f"no description: {missing}"
+    hidden = []
+    for name, p in commands.items():
+        for action in p._actions:
+            default = action.default
+            if default in (None, False, [], argparse.SUPPRESS):
+                continue
+            shown = action.help or ""
+            shown = shown % {"default": default} if "%(" in shown else shown
+            if "default" not in shown and str(default) not in shown:
+                hidden.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
+    assert not hidden, f"defaults not shown: {hidden}"
+    eval_help = commands["eval"].format_help()
+    assert "default: oracle" in " ".join(eval_help.split())
+
+
+def test_train_is_described_by_the_algorithms_it_runs():
+    parser, commands = _subparsers()
+    for text in (commands["train"].description, parser.description):
+        assert all(a in text for a in ("DAPO", "PPO", "VAPO", "T-PPO")), text
+
+
+def test_list_has_a_header():
+    r = cli("list")
+    assert r.returncode == 0, r.stderr
+    header, *rows = r.stdout.splitlines()
+    assert header.split() == ["ENV", "ID", "FROM", "ENTRY", "POINT"]
+    assert any(row.startswith("agentgym/MemoryRecall-v0") for row in rows)
+
+
+def test_serve_lora_takes_a_run_folder_as_hf_model_at_run_does(tmp_path):
+    """``serve --lora NAME=RUN`` names the run's latest checkpoint's adapter, through the
+    one resolution ``hf:MODEL@RUN`` uses."""
+    from agentgym.cli.serve import parse_lora
+
+    ckpts = tmp_path / "run" / "checkpoints"
+    for step in (1, 2):
+        adapter = ckpts / f"step_{step:06d}" / "adapter"
+        adapter.mkdir(parents=True)
+        (adapter / "adapter_config.json").write_text("{}")
+        (adapter.parent / "trainer_state.json").write_text("{}")
+    (ckpts / "latest").write_text("step_000002")
+    newest = ckpts / "step_000002" / "adapter"
+    assert parse_lora([f"concise={tmp_path / 'run'}", f"exact={newest}"]) == [
+        ("concise", str(newest)),
+        ("exact", str(newest)),
+    ]
+    assert parse_lora([f"old={ckpts / 'step_000001'}"]) == [
+        ("old", str(ckpts / "step_000001" / "adapter"))
+    ]
+    with pytest.raises(ConfigError, match=r"--lora x=.*nowhere: no peft adapter.*run folder"):
+        parse_lora([f"x={tmp_path / 'nowhere'}"])

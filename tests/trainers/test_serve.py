@@ -281,6 +281,21 @@ def test_unloading_every_adapter_gives_back_the_base_model(trained):
         served.close()
 
 
+def test_lora_names_a_run_folder_as_hf_model_at_run_does(trained):
+    """``--lora NAME=RUN`` serves the run's latest checkpoint's adapter."""
+    from agentgym.cli.serve import parse_lora
+    from agentgym.serve import load_served_models
+
+    base, adapter = trained
+    run = adapter.parent.parent.parent  # RUN/checkpoints/step_000002/adapter
+    served = load_served_models(str(base), loras=parse_lora([f"latest={run}"]))
+    try:
+        assert served.names() == [str(base), "latest"]
+        assert served.adapters["latest"] == str(adapter)
+    finally:
+        served.close()
+
+
 def test_an_adapter_for_another_model_is_refused_and_leaves_the_base_alone(trained, tmp_path):
     from peft import LoraConfig, get_peft_model
 

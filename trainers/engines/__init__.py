@@ -19,7 +19,8 @@ What the rest of agentgym takes from here; the modules inside are the package's 
   :func:`write_peft_adapter`, :func:`adapter_config_dict`, :func:`infer_adapter_config`,
   :func:`is_3d_moe_adapter`, :func:`vllm_lora_rank`, :data:`VLLM_LORA_RANKS`; :func:`import_vllm`;
 * measuring an engine against the learner: :func:`logprob_mismatch` (:mod:`.mismatch`);
-* ``hf:PATH[@ADAPTER]`` policies: :func:`policy_from_spec` (:mod:`.spec`).
+* ``hf:PATH[@ADAPTER]`` policies: :func:`policy_from_spec`, and :func:`resolve_adapter`
+  (an adapter named by its folder, checkpoint or run; :mod:`.spec`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ _LAZY = {
     "VLLMEngineOptions": "agentgym.trainers.engines.options",
     "engine_options": "agentgym.trainers.engines.options",
     "policy_from_spec": "agentgym.trainers.engines.spec",
+    "resolve_adapter": "agentgym.trainers.engines.spec",
     "VLLMEngine": "agentgym.trainers.engines.vllm",
     "import_vllm": "agentgym.trainers.engines.vllm",
     "vllm_llm_kwargs": "agentgym.trainers.engines.vllm",

@@ -26,7 +26,10 @@ def policy_from_spec(spec: str, *, seed: int = 0, **kwargs: Any) -> Any:
     path, _, adapter = spec.partition("@")
     if not path:
         raise ConfigError("hf: policy needs a model path: use 'hf:PATH' or 'hf:PATH@ADAPTER'.")
-    adapter_dir = resolve_adapter(adapter) if adapter else None
+    try:
+        adapter_dir = resolve_adapter(adapter) if adapter else None
+    except ConfigError as e:
+        raise ConfigError(f"hf: {e}") from e
     model, tokenizer = load_model(path)
     model = place_model(model)  # before the adapter: peft puts it on the base's device
     if adapter_dir is not None:
@@ -43,7 +46,8 @@ def policy_from_spec(spec: str, *, seed: int = 0, **kwargs: Any) -> Any:
 def resolve_adapter(where: str) -> Path:
     """The peft adapter folder ``where`` names: the folder itself, a checkpoint
     (``.../step_000003``: its ``adapter/``), ``RUN/checkpoints/latest``, or a run folder
-    (its latest checkpoint's adapter)."""
+    (its latest checkpoint's adapter). ``hf:MODEL@ADAPTER`` and ``agentgym serve --lora
+    NAME=PATH`` both name adapters this way."""
     from agentgym.trainers.checkpoint import latest_checkpoint
 
     p = Path(where)
@@ -60,6 +64,6 @@ def resolve_adapter(where: str) -> Path:
         if (c / "adapter_config.json").is_file():
             return c
     raise ConfigError(
-        f"hf: no peft adapter at {where!r}: give an adapter folder (one with "
+        f"no peft adapter at {where!r}: give an adapter folder (one with "
         "adapter_config.json), a checkpoint folder, RUN/checkpoints/latest, or a run folder."
     )
