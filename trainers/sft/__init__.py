@@ -3,7 +3,14 @@
 * :mod:`.config`: the ``data`` and ``train`` sections and :class:`SFTConfig`;
 * :mod:`.data`: the examples (worked solutions, or the oracle's turns);
 * :mod:`.train`: the loop (:func:`run_sft`), which writes a model directory that
-  ``agentgym train`` loads with ``model.path``.
+  ``agentgym train`` loads with ``model.path``;
+* :mod:`.checkpoints`: its checkpoints (the trainer's format) and ``--resume``;
+* :mod:`.report`: the end of a run: ``plots/``, the summary, the eval table.
+
+A run folder holds one SFT run as it holds one training run (the rules are
+:mod:`agentgym.trainers.run_folder`'s): ``--resume`` continues from its newest
+checkpoint, and a first SIGTERM / Ctrl-C stops after the step in progress with a
+checkpoint.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from agentgym.trainers.sft.config import SFTConfig, SFTData, SFTTrain
 from agentgym.trainers.sft.data import Example, collect_examples, drop_lines, example_corpus
 from agentgym.trainers.sft.train import (
     batch_loss,
+    batch_stream,
     build_model_and_examples,
     epoch_batches,
     length_groups,
@@ -24,6 +32,7 @@ __all__ = [
     "SFTData",
     "SFTTrain",
     "batch_loss",
+    "batch_stream",
     "build_model_and_examples",
     "collect_examples",
     "drop_lines",

@@ -2,8 +2,9 @@
 
 The model, LoRA, envs and eval sections are the trainer's
 (:mod:`agentgym.trainers.config`), with SFT's own defaults; the run section is SFT's
-own (:class:`SFTRun`), so that a trainer key SFT would ignore (``run.max_steps``,
-``run.save_every``) is an error naming SFT's key instead.
+own (:class:`SFTRun`), so that a trainer key SFT spells differently (``run.max_steps``,
+``run.save_every``: SFT counts its steps in ``train``) is an error naming SFT's key
+instead.
 """
 
 from __future__ import annotations
@@ -22,24 +23,31 @@ class SFTRun:
     """Where an SFT run writes and how it runs (``run:``).
 
     Attributes:
-        output_dir: run directory (model/, metrics.jsonl, config.yaml).
+        output_dir: run directory (model/, metrics.jsonl, checkpoints/, plots/,
+            config.yaml).
         seed: seeds example order, line dropout, the adapter init and eval sampling.
+        keep_checkpoints: how many recent checkpoints to keep.
         threads: torch CPU threads (``None``: torch's default).
         progress: show a progress bar (plain lines when not on a terminal).
+        plots: write PNG plots (``plots/``) at the end.
         report_to: where the metrics go: ``jsonl`` (always), ``tensorboard``, ``wandb``,
             ``all`` (:mod:`agentgym.trainers.tracking`).
 
-    The length of the run is ``train.max_steps`` / ``train.epochs``.
+    The length of the run is ``train.max_steps`` / ``train.epochs``, the checkpoint
+    period ``train.save_every``.
     """
 
     output_dir: str = "runs/sft"
     seed: int = 0
+    keep_checkpoints: int = 2
     threads: int | None = None
     progress: bool = True
+    plots: bool = True
     report_to: list[str] = field(default_factory=lambda: ["jsonl"])
 
     def __post_init__(self) -> None:
         self.report_to = check_report_to(self.report_to)
+        _check(self.keep_checkpoints >= 1, "run.keep_checkpoints must be >= 1.")
         _check(self.threads is None or self.threads >= 1, "run.threads must be >= 1 or null.")
 
 
@@ -85,6 +93,9 @@ class SFTTrain:
     Attributes:
         epochs: passes over the examples (``max_steps`` wins when set).
         max_steps: optimizer steps (``null``: from ``epochs``).
+        save_every: write a checkpoint every this many steps, and always after the last
+            one (0: after the last only). ``agentgym sft --resume`` continues from the
+            newest; a first SIGTERM / Ctrl-C writes one after the step in progress.
         batch_size: examples per optimizer step.
         lr / warmup_steps / weight_decay / max_grad_norm: AdamW with linear warm-up
             and cosine decay to 10%.
@@ -98,6 +109,7 @@ class SFTTrain:
 
     epochs: float = 3.0
     max_steps: int | None = None
+    save_every: int = 200
     batch_size: int = 32
     lr: float = 3e-3
     warmup_steps: int = 20
@@ -113,6 +125,7 @@ class SFTTrain:
         _check(
             self.max_steps is None or self.max_steps >= 1, "train.max_steps must be >= 1 or null."
         )
+        _check(self.save_every >= 0, f"train.save_every must be >= 0, got {self.save_every}.")
         _check(self.batch_size >= 1, "train.batch_size must be >= 1.")
         _check(self.lr > 0, "train.lr must be > 0.")
 

@@ -3,7 +3,10 @@
 The loss is cross-entropy on the reply tokens only (plus the end-of-sequence token),
 summed and divided by the batch's reply token count. The result is a full Hugging Face
 model directory (``<output_dir>/model``, with the tokenizer) that ``agentgym train``
-loads with ``model.path``.
+loads with ``model.path``. On the way, a checkpoint every ``train.save_every`` steps
+and after the last (:mod:`.checkpoints`), from which ``--resume`` continues to the same
+weights as a run that was never stopped; at the end ``plots/`` and a summary
+(:mod:`.report`).
 
 Padding is what a step wastes most: with random batches of line-dropped solutions a
 third of a padded batch was padding. Two ways to spend less on it:
@@ -32,24 +35,36 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import random
+import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from agentgym import Progress, SamplingParams, derive_seed, save_config
+from agentgym.health import RunLock, RunStopped
 from agentgym.trainers.device import autocast, compute_dtype, keep_master_weights, place_model
 from agentgym.trainers.engines import HFEngine
-from agentgym.trainers.evaluation import eval_table, evaluate_async
-from agentgym.trainers.logging import JsonlWriter, start_tracking
+from agentgym.trainers.evaluation import evaluate_async
+from agentgym.trainers.logging import JsonlWriter, read_jsonl, start_tracking
 from agentgym.trainers.models import apply_lora, build_model_and_tokenizer, save_model
 from agentgym.trainers.runtime import setup_torch
+from agentgym.trainers.sft.checkpoints import (
+    checkpoints_dir,
+    data_order,
+    find_checkpoint,
+    load_sft_checkpoint,
+    save_sft_checkpoint,
+)
 from agentgym.trainers.sft.config import SFTConfig, SFTTrain
 from agentgym.trainers.sft.data import Example, collect_examples, example_corpus
+from agentgym.trainers.sft.report import plot_sft, write_sft_summary
+from agentgym.trainers.stopping import PoliteSignals
 from agentgym.trainers.tokenizer import encode_completion, encode_prompt
 from agentgym.trainers.tracking import close_tracking
 
@@ -93,6 +108,28 @@ def epoch_batches(
         batches += [group[k : k + batch_size] for k in range(0, len(group), batch_size)]
     rng.shuffle(batches)
     return batches
+
+
+def batch_stream(
+    lengths: list[int],
+    batch_size: int,
+    seed: int,
+    group_by_length: int = 0,
+    *,
+    start: int = 0,
+) -> Iterator[list[int]]:
+    """The run's batches, epoch after epoch (:func:`epoch_batches` drawing from one
+    ``random.Random(seed)``), from the ``start``-th on: a run resumed at step ``start``
+    replays the order up to there, so it sees the batches an uninterrupted run sees."""
+    rng = random.Random(seed)
+    skip = start
+    while True:
+        batches = epoch_batches(lengths, batch_size, rng, group_by_length)
+        if skip >= len(batches):
+            skip -= len(batches)
+            continue
+        yield from batches[skip:]
+        skip = 0
 
 
 def _collate(
@@ -227,64 +264,205 @@ def _evaluator(cfg: SFTConfig, policy: Any, tok: Any) -> Callable[[], dict[str, 
     return evaluate
 
 
-def _train(
-    cfg: SFTConfig,
-    model: torch.nn.Module,
-    tok: Any,
-    encoded: list[tuple[list[int], list[int]]],
-    *,
-    opt: torch.optim.Optimizer,
-    params: list[torch.nn.Parameter],
-    total_steps: int,
-    precision: torch.dtype | None,
-    log: JsonlWriter,
-    evaluate: Callable[[], dict[str, float]],
-) -> int:
-    """Take ``total_steps`` optimizer steps over shuffled epochs; returns the last step."""
-    t = cfg.train
-    rng = random.Random(cfg.run.seed)
-    lengths = [len(p) + len(r) for p, r in encoded]
-    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    progress = Progress(total_steps, desc="sft", enabled=cfg.run.progress)
-    step = 0
-    model.train()
-    while step < total_steps:
-        for idx in epoch_batches(lengths, t.batch_size, rng, t.group_by_length):
-            if step >= total_steps:
-                break
-            for g in opt.param_groups:
-                g["lr"] = _lr_at(t, total_steps, step)
-            opt.zero_grad(set_to_none=True)
-            loss = batch_loss(
-                model, [encoded[i] for i in idx], pad, t.length_groups, precision=precision
-            )
-            gn = torch.nn.utils.clip_grad_norm_(
-                params, t.max_grad_norm if t.max_grad_norm > 0 else math.inf
-            )
-            opt.step()
-            step += 1
-            row = {
-                "step": step,
-                "losses/sft": loss,
-                "losses/grad_norm": float(gn),
-                "charts/lr": _lr_at(t, total_steps, step - 1),
-            }
-            if cfg.eval.every and step % cfg.eval.every == 0:
-                row.update(evaluate())
-                model.train()
-            log.write(row)
-            progress.update(1, {"loss": row["losses/sft"]})
-    progress.close()
-    return step
+class _SFTRun:
+    """The training part of one SFT run: the optimizer, the steps from where the run
+    stands, a checkpoint every ``train.save_every`` steps and after the last, and a
+    polite stop (:class:`~agentgym.trainers.stopping.PoliteSignals`): a first SIGTERM or
+    Ctrl-C finishes the step in progress, saves a checkpoint and raises
+    :class:`~agentgym.health.RunStopped`."""
+
+    def __init__(
+        self,
+        cfg: SFTConfig,
+        model: torch.nn.Module,
+        tok: Any,
+        encoded: list[tuple[list[int], list[int]]],
+        precision: torch.dtype | None,
+        log: JsonlWriter,
+    ) -> None:
+        self.cfg, self.model, self.tok, self.encoded = cfg, model, tok, encoded
+        self.precision, self.log = precision, log
+        t = cfg.train
+        steps_per_epoch = math.ceil(len(encoded) / t.batch_size)
+        self.total_steps = t.max_steps or max(1, int(t.epochs * steps_per_epoch))
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(
+            self.params, lr=t.lr, weight_decay=t.weight_decay, betas=(0.9, 0.95)
+        )
+        self.order = data_order(cfg, len(encoded))
+        self.step = 0
+        self.evaluate: Callable[[], dict[str, float]] = dict
+        self.signals = PoliteSignals(self._on_signal, lambda: self.step)
+
+    def resume(self, ckpt: Path) -> None:
+        """Continue from ``ckpt``: weights, AdamW, RNG states and the step."""
+        self.step = load_sft_checkpoint(
+            ckpt,
+            model=self.model,
+            optimizer=self.opt,
+            lora=self.cfg.lora.enabled,
+            order=self.order,
+            say=_say,
+        )
+        _say(f"[agentgym sft] resumed from {ckpt} (step {self.step} of {self.total_steps})")
+
+    def train(self) -> None:
+        """Take the steps from :attr:`step` to the last (the examples in the order of an
+        uninterrupted run), each row written, checkpointed when due."""
+        cfg, t = self.cfg, self.cfg.train
+        lengths = [len(p) + len(r) for p, r in self.encoded]
+        pad = self.tok.pad_token_id
+        pad = pad if pad is not None else self.tok.eos_token_id
+        stream = batch_stream(
+            lengths, t.batch_size, cfg.run.seed, t.group_by_length, start=self.step
+        )
+        progress = Progress(self.total_steps, desc="sft", start=self.step, enabled=cfg.run.progress)
+        self.model.train()
+        try:
+            while self.step < self.total_steps:
+                row = self._step(next(stream), pad)
+                if cfg.eval.every and self.step % cfg.eval.every == 0:
+                    row.update(self.evaluate())
+                    self.model.train()
+                # the row before the checkpoint that marks the step done: a kill in
+                # between redoes the step on --resume (its row is replaced)
+                self.log.write(row)
+                progress.update(1, {"loss": row["losses/sft"]})
+                due = t.save_every and self.step % t.save_every == 0
+                if due or self.signals.signum or self.step == self.total_steps:
+                    self.save()
+                if self.signals.signum:
+                    raise self.stopped()
+        finally:
+            progress.close()
+
+    def _step(self, idx: list[int], pad: int) -> dict[str, Any]:
+        """One optimizer step on the examples ``idx``; returns its metrics row."""
+        t = self.cfg.train
+        t0 = time.monotonic()
+        lr = _lr_at(t, self.total_steps, self.step)
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        self.opt.zero_grad(set_to_none=True)
+        loss = batch_loss(
+            self.model,
+            [self.encoded[i] for i in idx],
+            pad,
+            t.length_groups,
+            precision=self.precision,
+        )
+        gn = torch.nn.utils.clip_grad_norm_(
+            self.params, t.max_grad_norm if t.max_grad_norm > 0 else math.inf
+        )
+        self.opt.step()
+        self.step += 1
+        return {
+            "step": self.step,
+            "losses/sft": loss,
+            "losses/grad_norm": float(gn),
+            "charts/lr": lr,
+            "time/step_s": time.monotonic() - t0,
+        }
+
+    def save(self) -> Path:
+        """The checkpoint of this step (:mod:`.checkpoints`)."""
+        return save_sft_checkpoint(
+            self.cfg,
+            self.step,
+            model=self.model,
+            optimizer=self.opt,
+            order=self.order,
+            total_steps=self.total_steps,
+        )
+
+    def stopped(self) -> RunStopped:
+        """What a stop on a signal says (the exit status: 128 + the signal's number)."""
+        name = signal.Signals(self.signals.signum).name
+        where = checkpoints_dir(self.cfg.run.output_dir)
+        when = (
+            f"after step {self.step} of {self.total_steps}"
+            if self.step < self.total_steps
+            else "after the final evaluation"
+        )
+        stopped = RunStopped(
+            f"stopped {when} on {name}; the checkpoint of step {self.step} is in {where}. "
+            "Continue with the same command and --resume."
+        )
+        stopped.exit_code = self.signals.exit_code
+        return stopped
+
+    def _on_signal(self, _text: str) -> None:
+        name = signal.Signals(self.signals.signum).name
+        doing = (
+            f"finishing step {self.step + 1}, then saving a checkpoint and stopping"
+            if self.step < self.total_steps
+            else "finishing the final evaluation, then stopping (the last step is saved)"
+        )
+        _say(f"[agentgym sft] {name}: {doing} (again to stop now).")
 
 
-def run_sft(cfg: SFTConfig) -> dict[str, Any]:
-    """Run supervised fine-tuning; returns the final metrics (eval before/after)."""
+def _say(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def _quiet_deepspeed() -> None:
+    """Name DeepSpeed's accelerator before anything imports it (``save_pretrained``
+    does, through accelerate): on a machine without a GPU it otherwise warns that it
+    was "unable to detect" one. The trainer's DeepSpeed learner does the same."""
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
+def _after_logged(rows: list[dict[str, Any]], step: int) -> bool:
+    """Whether the final evaluation of ``step`` is in the log already (a resumed run
+    that was stopped after it)."""
+    return any(r.get("step") == step and "eval/reward" in r and "losses/sft" not in r for r in rows)
+
+
+def _train_and_evaluate(run: _SFTRun) -> None:
+    """The evaluation before the first step, the steps, the evaluation after the last;
+    a first SIGTERM / Ctrl-C stops after the step or evaluation in progress."""
+    cfg = run.cfg
+    with run.signals:
+        if cfg.eval.at_ends and run.step == 0:
+            run.log.write({"step": 0, **run.evaluate()})
+        run.train()
+        if cfg.eval.at_ends and not _after_logged(read_jsonl(run.log.path), run.step):
+            run.log.write({"step": run.step, **run.evaluate()})
+        if run.signals.signum:
+            raise run.stopped()
+
+
+def run_sft(cfg: SFTConfig, *, resume: bool = False) -> dict[str, Any]:
+    """Run supervised fine-tuning into ``run.output_dir`` (holding its lock); returns
+    the first and last held-out evaluations (``before`` / ``after``, when the run
+    evaluated), ``model_dir`` and ``seconds``.
+
+    Args:
+        cfg: the run's config.
+        resume: continue from the run folder's newest intact checkpoint (``--resume``;
+            the run folder's rules are :func:`~agentgym.trainers.prepare_run_folder`'s).
+            Without one, the run starts from step 0.
+
+    Raises:
+        RunStopped: a SIGTERM or SIGINT stopped the run after a step, with a checkpoint
+            (``exit_code``: 128 + the signal's number).
+    """
+    _quiet_deepspeed()
     setup_torch(cfg.run.threads, cfg.run.seed)
     out = Path(cfg.run.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    with RunLock(out).acquire(role="agentgym sft"):
+        return _run_sft(cfg, out, resume)
+
+
+def _run_sft(cfg: SFTConfig, out: Path, resume: bool) -> dict[str, Any]:
+    """:func:`run_sft` with the run folder held."""
+    found = find_checkpoint(out, _say) if resume else None
+    if resume and found is None:
+        _say(f"[agentgym sft] --resume: no checkpoint in {checkpoints_dir(out)}; starting.")
     save_config(cfg, out / "config.yaml")
-    log = JsonlWriter(out / "metrics.jsonl", truncate_after_step=-1)
+    # resumed: the rows after the checkpoint's step are dropped (they are redone)
+    log = JsonlWriter(out / "metrics.jsonl", truncate_after_step=found[1] if found else -1)
     start_tracking(cfg, out, log)
     t_start = time.monotonic()
 
@@ -293,44 +471,28 @@ def run_sft(cfg: SFTConfig) -> dict[str, Any]:
         (encode_prompt(tok, msgs), encode_completion(tok, reply)) for msgs, reply in examples
     ]
     _report_examples(encoded, tok, model, cfg.max_tokens)
-    t = cfg.train
-    steps_per_epoch = math.ceil(len(encoded) / t.batch_size)
-    total_steps = t.max_steps or max(1, int(t.epochs * steps_per_epoch))
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay, betas=(0.9, 0.95))
-    engine = HFEngine(model, tok, seed=cfg.run.seed)
-    policy = engine.as_policy()
-    evaluate = _evaluator(cfg, policy, tok)
-
-    results: dict[str, Any] = {}
-    if cfg.eval.at_ends:
-        results["before"] = evaluate()
-        log.write({"step": 0, **results["before"]})
-    step = _train(
-        cfg,
-        model,
-        tok,
-        encoded,
-        opt=opt,
-        params=params,
-        total_steps=total_steps,
-        precision=precision,
-        log=log,
-        evaluate=evaluate,
-    )
-    if cfg.eval.at_ends:
-        results["after"] = evaluate()
-        log.write({"step": step, **results["after"]})
+    run = _SFTRun(cfg, model, tok, encoded, precision, log)
+    policy = HFEngine(model, tok, seed=cfg.run.seed).as_policy()
+    try:
+        run.evaluate = _evaluator(cfg, policy, tok)
+        if found is not None:
+            run.resume(found[0])  # last: it puts the RNG states back
+        _train_and_evaluate(run)
+    finally:
+        policy.close()
     model_dir = out / "model"
     to_save = model.merge_and_unload() if cfg.lora.enabled else model
     save_model(to_save, tok, model_dir)
-    policy.close()
+    if cfg.run.plots:
+        plot_sft(out)  # closes the trackers, which get the plots
+    close_tracking(out)
+    results: dict[str, Any] = write_sft_summary(out)
     results["model_dir"] = str(model_dir)
     results["seconds"] = time.monotonic() - t_start
-    if "before" in results:
-        text = eval_table({"step": 0, **results["before"]}, {"step": step, **results["after"]})
-        (out / "eval_table.md").write_text(text + "\n", encoding="utf-8")
-        print(text)
-    close_tracking(out)
-    print(f"[agentgym sft] model saved to {model_dir} ({results['seconds']:.0f}s)", file=sys.stderr)
+    kept = [f"{n}/" for n in ("checkpoints", "plots") if (out / n).is_dir()]
+    _say(
+        f"[agentgym sft] done ({results['seconds']:.0f}s): model saved to {model_dir} "
+        f"(agentgym train model.path={model_dir}); also in {out}: metrics.jsonl, "
+        f"{', '.join(kept)}"
+    )
     return results
