@@ -243,6 +243,9 @@ def _launch(
     from agentgym.trainers import torchrun_command
 
     argv = ["train", *([config] if config else []), *overrides]
+    # what torchrun sets anyway when it is unset, without its banner on every run (each
+    # rank sets torch's own threads from run.threads)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
     def command(resume: bool) -> list[str]:
         return torchrun_command(

@@ -54,6 +54,7 @@ def train_in_processes(args: list[str], nproc: int = 2) -> None:
         env={**os.environ, "PYTHONPATH": path},
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "Setting OMP_NUM_THREADS" not in proc.stderr  # no torchrun banner on every run
 
 
 def assert_same_critic(out: Path, single: Path, *, steps: tuple[int, ...], rel: float) -> None:
