@@ -7,6 +7,7 @@ plots reach them from :func:`plot_run`, which then closes them.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -260,119 +261,287 @@ def _plot_run(run_dir: str | Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     run_dir = Path(run_dir)
-    rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "charts/reward" in r]
+    every = read_jsonl(run_dir / "metrics.jsonl")
+    rows = [r for r in every if "charts/reward" in r]
     out_dir = run_dir / "plots"
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     if rows:
-        steps = [r["step"] for r in rows]
-
-        def series(key: str) -> list[float]:
-            return [r.get(key) if r.get(key) is not None else float("nan") for r in rows]
-
-        fig, ax = plt.subplots(figsize=(6, 4))
-        ax.plot(steps, series("charts/reward"), label="train reward (shaped)")
-        if any(r.get("charts/accuracy") is not None for r in rows):
-            ax.plot(steps, series("charts/accuracy"), label="train accuracy")
-        evals = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "eval/reward" in r]
-        if evals:
-            ax.plot(
-                [r["step"] for r in evals],
-                [r["eval/reward"] for r in evals],
-                "o-",
-                label="held-out reward",
-            )
-        ax.set_xlabel("step")
-        ax.set_ylabel("reward")
-        ax.legend()
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        written.append(_save(fig, out_dir / "reward.png"))
-
-        fig, ax = plt.subplots(figsize=(6, 4))
-        ax.plot(steps, series("charts/response_tokens_mean"), label="mean")
-        ax.plot(steps, series("charts/response_tokens_max"), label="max")
-        ax.set_xlabel("step")
-        ax.set_ylabel("response tokens")
-        ax.legend()
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        written.append(_save(fig, out_dir / "response_length.png"))
-        panels = [
-            (title, keys) for title, keys in TRAINING_PANELS if any(_has(rows, k) for k in keys)
-        ]
-        if panels:
-            cols = min(3, len(panels))
-            fig, axes = plt.subplots(
-                -(-len(panels) // cols),
-                cols,
-                figsize=(4 * cols, 3 * -(-len(panels) // cols)),
-                squeeze=False,
-            )
-            for ax, (title, keys) in zip(axes.flat, panels, strict=False):
-                for k in keys:
-                    if _has(rows, k):
-                        ax.plot(steps, series(k), label=k.split("/")[-1])
-                ax.set_title(title, fontsize=10)
-                ax.set_xlabel("step")
-                ax.grid(alpha=0.3)
-                if len(keys) > 1:
-                    ax.legend(fontsize=8)
-            for ax in list(axes.flat)[len(panels) :]:
-                ax.set_visible(False)
-            fig.tight_layout()
-            written.append(_save(fig, out_dir / "training.png"))
-
+        evals = [r for r in every if "eval/reward" in r]
+        written.append(_plot_reward(plt, rows, evals, out_dir / "reward.png", run_dir.name))
+        written.append(_plot_lengths(plt, rows, out_dir / "response_length.png", run_dir.name))
+        training = _plot_training(plt, rows, out_dir / "training.png", run_dir.name)
+        if training is not None:
+            written.append(training)
     spans = read_jsonl(run_dir / "timeline.jsonl")
     if spans:
-        written.append(plot_timeline(spans, out_dir / "timeline.png"))
+        evals_s = {
+            int(r["step"]): float(r["time/eval_s"])
+            for r in every
+            if isinstance(r.get("time/eval_s"), int | float) and r["time/eval_s"] > 0
+        }
+        written.append(
+            plot_timeline(spans, out_dir / "timeline.png", evals=evals_s, title=run_dir.name)
+        )
     plt.close("all")
     return written
 
 
-def plot_timeline(spans: Sequence[Mapping[str, Any]], path: Path, max_steps: int = 5) -> Path:
-    """A Gantt chart of the last ``max_steps`` steps: phases on one row, generation below."""
+def _finite_points(
+    rows: Sequence[Mapping[str, Any]], key: str
+) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """The (step, value) pairs of ``key`` whose value is a finite number."""
+    pts = [
+        (int(r["step"]), float(r[key]))
+        for r in rows
+        if isinstance(r.get(key), int | float) and math.isfinite(r[key])
+    ]
+    return tuple(p[0] for p in pts), tuple(p[1] for p in pts)
+
+
+def _draw_series(ax: Any, series: Sequence[tuple]) -> int:
+    """Draw each ``(rows, key, label, style)`` by its finite values only, so that
+    the legend names only lines that are drawn: a series without one is left out, one
+    equal to a series already drawn joins that line's label, and points carry markers
+    where a line alone could hide them (few steps). Integer step ticks. Returns the
+    number of lines drawn."""
+    from matplotlib.ticker import MaxNLocator
+
+    drawn: list[tuple[tuple, tuple, Any]] = []
+    for rows, key, label, style in series:
+        xs, ys = _finite_points(rows, key)
+        if not xs:
+            continue
+        same = next((d for d in drawn if d[0] == xs and d[1] == ys), None)
+        if same is not None:
+            same[2].set_label(f"{same[2].get_label()} = {label}")
+            continue
+        kw = {"marker": "o", "markersize": 3} if len(xs) <= 30 else {}
+        (line,) = ax.plot(xs, ys, label=label, **{**kw, **style})
+        drawn.append((xs, ys, line))
+    steps = sorted({x for xs, _, _ in drawn for x in xs})
+    if 0 < len(steps) <= 12:
+        ax.set_xticks(steps)  # few steps: each one, and only whole steps
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+    if not drawn:
+        ax.text(0.5, 0.5, "no finite values", ha="center", va="center", transform=ax.transAxes)
+    return len(drawn)
+
+
+def _plot_reward(plt: Any, rows: list, evals: list, path: Path, name: str) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    n = _draw_series(
+        ax,
+        [
+            (rows, "charts/reward", "train reward (shaped)", {}),
+            (rows, "charts/accuracy", "train accuracy", {}),
+            (evals, "eval/reward", "held-out reward", {"marker": "o", "markersize": 5}),
+        ],
+    )
+    ax.set_ylabel("reward")
+    ax.set_title(f"reward per step: {name}")
+    if n:
+        ax.legend()
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _plot_lengths(plt: Any, rows: list, path: Path, name: str) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    n = _draw_series(
+        ax,
+        [
+            (rows, "charts/response_tokens_mean", "mean", {}),
+            (rows, "charts/response_tokens_max", "max", {}),
+        ],
+    )
+    ax.set_ylabel("response tokens")
+    ax.set_title(f"response length per step: {name}")
+    if n:
+        ax.legend()
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _plot_training(plt: Any, rows: list, path: Path, name: str) -> Path | None:
+    panels = [(title, keys) for title, keys in TRAINING_PANELS if any(_has(rows, k) for k in keys)]
+    if not panels:
+        return None
+    cols = min(3, len(panels))
+    nrows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 3 * nrows + 0.4), squeeze=False)
+    for ax, (title, keys) in zip(axes.flat, panels, strict=False):
+        series = [(rows, k, k.split("/")[-1], {}) for k in keys if _has(rows, k)]
+        if _draw_series(ax, series) and len(keys) > 1:
+            ax.legend(fontsize=8)
+        ax.set_title(title, fontsize=10)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    fig.suptitle(f"training: {name}")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+#: the timeline's colour of each phase
+PHASE_COLORS = {
+    "wake": "#e6550d",
+    "sleep": "#fd8d3c",
+    "rollout": "#9ecae1",
+    "generate": "#08519c",
+    "reward": "#fdae6b",
+    "train": "#31a354",
+    "sync": "#756bb1",
+    "eval": "#bdbdbd",
+    "checkpoint": "#636363",
+}
+
+
+def _process_segments(
+    by_step: Mapping[int, list[tuple[str, float, float]]], steps: Sequence[int]
+) -> list[list[int]]:
+    """The steps grouped by the process that ran them. Times in ``timeline.jsonl`` are
+    seconds on the clock of the process that wrote them, so a resumed run's first step
+    starts before the previous step ended (a new clock), or -- after a checkpoint,
+    where nothing untimed runs before the next step -- well after it."""
+    segments = [[steps[0]]]
+    lengths = sorted(
+        max(e for _, _, e in by_step[s]) - min(b for _, b, _ in by_step[s]) for s in steps
+    )
+    pause = max(2.0, lengths[len(lengths) // 2])
+    for prev, step in itertools.pairwise(steps):
+        end = max(e for _, _, e in by_step[prev])
+        start = min(b for _, b, _ in by_step[step])
+        saved = any(p == "checkpoint" for p, _, _ in by_step[prev])
+        if start < end - 1e-6 or (saved and start - end > pause):
+            segments.append([])
+        segments[-1].append(step)
+    return segments
+
+
+def _timeline_spans(
+    spans: Sequence[Mapping[str, Any]], steps: Sequence[int], evals: Mapping[int, float]
+) -> dict[int, list[tuple[str, float, float]]]:
+    """Each step's ``(phase, start, end)``; an evaluation that ``metrics.jsonl`` timed
+    (``time/eval_s``) but the timeline did not is placed where the loop runs it: right
+    after the step's last phase, before its checkpoint."""
+    by_step: dict[int, list[tuple[str, float, float]]] = {s: [] for s in steps}
+    for s in spans:
+        if int(s["step"]) in by_step:
+            by_step[int(s["step"])].append((str(s["phase"]), float(s["start"]), float(s["end"])))
+    for step, items in by_step.items():
+        if evals.get(step) and not any(p == "eval" for p, _, _ in items):
+            end = max((e for p, _, e in items if p != "checkpoint"), default=0.0)
+            items.append(("eval", end, end + evals[step]))
+    return by_step
+
+
+def plot_timeline(
+    spans: Sequence[Mapping[str, Any]],
+    path: Path,
+    max_steps: int = 5,
+    *,
+    evals: Mapping[int, float] | None = None,
+    title: str | None = None,
+) -> Path:
+    """A Gantt chart of the last ``max_steps`` steps: phases on one row, generation below.
+
+    ``evals`` (step -> seconds, ``time/eval_s``) fills in evaluations the timeline does
+    not hold. A resume (a new process, on its own clock) is laid out after the steps
+    before it and marked with a dashed line; the legend names only the phases wide
+    enough to see, and a note names the others.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     steps = sorted({int(s["step"]) for s in spans})[-max_steps:]
-    spans = [s for s in spans if int(s["step"]) in steps]
-    colors = {
-        "wake": "#e6550d",
-        "sleep": "#fd8d3c",
-        "rollout": "#9ecae1",
-        "generate": "#08519c",
-        "reward": "#fdae6b",
-        "train": "#31a354",
-        "sync": "#756bb1",
-        "eval": "#bdbdbd",
-        "checkpoint": "#636363",
-    }
-    rows = {"phase": 1, "generate": 0}
-    fig, ax = plt.subplots(figsize=(9, 2.6))
-    t0 = min(float(s["start"]) for s in spans)
-    seen = set()
-    for s in spans:
-        name = str(s["phase"])
-        y = rows["generate"] if name == "generate" else rows["phase"]
-        label = name if name not in seen else None
-        seen.add(name)
-        ax.broken_barh(
-            [(float(s["start"]) - t0, float(s["end"]) - float(s["start"]))],
-            (y - 0.4, 0.8),
-            facecolors=colors.get(name, "#cccccc"),
-            label=label,
+    by_step = _timeline_spans(spans, steps, evals or {})
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    width, widths, resumes = _draw_timeline(ax, by_step, _process_segments(by_step, steps))
+    for x, after in resumes:
+        ax.axvline(x, color="black", linestyle="--", linewidth=1)
+        ax.text(
+            x,
+            1.5,
+            f"resumed after step {after}",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
         )
+    ax.set_ylim(-0.5, 1.85 if resumes else 1.5)
     ax.set_yticks([0, 1], ["engine busy", "loop phase"])
-    ax.set_xlabel("seconds")
+    clock = "; each process on its own clock" if resumes else ""
+    ax.set_xlabel(f"seconds{clock}")
+    name = f": {title}" if title else ""
     ax.set_title(
-        f"timeline of steps {steps[0]}-{steps[-1]} (gaps in 'engine busy' during rollout = bubbles)"
+        f"timeline of steps {steps[0]}-{steps[-1]}{name}\n"
+        "(gaps in 'engine busy' during rollout = bubbles)",
+        fontsize=10,
     )
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=9, fontsize=8)
-    fig.tight_layout()
+    _timeline_legend(fig, widths, width)
+    fig.subplots_adjust(left=0.12, right=0.98, top=0.8, bottom=0.37)
     return _save(fig, path)
+
+
+def _draw_timeline(
+    ax: Any, by_step: Mapping[int, list[tuple[str, float, float]]], segments: list[list[int]]
+) -> tuple[float, dict[str, float], list[tuple[float, int]]]:
+    """Draw each process's steps after the previous process's, a small break between
+    them. Returns the drawn width in seconds, each phase's widest span, and the breaks
+    (x, the last step before it)."""
+    bounds = [
+        (
+            min(b for s in seg for _, b, _ in by_step[s]),
+            max(e for s in seg for _, _, e in by_step[s]),
+        )
+        for seg in segments
+    ]
+    gap = 0.04 * sum(hi - lo for lo, hi in bounds) or 1.0
+    offset, widths, resumes = 0.0, {}, []
+    for i, (seg, (lo, hi)) in enumerate(zip(segments, bounds, strict=True)):
+        if i:
+            resumes.append((offset + gap / 2, seg[0] - 1))
+            offset += gap
+        for step in seg:
+            for phase, b, e in by_step[step]:
+                y = 0 if phase == "generate" else 1
+                ax.broken_barh(
+                    [(offset + b - lo, e - b)],
+                    (y - 0.4, 0.8),
+                    facecolors=PHASE_COLORS.get(phase, "#cccccc"),
+                    hatch="//" if phase == "eval" else None,
+                )
+                widths[phase] = max(widths.get(phase, 0.0), e - b)
+        offset += hi - lo
+    return offset, widths, resumes
+
+
+def _timeline_legend(fig: Any, widths: Mapping[str, float], width: float) -> None:
+    """A legend of the phases wide enough to see (0.3% of the plot), a note naming the
+    others."""
+    from matplotlib.patches import Patch
+
+    seen = [p for p in PHASE_COLORS if p in widths] + [p for p in widths if p not in PHASE_COLORS]
+    visible = [p for p in seen if widths[p] >= 0.003 * width]
+    handles = [
+        Patch(
+            facecolor=PHASE_COLORS.get(p, "#cccccc"), hatch="//" if p == "eval" else None, label=p
+        )
+        for p in visible
+    ]
+    if handles:
+        fig.legend(
+            handles=handles, loc="lower center", bbox_to_anchor=(0.5, 0.09), ncol=9, fontsize=8
+        )
+    hidden = [p for p in seen if p not in visible]
+    if hidden:
+        note = f"too short to see at this scale: {', '.join(hidden)}"
+        fig.text(0.5, 0.015, note, ha="center", va="bottom", fontsize=7)
 
 
 def _save(fig: Any, path: Path) -> Path:
