@@ -4,52 +4,54 @@
 and reads back per-test outcomes; the reward is the share of hidden test cases that pass.
 A policy optimised against the grader will look for any way to be told "passed", so the
 design rests on one rule: **no code the agent wrote runs in a process that records
-outcomes, holds the report secret, or can reach the hidden tests**. Checks that live in
-the same process as the agent's code (canaries, hashes, secrets in memory) can all be
-reached by it, so they are not the defence.
+outcomes, holds the report secret, or can reach the hidden tests, and nothing it does can
+change the grader's code**. Checks that live in the same process as the agent's code
+(canaries, hashes, secrets in memory) can all be reached by it, so they are not the defence.
 
-The boundary (Docker backend):
+The boundary (Docker backend), in the order a grading runs:
 
-* Two users in the sandbox. The grader's process runs as root in the container
-  (:data:`GRADER_USER`), holding no capability but ``CAP_DAC_OVERRIDE`` (so the tests may
-  read and change whatever the project wrote, whatever its modes); the agent's code runs
-  as the sandbox user, which holds none. The hidden tests, fixtures, grader modules and
-  the secret live in a directory of mode 0700 created by the grader's process (they arrive
-  on its standard input, never in a file the agent's user can read, in argv or in the
-  environment). The agent's processes cannot read those files, signal the grader, trace
-  it or read its memory.
-* The agent's code runs in worker processes forked, one per test, by a spawner that runs
-  as the sandbox user (started detached by the host before grading). Hidden tests reach
-  the project through proxies (``apptest``, in the grader's process): importing a project
-  module gives a proxy; calls, attribute reads, items, iteration, ``len``, ``str``,
-  ``in`` and ``with`` run in the test's worker, and only plain data crosses back
-  (numbers, strings, bytes, lists, tuples, dicts, sets, None, booleans, dates, paths),
-  rebuilt by the grader's own code, so a returned value cannot lie about its equality or
-  type. Any other object stays in the worker and is seen as a proxy equal only to
-  itself. Exceptions cross as class name, message and arguments (a built-in class as
-  itself, a project class as a mirror class built by name). Tests that run the project's
-  CLI do so through ``apptest.subprocess``: the command starts in the worker, as the
-  sandbox user. HTTP tests talk to a server that the worker started.
-* Outcomes are recorded by a pytest plugin in the grader's process and written, with a
-  per-run secret, to that process's own standard output (pytest's output goes to
-  /dev/null, so nothing that came from the project reaches the report's stream). The
-  exit code is ignored; a missing, unreadable or unsigned report means every test failed.
-* Limits: every test has a timeout (SIGALRM in the grader, and a deadline on every answer
-  from the worker); the whole run has the task's ``grade_timeout``, and the grader stops
-  starting tests shortly before it, so the outcomes so far are still reported. Workers
-  have a CPU-time limit and an OOM score that makes the kernel kill them before the
-  grader. A worker that crashes, exits, hangs or is killed fails only the test it served;
-  the next test gets a fresh one, after every process the previous one left is killed.
-  After grading, the sandbox's reset kills every process and removes every file of both
-  users.
+1. The project's files and the spawner's modules are written as the sandbox user (uid
+   1000, no capability).
+2. :data:`SEAL_USER` (root with the grader's group) writes the grader's modules, its ini
+   and the hidden tests (from its standard input) into a fresh directory of root's in
+   ``/tmp``: mode 0750, files 0640, group the grader's (:data:`SEAL`), and exits. Nothing
+   of the project has run yet, and nothing of the grading run is root afterwards.
+3. The spawner starts, as the sandbox user: it imports its standard modules, compiles the
+   project, then puts the project on its ``sys.path`` and forks one worker per test.
+4. The grader (:data:`GRADER_USER`, an unprivileged uid of its own: no capability, no
+   ``CAP_DAC_OVERRIDE``) gets the configuration and the report secret on its standard
+   input, checks that nothing on its ``sys.path`` can be written (the standard library's
+   directories are read-only, its own directory is root's and comes after them), imports
+   everything it will need, then runs pytest. It reads its files through its group and
+   can write none of them; the project's processes (another uid) cannot read them,
+   signal the grader, trace it or read its memory.
+5. Hidden tests reach the project through proxies (``apptest``, in the grader's
+   process): importing a project module gives a proxy; calls, attribute reads, items,
+   iteration, ``len``, ``str``, ``in`` and ``with`` run in the test's worker, and only
+   plain data crosses back (numbers, strings, bytes, lists, tuples, dicts, sets, None,
+   booleans, dates, paths), rebuilt by the grader's own code, so a returned value cannot
+   lie about its equality or type. Exceptions cross as class name, message and arguments.
+   CLI tests start commands with ``apptest.subprocess`` (in the worker); files the
+   project can reach are read and written with ``apptest.files``, which refuses symlinks,
+   FIFOs and hard links (``O_NOFOLLOW`` at every step, ``fstat`` checks). Directories both
+   sides write are made sticky, with their final mode, under random names.
+6. Outcomes are recorded by a pytest plugin in the grader's process and written, with the
+   secret, to that process's own standard output (pytest's output goes to /dev/null). The
+   exit code is ignored; a missing, unreadable or unsigned report means every test failed.
+   Hashes of every grader file and hidden test are checked at the start, after collection
+   and once more before the report is written; canary tests with random names (one must
+   fail, one must pass) guard the runner (``tampered``: score 0).
 
-Also, as before: only the project's own source and data files are copied
-(:func:`filter_project` drops pytest and packaging configuration, interpreter start-up
-hooks, package metadata, caches, test modules and the ``tests/`` directory); pytest runs
-with the grader's own ini, ``--noconftest``, no cache, importlib mode, plugin autoloading
-off; canary tests with random names (one must fail, one must pass) and hashes of the
-hidden test files guard the runner itself (``tampered``: score 0). Only test cases the
-task expects (found statically by :mod:`.taskset`) count.
+Limits: every test has a timeout (SIGALRM in the grader, and a deadline on every answer
+from the worker); the whole run has the task's ``grade_timeout``, and the grader stops
+starting tests shortly before it, so the outcomes so far are still reported. Workers have
+a CPU-time limit and an OOM score that makes the kernel kill them before the grader. A
+worker that crashes, exits, hangs or is killed fails only the test it served; the next
+test gets a fresh one, after every process the previous one left is killed. After
+grading, the sandbox's reset kills every process and removes every file of every user.
+Only the project's own source and data files are copied (:func:`filter_project`); pytest
+runs with the grader's own ini, ``--noconftest``, no cache, importlib mode, plugin
+autoloading off. Only test cases the task expects (found statically) count.
 
 During the episode, the hidden tests are never in the agent's sandbox; the Docker image
 does not contain agentgym, and the local backend's bubblewrap level hides agentgym's own
@@ -57,15 +59,13 @@ files, so ``<run>`` commands cannot read, list or name them.
 
 What this does not defend against:
 
-* The local backend has one user: the grader and the workers are separate processes (so
-  every in-process trick fails), but a worker runs as the grader's uid and could, in
-  principle, read the hidden test files or interfere with the grader's process from
-  outside. Grade with the Docker backend when the policy is being optimised.
-* The worker sees the inputs the tests pass in and the order of the calls, and could
-  notice whether a test goes on after one of its answers; it never sees an expected value
-  (assertion messages of the tests' own functions are not sent back to it).
-* Test names: pytest's ``tmp_path`` directories are anonymous, but a test's own strings
-  are whatever the task author wrote.
+* The local backend has one user: a worker could write the grader's files and read the
+  hidden tests, so :func:`grade` refuses it unless ``unsafe_local_grading=True``.
+* The worker sees the inputs the tests pass in and the order of the calls; it never sees
+  an expected value (assertion messages of the tests' own functions are not sent to it).
+* A hidden test that opens a project path with plain ``open`` (``check-task`` flags it)
+  follows the project's symlinks with the grader's rights: it can write nothing of the
+  grader's, but could read a hidden test into data it then hands to the project.
 * Kernel exploits and Docker escapes (see :mod:`agentgym.sandbox.docker.sandbox`).
 * A project that exhausts memory, processes or disk can make its own tests fail, or the
   grader's run fail (then every test counts as failed): never pass.
@@ -83,7 +83,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentgym import ConfigError
+from agentgym import ConfigError, InfraError
 from agentgym.envs.appgen.grader import GRADER_MODULES, WORKER_MODULES, source
 from agentgym.envs.appgen.taskset import VISIBLE_TESTS_DIR, AppTask, is_test_file
 from agentgym.sandbox import Sandbox
@@ -109,10 +109,17 @@ MAX_FILE_BYTES = 1_000_000
 PROJECT_DIR = "project"
 #: where the spawner's modules go in the workspace (readable by the project's user)
 WORKER_DIR = ".agentgym-worker"
-#: the uid:gid of the grader's process when the sandbox has users: in Docker, a root that
-#: holds only CAP_DAC_OVERRIDE (it reads and changes what the project wrote, whatever the
-#: modes); the project's user cannot signal, trace or read it
-GRADER_USER = "0:0"
+#: the uid:gid of the grader's process when the sandbox has users: an unprivileged user
+#: of its own, neither root nor the sandbox user, holding no capability (in Docker a
+#: non-root exec gets none): it can write neither its own code nor the hidden tests, and
+#: the project's user cannot signal, trace or read it
+GRADER_USER = "1001:1001"
+#: who installs ("seals") the grader's files before anything else of the grading runs:
+#: root with the grader's group, so the files are root's, mode 0640 in a 0750 directory,
+#: read by the grader through its group; this exec ends before the project's first process
+SEAL_USER = "0:1001"
+#: the users a sandbox's own user must not be for grading to be isolated
+_GRADING_USERS = (GRADER_USER, SEAL_USER, "0:0")
 #: seconds before ``grade_timeout`` by which the grader's tests must have ended (a test
 #: running then is cut short, later ones are not started), so that the report is written
 RESERVE_SECONDS = 4.0
@@ -190,6 +197,10 @@ class GradeResult:
     #: test id -> the first lines of its failure (only with ``grade(..., details=True)``:
     #: for task authors; never in the reward breakdown, as they may hold expected values)
     details: dict[str, str] = field(default_factory=dict)
+    #: modules the grader imported after the project's code could run, other than the
+    #: project's proxies and the hidden tests' own helpers (a test of the boundary expects
+    #: none: every import is made before, from directories no one can write)
+    late_imports: list[str] = field(default_factory=list)
 
     @property
     def lost_requirements(self) -> list[str]:
@@ -229,18 +240,48 @@ def _canary(token: str) -> tuple[str, str, str, str]:
     return name, fail, ok, _CANARY.format(fail=fail, ok=ok)
 
 
-# Runs as ``python3 -I -c BOOT`` with the bundle on stdin: writes the grader's files into a
-# fresh private directory (mode 0700) and hands over to apptest_runner.
+# Runs as ``python3 -I -S -c SEAL`` (SEAL_USER) with the grader's files on stdin: writes them
+# into a fresh directory of root's (0750, files 0640, the grader's group) and prints its
+# path. Nothing of the project has run yet, and nothing of the grading run is root after it.
+SEAL = """
+import base64, json, os, secrets, sys, tempfile
+contents = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+os.umask(0o027)
+for _ in range(100):
+    here = os.path.join(tempfile.gettempdir(), ".agentgym-grader-" + secrets.token_hex(8))
+    try:
+        os.mkdir(here, 0o750)
+        break
+    except FileExistsError:
+        continue
+for rel in sorted(contents):
+    d = here
+    for part in rel.split("/")[:-1]:
+        d = os.path.join(d, part)
+        if not os.path.isdir(d):
+            os.mkdir(d, 0o750)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    with os.fdopen(os.open(os.path.join(here, rel), flags, 0o640), "wb") as f:
+        f.write(base64.b64decode(contents[rel]))
+sys.stdout.write(here)
+"""
+
+# Runs as ``python3 -I -c BOOT`` with the configuration on stdin: with users, the sealed
+# directory is ``here``; on one user (the local backend) BOOT writes the files itself into a
+# private directory. The directory goes after the standard library on sys.path (nothing in
+# it can shadow a standard module); apptest_runner checks the seal and takes over.
 BOOT = """
 import base64, json, os, sys, tempfile
 cfg = json.loads(sys.stdin.buffer.read().decode("utf-8"))
-here = tempfile.mkdtemp(prefix=".agentgym-grader-")
-for rel, data in cfg.pop("contents").items():
-    path = os.path.join(here, rel)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(base64.b64decode(data))
-sys.path.insert(0, here)
+here = cfg.get("here")
+if here is None:
+    here = tempfile.mkdtemp(prefix=".agentgym-grader-")
+    for rel, data in cfg.pop("contents").items():
+        path = os.path.join(here, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(data))
+sys.path.append(here)
 import apptest_runner
 apptest_runner.main(here, cfg)
 """
@@ -279,7 +320,7 @@ def grade(
         agentgym.InfraError: the sandbox died or its engine went away during grading: the
             project cannot be scored (never the project's doing).
     """
-    two_users = sandbox.supports_users and sandbox.limits.user != GRADER_USER
+    two_users = sandbox.supports_users and sandbox.limits.user not in _GRADING_USERS
     if not two_users and not unsafe_local_grading:
         raise ConfigError(
             f"grading in a {sandbox.backend} sandbox would run the grader and the project "
@@ -290,58 +331,40 @@ def grade(
     start = time.monotonic()
     project, dropped = filter_project(files)
     secret = secrets.token_hex(16)
-    first = _canary(secrets.token_hex(16))
-    last = _canary(secrets.token_hex(16))
-    hidden = {f"hidden/{rel}": data for rel, data in task.hidden_tests.items()}
-    hidden[f"hidden/{first[0]}"] = first[3].encode()
-    hidden[f"hidden/{last[0]}"] = last[3].encode()
-    test_files = sorted(f"hidden/{t}" for t in {e.file for e in task.expected_tests})
-    run_order = [f"hidden/{first[0]}", *test_files, f"hidden/{last[0]}"]
-
+    canaries = (_canary(secrets.token_hex(16)), _canary(secrets.token_hex(16)))
+    grader_files, run_order = _grader_files(task, canaries)
     payload: dict[str, bytes] = {f"{PROJECT_DIR}/{p}": d for p, d in project.items()}
     payload.update({f"{WORKER_DIR}/{m}": source(m) for m in WORKER_MODULES})
     sandbox.write_files(payload)
-
-    limits = task.limits
-    socket_name = f"agentgym-grading-{secrets.token_hex(8)}"
-    lifetime = float(limits.grade_timeout) + 15.0
-    worker = [
-        "python3",
-        "-I",
-        f"{WORKER_DIR}/apptest_worker.py",
-        socket_name,
-        PROJECT_DIR,
-        "sweep" if two_users else "group",
-        str(int(limits.test_timeout) + 5),
-        str(int(lifetime)),
-    ]
+    here = _seal(sandbox, grader_files) if two_users else None
+    worker = _spawner_argv(task, two_users)
     if two_users:
-        sandbox.start(worker, timeout=lifetime)
-    grader_files: dict[str, bytes] = {m: source(m) for m in GRADER_MODULES}
-    grader_files["pytest.ini"] = INI.encode()
-    grader_files.update(hidden)
+        sandbox.start(worker, timeout=float(task.limits.grade_timeout) + 15.0)
     bundle = {
-        "contents": {p: base64.b64encode(d).decode("ascii") for p, d in grader_files.items()},
+        "here": here,
+        "sealed": two_users,
         "secret": secret,
         "project": PROJECT_DIR,
         "worker": None if two_users else worker,
-        "socket": socket_name,
+        "socket": worker[3],
         "names": top_level_names(list(project)),
         "files": run_order,
-        "test_timeout": float(limits.test_timeout),
-        "grade_timeout": float(limits.grade_timeout),
+        "test_timeout": float(task.limits.test_timeout),
+        "grade_timeout": float(task.limits.grade_timeout),
         "reserve": RESERVE_SECONDS,
-        "hashes": {p: hashlib.sha256(hidden[p]).hexdigest() for p in run_order},
+        "hashes": {p: hashlib.sha256(d).hexdigest() for p, d in grader_files.items()},
         "app": _app_settings(task),
         "services": {s.name: {"fixture": f"hidden/{s.fixture}"} for s in task.services},
     }
+    if here is None:
+        bundle["contents"] = _encoded(grader_files)
     result = sandbox.run(
         ["python3", "-I", "-c", BOOT],
         stdin=json.dumps(bundle),
-        timeout=float(limits.grade_timeout),
+        timeout=float(task.limits.grade_timeout),
         user=GRADER_USER if two_users else None,
+        env={"HOME": "/"} if two_users else None,  # not the project's workspace
     )
-    report, problem = _read_report(result.stdout, result.stdout_truncated, secret)
     out = GradeResult(
         passed=0,
         total=task.num_hidden_tests,
@@ -349,9 +372,69 @@ def grade(
         backend=sandbox.backend,
         isolated=two_users,
     )
+    _fill(out, result, secret, task, canaries, details)
+    out.seconds = time.monotonic() - start
+    return out
+
+
+def _grader_files(task: AppTask, canaries: tuple) -> tuple[dict[str, bytes], list[str]]:
+    """The grader's files (its modules, the ini, the hidden tests with the two canary
+    files) and the order the test files run in (a canary first and last)."""
+    files: dict[str, bytes] = {m: source(m) for m in GRADER_MODULES}
+    files["pytest.ini"] = INI.encode()
+    files.update({f"hidden/{rel}": data for rel, data in task.hidden_tests.items()})
+    for name, _fail, _ok, text in canaries:
+        files[f"hidden/{name}"] = text.encode()
+    test_files = sorted(f"hidden/{t}" for t in {e.file for e in task.expected_tests})
+    first, last = canaries
+    return files, [f"hidden/{first[0]}", *test_files, f"hidden/{last[0]}"]
+
+
+def _encoded(files: Mapping[str, bytes]) -> dict[str, str]:
+    return {p: base64.b64encode(d).decode("ascii") for p, d in files.items()}
+
+
+def _seal(sandbox: Sandbox, files: Mapping[str, bytes]) -> str:
+    """Install the grader's files as :data:`SEAL_USER` (see :data:`SEAL`); their directory."""
+    res = sandbox.run(
+        ["python3", "-I", "-S", "-c", SEAL],
+        stdin=json.dumps(_encoded(files)),
+        timeout=120.0,
+        user=SEAL_USER,
+    )
+    here = res.stdout.strip()
+    if res.exit_code != 0 or not here.startswith("/"):
+        raise InfraError(
+            "the grader's files could not be installed in the grading sandbox (exit "
+            f"{res.exit_code}: {res.stderr.strip()[-300:]!r})",
+            reason="grader_setup",
+        )
+    return here
+
+
+def _spawner_argv(task: AppTask, two_users: bool) -> list[str]:
+    """The spawner's command (run as the project's user; see ``apptest_worker``)."""
+    lifetime = float(task.limits.grade_timeout) + 15.0
+    return [
+        "python3",
+        "-I",
+        f"{WORKER_DIR}/apptest_worker.py",
+        f"agentgym-grading-{secrets.token_hex(8)}",
+        PROJECT_DIR,
+        "sweep" if two_users else "group",
+        str(int(task.limits.test_timeout) + 5),
+        str(int(lifetime)),
+    ]
+
+
+def _fill(
+    out: GradeResult, result: Any, secret: str, task: AppTask, canaries: tuple, details: bool
+) -> None:
+    """Fill ``out`` from the grader's run: its signed report, or why there is none."""
+    report, problem = _read_report(result.stdout, result.stdout_truncated, secret)
     if result.timed_out:
         out.timed_out = True
-        out.errors.append(f"the hidden tests did not finish within {limits.grade_timeout}s")
+        out.errors.append(f"the hidden tests did not finish within {task.limits.grade_timeout}s")
     if report is None:
         out.errors.append(f"grading failed: {problem}; every hidden test counts as failed")
         if not result.timed_out and result.exit_code != 0:
@@ -360,9 +443,15 @@ def grade(
                 out.errors.append(f"runner: {tail}")
         out.per_test = {t.test_id: "not run" for t in task.expected_tests}
         out.requirements = requirement_report(task, out.per_test)
-        out.seconds = time.monotonic() - start
-        return out
-    _apply_report(out, report, task, (first, last))
+        return
+    if report.get("unsealed"):  # found before any code of the project ran
+        raise InfraError(
+            f"the grader's files were not sealed in the sandbox: {report['unsealed']}",
+            reason="grader_setup",
+        )
+    _apply_report(out, report, task, canaries)
+    if isinstance(report.get("late_imports"), list):
+        out.late_imports = [str(n) for n in report["late_imports"]]
     if details and isinstance(report.get("details"), dict):
         files = {f"hidden/{t.file}::" for t in task.expected_tests}
         out.details = {
@@ -370,8 +459,6 @@ def grade(
             for k, v in report["details"].items()
             if any(str(k).startswith(f) for f in files)
         }
-    out.seconds = time.monotonic() - start
-    return out
 
 
 def _app_settings(task: AppTask) -> dict[str, Any] | None:
@@ -435,9 +522,13 @@ def _apply_report(
             tests.get(fail_id) is None or tests.get(ok_id) is None
         ):
             out.tampered = True  # a canary that did not run: the run was cut short or rigged
-    if not report.get("source_ok") or report.get("source_ok_after_collection") is False:
+    if (
+        not report.get("source_ok")
+        or report.get("source_ok_after_collection") is False
+        or report.get("source_ok_at_end") is not True
+    ):
         out.tampered = True
-        out.errors.append("the hidden test files were modified during the run")
+        out.errors.append("the grader's files or the hidden tests were modified during the run")
     if out.tampered:
         out.errors.append(
             "tampering detected: the grader's canary tests did not behave as they must, "

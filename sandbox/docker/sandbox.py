@@ -72,13 +72,13 @@ from agentgym.sandbox.docker.scripts import (
     CLEANED,
     CLEANUP_FAILED,
     HELPER_TIMEOUT,
-    KEEPER_USER,
     KILL_ALL,
     KILL_ALL_ROOT,
     NO_CLEAN,
     READ_OOM,
     WORKSPACE,
     helper_argv,
+    is_root_user,
     oom_kills,
     wrapped_argv,
 )
@@ -361,13 +361,15 @@ class DockerSandbox(Sandbox):
     def _clean_every_user(self, then_sandbox_user: bool = True) -> None:
         """Kill every process and remove every file of every user that ran commands.
 
-        Each other user goes first, removing what it may (root may remove anything the
-        sandbox user wrote below its own directories); the sandbox user's pass comes last
-        and checks that nothing is left, else the container is replaced. With
+        Each other user goes first, removing what it may: the unprivileged ones (their
+        processes killed), then root ones (any uid-0 user, whatever its gid; root may
+        remove anything the other users wrote); the sandbox user's pass comes last and
+        checks that nothing is left, else the container is replaced. With
         ``then_sandbox_user=False`` that last pass is left to the next command's own exec
         (no extra exec when the next command is the sandbox user's).
         """
-        passes = [(u, CLEAN_PARTLY) for u in sorted(self._other_users)]
+        others = sorted(self._other_users, key=lambda u: (is_root_user(u), u))
+        passes = [(u, CLEAN_PARTLY) for u in others]
         if then_sandbox_user:
             passes.append((None, CLEAN))
         for user, mode in passes:
@@ -377,7 +379,7 @@ class DockerSandbox(Sandbox):
                 clean=mode,
                 workdir=WORKSPACE,
                 timeout=HELPER_TIMEOUT,
-                root=user == KEEPER_USER,
+                root=is_root_user(user),
             )
             end = self._stream(
                 argv,
@@ -478,7 +480,7 @@ class DockerSandbox(Sandbox):
     def _kill_all(self, user: str | None = None) -> bool:
         """Kill every process of ``user`` (default the sandbox user; for root, every root
         process but the container's init and keeper)."""
-        script = KILL_ALL_ROOT if user == KEEPER_USER else KILL_ALL
+        script = KILL_ALL_ROOT if is_root_user(user) else KILL_ALL
         for attempt in range(5):
             try:
                 end, _ = self._system_exec(script, deadline=15.0, user=user)

@@ -25,6 +25,7 @@ __all__ = [
     "READ_OOM",
     "WORKSPACE",
     "helper_argv",
+    "is_root_user",
     "oom_kills",
     "wrapped_argv",
 ]
@@ -33,6 +34,14 @@ WORKSPACE = "/workspace"
 #: uid:gid of the container's init and keeper: root, holding only the capabilities of
 #: ``ROOT_CAPABILITIES`` (no CAP_KILL), so the sandbox user cannot signal them
 KEEPER_USER = "0:0"
+
+
+def is_root_user(user: str | None) -> bool:
+    """Whether ``"uid:gid"`` is root (uid 0, whatever its gid): such a user's kill -1 would
+    reach the container's init and keeper, so it is cleaned with :data:`KILL_ALL_ROOT`."""
+    return user is not None and str(user).split(":", 1)[0] == "0"
+
+
 #: what a command's environment starts from
 BASE_ENV = {
     "HOME": WORKSPACE,
@@ -58,13 +67,16 @@ _GLOBS = " ".join(f"{d}/* {d}/.[!.]* {d}/..?*" for d in _WRITABLE)
 KILL_ALL = 'i=0; while kill -9 -1 2>/dev/null && [ "$i" -lt 200 ]; do i=$((i+1)); done; exit 0'
 
 #: Root's version of KILL_ALL: a kill -1 as root would reach the container's init and keeper
-#: (root too), so it walks /proc and spares pid 1 and the keeper (``sleep`` whose parent is
-#: pid 1). Builtins only. Only the host starts root processes, so nothing else is spared.
+#: (root too), so it walks /proc and spares pid 1 and the keeper: ``sleep infinity`` whose
+#: parent is pid 1 (its command line checked too: a root ``sleep 300`` whose parent was
+#: killed a moment before is pid 1's child as well). Builtins only (``read`` drops the
+#: NULs of a command line). Only the host starts root processes, so nothing else is spared.
 KILL_ALL_ROOT = (
     'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] && continue; '
     '[ "$p" = $$ ] && continue; read -r c < "$d/comm" 2>/dev/null || continue; '
     'if [ "$c" = sleep ]; then read -r s < "$d/stat" 2>/dev/null; set -- $s; '
-    '[ "$4" = 1 ] && continue; fi; kill -9 "$p" 2>/dev/null; done; exit 0'
+    'if [ "$4" = 1 ]; then a=; read -r a < "$d/cmdline" 2>/dev/null; '
+    '[ "$a" = sleepinfinity ] && continue; fi; fi; kill -9 "$p" 2>/dev/null; done; exit 0'
 )
 
 #: the OOM-kill counter of the container's memory cgroup (v1, then v2)

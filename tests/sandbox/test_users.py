@@ -96,6 +96,28 @@ def test_reset_cleans_every_users_files_and_processes_without_replacing_the_cont
         assert sleeping == [("0", "sleep")]  # only the container's keeper
 
 
+def test_a_root_of_another_group_and_a_third_user_are_cleaned_keeping_the_container():
+    """AppGen seals its grader's files as root with the grader's group ("0:1001") and
+    grades as a third, unprivileged uid: the reset cleans both, and a root of any gid is
+    cleaned as root (a plain kill -1 from uid 0 would reach the container's keeper)."""
+    with open_sandbox("docker") as sb:
+        r = sb.run("umask 027; mkdir /tmp/sealed && echo t > /tmp/sealed/f", user="0:1001")
+        assert r.exit_code == 0, r.stderr
+        assert sb.run("stat -c '%u:%g %a' /tmp/sealed", user=ROOT).stdout.split() == [
+            "0:1001",
+            "750",
+        ]
+        r = sb.run("cat /tmp/sealed/f && ! touch /tmp/sealed/g 2>/dev/null", user="1001:1001")
+        assert (r.exit_code, r.stdout) == (0, "t\n"), r.stderr  # its group reads, never writes
+        sb.start(["sleep", "300"], timeout=600, user="1001:1001")
+        sb.start(["sleep", "300"], timeout=600, user="0:1001")
+        container = sb.container_id
+        sb.reset()
+        assert sb.run("ls -A /tmp /workspace").stdout.split() == ["/tmp:", "/workspace:"]
+        assert sb.container_id == container
+        assert [p for p in processes(sb) if p[1] == "sleep"] == [("0", "sleep")]  # the keeper
+
+
 def test_users_need_the_docker_backend_and_are_checked(dsb):
     with open_sandbox("local") as local:
         with pytest.raises(SandboxError, match="one user"):

@@ -6,6 +6,8 @@
 * :mod:`.apptest`: the grader's side of the boundary, which hidden tests import: proxies
   of the project's modules and objects, mirrored exceptions, the import hook;
 * :mod:`.apptest_runner`: the grader's process: pytest, outcomes, limits, the report;
+* :mod:`.apptest_seal`: the grader's import path checked unwritable, every import made
+  before the project's code runs;
 * :mod:`.apptest_files`: directories and files the grader shares with the project, made
   and read without following what the project put there (symlinks, FIFOs, hard links);
 * :mod:`.apptest_fullstack`: fixtures of full-stack tasks (the app as a running server,
@@ -31,6 +33,7 @@ GRADER_MODULES = (
     "apptest_files.py",
     "apptest_fullstack.py",
     "apptest_runner.py",
+    "apptest_seal.py",
     "apptest_services.py",
     "apptest_wire.py",
 )

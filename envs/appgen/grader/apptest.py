@@ -24,6 +24,9 @@ never runs here: every test gets a fresh worker process of the project's user (s
 * ``apptest.subprocess`` and ``apptest.threading`` are those modules *in the worker*: a
   command started through them (``subprocess.run([sys.executable, "-m", "calc"], ...)``)
   runs as the project's user, never as the grader.
+* ``apptest.files`` (:mod:`apptest_files`) reads and writes paths the project can reach
+  without following its symlinks or blocking on its FIFOs: hidden tests use it, never
+  plain ``open``, for files in ``tmp_path``, the project or the app's ``DATA_DIR``.
 
 A worker that crashes, exits or hangs fails the current test with
 :class:`ProjectProcessError`; the next test gets a new one. Proxies do not outlive their
@@ -43,9 +46,17 @@ import sys
 import time
 import types
 
+import apptest_files as files
 import apptest_wire as wire
 
-__all__ = ["PYTHON", "ProjectError", "ProjectObject", "ProjectProcessError", "remote_module"]
+__all__ = [
+    "PYTHON",
+    "ProjectError",
+    "ProjectObject",
+    "ProjectProcessError",
+    "files",
+    "remote_module",
+]
 
 #: the interpreter the project's commands should run with
 PYTHON = sys.executable

@@ -222,9 +222,10 @@ class App:
         return self.start()
 
     def log_tail(self, chars: int = 300) -> str:
+        """The end of the app's log, which the project's process wrote (and could have
+        turned into a symlink or a FIFO: read without following or blocking)."""
         try:
-            with open(self.log_path, "rb") as f:
-                data = f.read()[-chars:]
+            data = apptest_files.read_bytes(self.log_path)[-chars:]
         except OSError:
             return ""
         return data.decode("utf-8", "replace")

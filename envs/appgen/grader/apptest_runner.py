@@ -1,10 +1,15 @@
 """The grader's process inside the grading sandbox: runs the hidden tests, reports outcomes.
 
-Started by the host as ``python3 -I -c BOOT`` with the grading bundle on standard input
-(these modules, the hidden tests, the configuration and the report secret); BOOT writes
-the files into a fresh private directory (mode 0700) and calls :func:`main`. In the
-Docker backend this process runs as the grader's own user, so the project's processes
-can neither read that directory nor signal or trace this process.
+Started by the host as ``python3 -I -c BOOT`` with the configuration and the report
+secret on standard input. In a sandbox with users (Docker) the host first sealed these
+modules and the hidden tests into a directory of root's (mode 0750, files 0640, group the
+grader's), and this process runs as the grader's own unprivileged uid: it reads them
+through its group and can write none of them, and nothing else of the grading run is
+root, so nobody can; the project's processes (another uid) can neither read that
+directory nor signal or trace this process. :func:`main` checks that seal
+(:mod:`apptest_seal`) and imports everything it will need before any project code runs.
+On the local backend (one user, an unsafe opt-in) BOOT writes the files itself into a
+private directory (mode 0700) and none of this holds.
 
 No code of the project runs here: the hidden tests reach it through :mod:`apptest`
 proxies, and each test gets a fresh worker process (started by the spawner,
@@ -27,6 +32,9 @@ import time
 
 import apptest
 import apptest_files
+import apptest_fullstack
+import apptest_seal
+import pytest
 
 
 class Timeout(BaseException):
@@ -63,7 +71,7 @@ def _no_processes(event: str, args) -> None:
 
 def _launch_browser(timeout: float):
     """Start the grader's headless Chromium (see :mod:`apptest_browser`)."""
-    import apptest_browser
+    import apptest_browser  # imported already (apptest_seal.preload): no lookup now
 
     _LAUNCHING[0] = True
     try:
@@ -93,8 +101,6 @@ def _project_names(candidates) -> list:
 
 def _recorder(here: str, project: str, scratch: str, cfg: dict, state: dict):
     import pathlib
-
-    import pytest
 
     test_timeout = float(cfg["test_timeout"])
     # the run must end (and report) before the host's limit: no test runs past this point
@@ -190,6 +196,84 @@ def _recorder(here: str, project: str, scratch: str, cfg: dict, state: dict):
     return Recorder()
 
 
+def _pytest_args(here: str, scratch: str, files) -> list:
+    return [
+        "-c",
+        os.path.join(here, "pytest.ini"),
+        "--rootdir",
+        here,
+        "-p",
+        "no:cacheprovider",
+        "--noconftest",
+        "--continue-on-collection-errors",
+        "--import-mode=importlib",
+        "-q",
+        "--color=no",
+        "--basetemp",
+        os.path.join(scratch, "b"),
+        *(os.path.join(here, f) for f in files),
+    ]
+
+
+def _write_report(report_fd: int, state: dict, secret: str) -> None:
+    """The signed report, on the standard output this process was started with; then exit."""
+    state["secret"] = secret
+    data = json.dumps(state).encode()
+    while data:
+        data = data[os.write(report_fd, data) :]
+    os._exit(0)
+
+
+def _hidden_sources(here: str, hashes: dict) -> dict:
+    out = {}
+    for rel in hashes:
+        if rel.startswith("hidden/") and rel.endswith(".py"):
+            with open(os.path.join(here, rel), "rb") as f:
+                out[rel] = f.read().decode("utf-8", "replace")
+    return out
+
+
+def _start_spawner(worker: list, cwd: str):
+    """Grader and project share a user (the local backend): this process starts the
+    spawner (with users, the host starts it as the project's user)."""
+    return subprocess.Popen(
+        worker,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        cwd=cwd,
+    )
+
+
+def _configure_fixtures(here: str, cfg: dict, scratch: str) -> None:
+    def read_hidden(rel: str) -> bytes:
+        with open(os.path.join(here, rel), "rb") as f:
+            return f.read()
+
+    apptest_fullstack.configure(
+        cfg.get("app"),
+        cfg.get("services") or {},
+        lambda: _launch_browser(float(cfg["test_timeout"])),
+        read_hidden,
+        scratch,
+    )
+
+
+def _finish(spawner) -> None:
+    """End the last test's worker, the mock services and the browser, and the spawner."""
+    for step in (apptest.end_scope, apptest_fullstack.shutdown):
+        try:
+            step()
+        except BaseException:
+            pass
+    if spawner is not None:
+        try:
+            os.killpg(spawner.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def main(here: str, cfg: dict) -> None:
     """Run the hidden tests named in ``cfg`` and write the signed report to the original
     standard output; never returns (ends with ``os._exit``)."""
@@ -199,6 +283,23 @@ def main(here: str, cfg: dict) -> None:
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.umask(0)  # the project's process may change what the tests write, and vice versa
+    hidden = os.path.join(here, "hidden")
+    state = {
+        "tests": {},
+        "collect_errors": {},
+        "details": {},
+        "source_ok": _digests(here, cfg["hashes"]) == cfg["hashes"],
+        "source_ok_after_collection": None,
+        "source_ok_at_end": None,
+        "sealed": bool(cfg.get("sealed")),
+    }
+    problem = apptest_seal.unsealed(here, (hidden,)) if cfg.get("sealed") else None
+    if problem:  # never the project's doing: nothing of it has run yet
+        state["unsealed"] = problem.replace(here, "<grader>")
+        _write_report(report_fd, state, secret)
+    names = _project_names(cfg["names"])
+    # every import the grader will need, now: none of the project's code has run yet
+    apptest_seal.preload(_hidden_sources(here, cfg["hashes"]), cfg["names"])
     # where tmp_path and the app's directories go: the project may enter, not list or write
     scratch = apptest_files.make_dir(
         tempfile.gettempdir(), ".agentgym-tmp-", apptest_files.TRAVERSE_ONLY
@@ -211,81 +312,22 @@ def main(here: str, cfg: dict) -> None:
         os.environ.pop(var, None)
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     sys.dont_write_bytecode = True
-    sys.path.insert(0, os.path.join(here, "hidden"))  # helper modules of the hidden tests
-    state = {
-        "tests": {},
-        "collect_errors": {},
-        "details": {},
-        "source_ok": _digests(here, cfg["hashes"]) == cfg["hashes"],
-        "source_ok_after_collection": None,
-    }
-    spawner = None
-    if worker:  # grader and project share a user: this process starts the spawner
-        spawner = subprocess.Popen(
-            worker,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            cwd=start_dir,
-        )
-    apptest.configure(
-        cfg["socket"], _project_names(cfg["names"]), cfg["test_timeout"], kill=bool(worker)
-    )
+    sys.path.append(hidden)  # helper modules of the hidden tests, after the standard library
+    spawner = _start_spawner(worker, start_dir) if worker else None
+    apptest.configure(cfg["socket"], names, cfg["test_timeout"], kill=bool(worker))
     apptest.install()
-    import apptest_fullstack
-
-    def read_hidden(rel: str) -> bytes:
-        with open(os.path.join(here, rel), "rb") as f:
-            return f.read()
-
-    apptest_fullstack.configure(
-        cfg.get("app"),
-        cfg.get("services") or {},
-        lambda: _launch_browser(float(cfg["test_timeout"])),
-        read_hidden,
-        scratch,
-    )
-    sys.addaudithook(_no_processes)
+    _configure_fixtures(here, cfg, scratch)
+    imports = apptest_seal.Imports()
+    sys.addaudithook(lambda event, args: (_no_processes(event, args), imports.event(event, args)))
+    imports.watch()
     try:
-        import pytest
-
-        args = [
-            "-c",
-            os.path.join(here, "pytest.ini"),
-            "--rootdir",
-            here,
-            "-p",
-            "no:cacheprovider",
-            "--noconftest",
-            "--continue-on-collection-errors",
-            "--import-mode=importlib",
-            "-q",
-            "--color=no",
-            "--basetemp",
-            os.path.join(scratch, "b"),
-        ]
-        args += [os.path.join(here, f) for f in cfg["files"]]
         plugins = [_recorder(here, project, scratch, cfg, state), apptest_fullstack.FullStack()]
-        pytest.main(args, plugins=plugins)
+        pytest.main(_pytest_args(here, scratch, cfg["files"]), plugins=plugins)
     except BaseException as e:
         text = f"{type(e).__name__}: {e}"
         state["crash"] = text.replace(here, "<grader>").replace(project, "<project>")[:300]
-    try:
-        apptest.end_scope()
-    except BaseException:
-        pass
-    try:
-        apptest_fullstack.shutdown()
-    except BaseException:
-        pass
-    if spawner is not None:
-        try:
-            os.killpg(spawner.pid, signal.SIGKILL)
-        except OSError:
-            pass
-    state["secret"] = secret
-    data = json.dumps(state).encode()
-    while data:
-        data = data[os.write(report_fd, data) :]
-    os._exit(0)
+    _finish(spawner)
+    # the grader's files and the hidden tests, checked again once every test has run
+    state["source_ok_at_end"] = _digests(here, cfg["hashes"]) == cfg["hashes"]
+    state["late_imports"] = imports.late(hidden, names)
+    _write_report(report_fd, state, secret)

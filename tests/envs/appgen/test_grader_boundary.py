@@ -5,7 +5,14 @@
   enter but not list or write;
 * the spawner imports its standard modules before the project's directory joins
   ``sys.path`` (a project file named like a module one of them imports lazily never runs
-  in the spawner).
+  in the spawner);
+* the grader runs as an unprivileged uid of its own (no capability), its modules and the
+  hidden tests are root's (0640 in a 0750 directory), nothing on its ``sys.path`` can be
+  written by it, and its own directory comes after the standard library;
+* every module the grader imports is imported before the project's code could run (the
+  report lists any later import: none);
+* the tamper check covers the grader's modules until the report is written: a grader
+  module changed (by root, from outside) while the last test runs voids the run.
 
 A task written here (a copy of ``rate_limiter`` with one more hidden test file) asks the
 project's own process what it sees; the hidden test compares that in the grader.
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 
 import pytest
 
@@ -46,6 +54,32 @@ def dirs(path):
 """
 
 BOUNDARY_TESTS = """\
+import os
+import sys
+
+
+def test_the_grader_is_unprivileged_and_sealed():
+    import apptest
+    import apptest_runner
+
+    assert os.getuid() not in (0, 1000) and os.getgid() != 0
+    with open("/proc/self/status") as f:
+        caps = dict(line.split(":", 1) for line in f if line.startswith("Cap"))
+    assert int(caps["CapEff"], 16) == 0 and int(caps["CapPrm"], 16) == 0, caps
+    here = os.path.dirname(apptest.__file__)
+    st = os.stat(here)
+    assert (st.st_uid, st.st_mode & 0o7777) == (0, 0o750), (st.st_uid, oct(st.st_mode))
+    for module in (apptest, apptest_runner):
+        st = os.stat(module.__file__)
+        assert (st.st_uid, st.st_mode & 0o7777) == (0, 0o640)
+        assert not os.access(module.__file__, os.W_OK)
+    for entry in sys.path:
+        assert not (os.path.exists(entry) and os.access(entry, os.W_OK)), entry
+    stdlib = os.path.dirname(os.__file__)
+    assert sys.path.index(here) > sys.path.index(stdlib), sys.path
+    assert sys.path.index(os.path.join(here, "hidden")) > sys.path.index(stdlib), sys.path
+
+
 def test_tmp_path_is_shared_sticky_and_unguessable(tmp_path):
     import dirprobe
 
@@ -85,10 +119,42 @@ def grade_with_files(task: AppTask, extra: dict[str, str]) -> tuple:
     return result, listing
 
 
-def test_tmp_path_is_made_safely(task):
+def test_tmp_path_is_made_safely_and_the_grader_sealed(task):
     result, _ = grade_with_files(task, {"dirprobe.py": PROBE_MODULE})
-    test = "test_boundary.py::test_tmp_path_is_shared_sticky_and_unguessable"
-    assert result.per_test[test] == "passed", json.dumps(result.details)
+    for test in (
+        "test_boundary.py::test_tmp_path_is_shared_sticky_and_unguessable",
+        "test_boundary.py::test_the_grader_is_unprivileged_and_sealed",
+    ):
+        assert result.per_test[test] == "passed", json.dumps(result.details)
+    assert result.late_imports == [] and not result.tampered, result
+
+
+def test_a_grader_module_changed_during_the_run_voids_it(tmp_path):
+    """Root (the host, from outside: nothing in the grading run is root) appends to a
+    grader module while the last test runs: the check before the report sees it."""
+    need_docker()
+    from agentgym.sandbox import docker_client, open_sandbox
+
+    root = tmp_path / "rate_limiter"
+    shutil.copytree(BUILTIN_TASKS_DIR / "rate_limiter", root)
+    (root / "tests_hidden" / "test_zz_last.py").write_text(
+        "import time\n\n\ndef test_waits():\n    time.sleep(6)\n"
+    )
+    task = load_task(root)
+    change = (  # once the grader's files are there: wait into the last test, then append
+        "while :; do for d in /tmp/.agentgym-grader-*; do if [ -e $d/hidden/test_zz_last.py ]; "
+        "then sleep 3; echo '# changed' >> $d/apptest_fullstack.py; exit 0; fi; done; "
+        "sleep 0.05; done"
+    )
+    with open_sandbox("docker", timeout=120) as sb:
+        api = docker_client().api
+        run = api.exec_create(sb.container_id, ["timeout", "60", "sh", "-c", change], user="0:0")
+        tamper = threading.Thread(target=api.exec_start, args=(run,), daemon=True)
+        tamper.start()
+        result = grade(task, task.reference_files(), sb)
+        tamper.join(30)
+    assert result.tampered and result.passed == 0, result
+    assert any("grader's files" in e for e in result.errors), result.errors
 
 
 def test_the_spawner_preloads_before_the_project_joins_sys_path(task):

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from apptest import subprocess
+from apptest import files, subprocess
 
 ROOT = os.getcwd()
 
@@ -51,10 +51,8 @@ def test_torn_tail_dropped(tmp_path):
     s.put("b", "2")
     s.close()
     log = os.path.join(d, "wal.log")
-    with open(log, "rb") as f:
-        data = f.read()
-    with open(log, "wb") as f:
-        f.write(data[:-3])
+    data = files.read_bytes(log)
+    files.write_bytes(log, data[:-3])
     r = KVStore(d)
     assert r.keys() == ["a"]
     r.put("c", "3")
@@ -77,10 +75,8 @@ def test_batch_atomic(tmp_path):
     assert s.keys() == ["a", "b"]
     s.close()
     log = os.path.join(d, "wal.log")
-    with open(log, "rb") as f:
-        data = f.read()
-    with open(log, "wb") as f:
-        f.write(data[:-1])
+    data = files.read_bytes(log)
+    files.write_bytes(log, data[:-1])
     assert KVStore(d).keys() == ["x"]
 
 
@@ -92,13 +88,12 @@ def test_checkpoint(tmp_path):
     s.put("a", "1")
     s.put("b", "2")
     s.checkpoint()
-    assert os.path.getsize(os.path.join(d, "wal.log")) == 0
-    with open(os.path.join(d, "snapshot.json")) as f:
-        assert json.load(f) == {"a": "1", "b": "2"}
+    assert files.getsize(os.path.join(d, "wal.log")) == 0
+    assert json.loads(files.read_text(os.path.join(d, "snapshot.json"))) == {"a": "1", "b": "2"}
     s.put("c", "3")
     s.close()
     assert KVStore(d).keys() == ["a", "b", "c"]
-    leftovers = [n for n in os.listdir(d) if n not in ("snapshot.json", "wal.log")]
+    leftovers = [n for n in files.listdir(d) if n not in ("snapshot.json", "wal.log")]
     assert leftovers == []
 
 
@@ -109,8 +104,8 @@ def test_auto_checkpoint(tmp_path):
     s = KVStore(d, max_wal_bytes=200)
     for i in range(20):
         s.put(f"key{i}", "v" * 20)
-    assert os.path.getsize(os.path.join(d, "wal.log")) <= 200
-    assert os.path.exists(os.path.join(d, "snapshot.json"))
+    assert files.getsize(os.path.join(d, "wal.log")) <= 200
+    assert files.exists(os.path.join(d, "snapshot.json"))
     s.close()
     assert len(KVStore(d)) == 20
 
