@@ -5,7 +5,9 @@ as written: a notes app (HTTP API, SQLite in ``DATA_DIR``, a page with a form) t
 a quote from a mock ``quotes`` service. Every part of the format is there to be edited:
 ``task.toml`` (``[app]``, ``[services]``, ``[visible]``, ``[oracle]``), the spec, a
 scaffold, visible and hidden tests (HTTP and browser), a fixture and the reference
-solution. ``docs/envs/appgen-tasks.md`` describes the format.
+solution. Its hidden tests read the app's files the one safe way, with
+``apptest.files`` (``check-task`` flags plain ``open``). ``docs/envs/appgen-tasks.md``
+describes the format.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ order = ["PKG/__main__.py", "PKG/static/index.html", "PKG/static/app.js"]
 """,
     "spec.md": """\
 Build `PKG`, a small notes web app. Standard library only; the front end is plain HTML
-and JavaScript served by the app; notes live in SQLite in `DATA_DIR`.
+and JavaScript served by the app; notes live in SQLite in `DATA_DIR/notes.db`, in a table
+`notes` with the columns `id` and `text`.
 
 ## The quotes service (`$QUOTES_URL`)
 
@@ -102,6 +105,11 @@ def test_add_note(tmp_path):
 {"routes": [{"method": "GET", "path": "/today", "json": {"text": "Simple is better than complex."}}]}
 """,
     "tests_hidden/test_api.py": """\
+import os
+
+from apptest import files  # files the project can reach: never plain open (check-task)
+
+
 def test_notes(app):
     assert app.post("/api/notes", {"text": " first "}).json()["text"] == "first"
     app.post("/api/notes", {"text": "second"})
@@ -116,6 +124,13 @@ def test_quote_from_the_service(app, services):
     assert services["quotes"].calls("GET", "/today")
     services["quotes"].fail(503)
     assert app.get("/api/quote").json() == {"text": None}
+
+
+def test_notes_are_kept_in_data_dir(app):
+    app.post("/api/notes", {"text": "kept"})
+    # a private copy of the app's database, read without following the project's links
+    db = files.sqlite(os.path.join(app.data_dir, "notes.db"))
+    assert [row[0] for row in db.execute("SELECT text FROM notes")] == ["kept"]
 """,
     "tests_hidden/test_page.py": """\
 def test_page_adds_notes(app, page):

@@ -6,6 +6,10 @@ each reported with what it found:
 * **loads**: ``task.toml`` and the directory are valid (:func:`.taskset.load_task`).
 * **hash stable**: the content hash is the same when computed twice and for a copy of
   the directory elsewhere (it depends on paths and bytes only).
+* **files through apptest.files**: no hidden test opens, reads, writes or lists a path
+  with plain ``open`` (or pathlib, ``os.listdir``, ``sqlite3.connect``, ``shutil``):
+  paths the project can reach go through ``apptest.files``, which follows none of the
+  project's symlinks, FIFOs or hard links (:mod:`.filelint`).
 * **reference passes**: the reference solution passes every hidden test (the real
   grader, in the sandbox; failures are listed with their first lines).
 * **scaffold fails**: the bare scaffold passes no hidden test.
@@ -35,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentgym import DataError
+from agentgym.envs.appgen.filelint import plain_file_access
 from agentgym.envs.appgen.grading import GradeResult, grade
 from agentgym.envs.appgen.taskset import (
     VISIBLE_TESTS_DIR,
@@ -189,6 +194,14 @@ def check_task(
         shutil.copytree(task.path, copy)
         hashes = {content_hash(task.path), content_hash(task.path), content_hash(copy)}
     add(Check("hash stable", len(hashes) == 1, task.content_hash[:12]))
+    plain = plain_file_access(task)
+    add(
+        Check(
+            "files through apptest.files",
+            not plain,
+            "; ".join(plain) or "no hidden test touches a path without it",
+        )
+    )
 
     limits = {"timeout": float(task.limits.grade_timeout), **task.limits.sandbox()}
     with SandboxPool(size=1, backend=backend, warm=1, **limits) as pool:

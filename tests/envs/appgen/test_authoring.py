@@ -55,7 +55,7 @@ def test_new_task_never_overwrites(tmp_path):
 def test_cli_new_task(tmp_path, capsys):
     assert main(["appgen", "new-task", "my_notes", "--dir", str(tmp_path)]) == 0
     assert "check-task" in capsys.readouterr().out
-    assert load_task(tmp_path / "my_notes").num_hidden_tests == 3
+    assert load_task(tmp_path / "my_notes").num_hidden_tests == 4
     assert main(["appgen", "new-task", "Bad", "--dir", str(tmp_path)]) == 2
     assert "lower-case" in capsys.readouterr().err
 
@@ -93,7 +93,8 @@ def test_bad_fullstack_sections_say_what_is_wrong(tmp_path, old, new, message):
 def test_requirements_must_be_defined_and_staged(tmp_path):
     root = new_task("demo", tmp_path)
     hidden = root / "tests_hidden" / "test_api.py"
-    hidden.write_text("import pytest\n\n\n@pytest.mark.requirement('tidy')\n" + hidden.read_text())
+    marked = "import pytest\n\n\n@pytest.mark.requirement('tidy')\ndef test_notes("
+    hidden.write_text(hidden.read_text().replace("def test_notes(", marked, 1))
     with pytest.raises(DataError, match="tidy"):
         load_task(root)
     _edit(root, "[oracle]", "[requirements.tidy]\nstage = 2\ntext = 'trim notes'\n\n[oracle]")
@@ -165,6 +166,7 @@ def test_check_task_proves_the_starter_sound(tmp_path, capsys):
     assert [c["name"] for c in report["checks"]] == [
         "loads",
         "hash stable",
+        "files through apptest.files",
         "reference passes",
         "scaffold fails",
         "visible tests pass",
@@ -176,7 +178,8 @@ def test_check_task_proves_the_starter_sound(tmp_path, capsys):
 @pytest.mark.docker
 def test_check_task_finds_what_is_unsound(tmp_path):
     """A reference that forgets persistence, a visible test the hidden ones never check,
-    and a fixture route the mock service cannot answer as written."""
+    a fixture route the mock service cannot answer as written, and a hidden test that
+    reads the app's file with plain open."""
     need_docker()
     root = new_task("quote_notes", tmp_path)
     main_py = root / "solution" / "quote_notes" / "__main__.py"
@@ -191,6 +194,11 @@ def test_check_task_finds_what_is_unsound(tmp_path):
     routes = json.loads(fixture.read_text())
     routes["routes"].append({"path": "/broken", "status": "two hundred"})
     fixture.write_text(json.dumps(routes))
+    hidden = root / "tests_hidden" / "test_api.py"
+    hidden.write_text(
+        hidden.read_text()
+        + "\n\ndef test_log(app):\n    assert open(app.workdir + '/app.log').read() == ''\n"
+    )
     report = check_task(root, progress=lambda line: None)
     checks = {c.name: c for c in report.checks}
     assert not report.ok
@@ -204,6 +212,9 @@ def test_check_task_finds_what_is_unsound(tmp_path):
     assert not checks["visible within hidden"].ok
     assert "test_more.py::test_has_an_about_page" in checks["visible within hidden"].detail
     assert not checks["services start"].ok
+    assert not checks["files through apptest.files"].ok
+    assert "test_api.py:" in checks["files through apptest.files"].detail
+    assert "open on a path the project can reach" in checks["files through apptest.files"].detail
 
 
 def test_browser_tasks_warn_on_the_local_backend():

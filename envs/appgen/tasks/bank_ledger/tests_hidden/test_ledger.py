@@ -2,6 +2,8 @@ import json
 
 import pytest
 
+from apptest import files
+
 
 @pytest.fixture
 def path(tmp_path):
@@ -59,8 +61,7 @@ def test_store_versions_and_persistence(path):
     assert s2.version("A") == 2 and s2.version("B") == 1 and s2.version("C") == 0
     assert [e.seq for e in s2.load("A")] == [1, 3]
     assert [e.type for e in s2.all()] == ["AccountOpened", "AccountOpened", "Deposited"]
-    with open(path) as f:
-        lines = f.read().splitlines()
+    lines = files.read_text(path).splitlines()
     assert json.loads(lines[2])["data"] == {"amount": 5, "memo": ""}
 
 
@@ -84,8 +85,7 @@ def test_store_ignores_torn_tail(path):
 
     s = EventStore(path)
     s.append([("A", "AccountOpened", {"owner": "a"})], {"A": 0})
-    with open(path, "a") as f:
-        f.write('{"seq": 2, "account": "A", "vers')
+    files.append_text(path, '{"seq": 2, "account": "A", "vers')
     s = EventStore(path)
     assert len(s.all()) == 1
     s.append([("A", "Deposited", {"amount": 3, "memo": ""})], {"A": 1})

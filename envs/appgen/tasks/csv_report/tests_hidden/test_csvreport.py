@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from apptest import subprocess
+from apptest import files, subprocess
 
 ROOT = os.getcwd()
 DATA = (
@@ -19,7 +19,7 @@ DATA = (
 
 def write(tmp_path, text, name="data.csv"):
     path = tmp_path / name
-    path.write_text(text)
+    files.write_text(path, text)
     return str(path)
 
 
@@ -137,7 +137,7 @@ def test_cli_json_to_file(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout == ""
-    assert json.loads(dest.read_text()) == [
+    assert json.loads(files.read_text(dest)) == [
         {"product": "apple", "sum_qty": 3},
         {"product": "pear", "sum_qty": 1},
         {"product": "plum", "sum_qty": 7},

@@ -2,6 +2,8 @@ import json
 import struct
 import zlib
 
+from apptest import files
+
 
 def test_encode_format():
     from kvstore.records import encode_record
@@ -41,8 +43,7 @@ def test_wal_append_read_repair(tmp_path):
     wal.append({"op": "put", "key": "x", "value": "1"})
     wal.append({"op": "put", "key": "y", "value": "2"})
     size = wal.size()
-    with open(path, "ab") as f:
-        f.write(b"\x00\x00\x00\x10abc")
+    files.append_bytes(path, b"\x00\x00\x00\x10abc")
     assert len(wal.read()) == 2
     assert wal.repair() == 7
     assert wal.size() == size

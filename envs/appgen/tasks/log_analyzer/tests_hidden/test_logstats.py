@@ -3,7 +3,7 @@ import os
 import sys
 from datetime import datetime, timezone
 
-from apptest import subprocess
+from apptest import files, subprocess
 
 ROOT = os.getcwd()
 
@@ -22,7 +22,7 @@ this is not a log line
 
 def write(tmp_path):
     path = tmp_path / "access.log"
-    path.write_text(LOG)
+    files.write_text(path, LOG)
     return str(path)
 
 

@@ -1,7 +1,7 @@
 import os
 import sys
 
-from apptest import subprocess
+from apptest import files, subprocess
 
 ROOT = os.getcwd()
 
@@ -25,11 +25,11 @@ def test_stdin_to_stdout():
 
 def test_file_to_file_with_title(tmp_path):
     src = tmp_path / "in.md"
-    src.write_text("# A\n\nb")
+    files.write_text(src, "# A\n\nb")
     dest = tmp_path / "out.html"
     out = run(str(src), "-o", str(dest), "--title", "T & U")
     assert out.returncode == 0, out.stderr
-    assert dest.read_text() == (
+    assert files.read_text(dest) == (
         '<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8">\n<title>T &amp; U</title>\n'
         "</head>\n<body>\n<h1>A</h1>\n<p>b</p>\n</body>\n</html>\n"
     )

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from apptest import subprocess
+from apptest import files, subprocess
 
 ROOT = os.getcwd()
 
@@ -84,7 +84,7 @@ def test_world_bad_json(tmp_path):
     from adventure.world import WorldError, load_world
 
     path = tmp_path / "w.json"
-    path.write_text("{nope")
+    files.write_text(path, "{nope")
     with pytest.raises(WorldError):
         load_world(str(path))
 
@@ -168,7 +168,7 @@ def test_cli_plays_castle():
 
 def test_cli_bad_world(tmp_path):
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps({"start": "x", "rooms": {}}))
+    files.write_text(path, json.dumps({"start": "x", "rooms": {}}))
     out = subprocess.run(
         [sys.executable, "-m", "adventure", str(path)],
         input="",

@@ -2,7 +2,7 @@ import json
 import os
 import sys
 
-from apptest import subprocess
+from apptest import files, subprocess
 
 ROOT = os.getcwd()
 
@@ -90,4 +90,4 @@ def test_cli_default_db_in_cwd(tmp_path):
         timeout=30,
     )
     assert out.returncode == 0, out.stderr
-    assert (tmp_path / "todo.db").exists()
+    assert files.exists(tmp_path / "todo.db")

@@ -1,6 +1,6 @@
-import sqlite3
-
 import pytest
+
+from apptest import files
 
 
 @pytest.fixture
@@ -97,7 +97,7 @@ def test_delete_and_cascade(svc, tmp_path):
         svc.delete(1)
     with pytest.raises(TodoError):
         svc.complete(99)
-    conn = sqlite3.connect(str(tmp_path / "todo.db"))
+    conn = files.sqlite(tmp_path / "todo.db")  # a private copy, read without following links
     tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
     tag_tables = [t for t in tables if "tag" in t.lower()]
     assert tag_tables, tables
