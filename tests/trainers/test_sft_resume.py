@@ -183,3 +183,12 @@ def test_the_checkpoint_period_is_sfts_own_key():
         load_config(SFTConfig, None, ["run.save_every=50"])
     with pytest.raises(ConfigError, match=r"train\.save_every must be >= 0"):
         load_config(SFTConfig, None, ["train.save_every=-1"])
+
+
+def test_sigterm_stops_after_the_step_too(tmp_path, toy_envs_registered, monkeypatch):
+    out = tmp_path / "termed"
+    _fail_during_step(monkeypatch, 2, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    with pytest.raises(RunStopped, match="after step 2 of 7 on SIGTERM") as stopped:
+        run_sft(_cfg(out, "eval.at_ends=false"))
+    assert stopped.value.exit_code == 128 + signal.SIGTERM
+    assert resume_checkpoint(out / "checkpoints")[0].name == "step_000002"

@@ -452,7 +452,10 @@ def run_sft(cfg: SFTConfig, *, resume: bool = False) -> dict[str, Any]:
     setup_torch(cfg.run.threads, cfg.run.seed)
     out = Path(cfg.run.output_dir)
     with RunLock(out).acquire(role="agentgym sft"):
-        return _run_sft(cfg, out, resume)
+        try:
+            return _run_sft(cfg, out, resume)
+        finally:
+            close_tracking(out)  # however the run ends: what it logged is flushed
 
 
 def _run_sft(cfg: SFTConfig, out: Path, resume: bool) -> dict[str, Any]:
@@ -484,8 +487,7 @@ def _run_sft(cfg: SFTConfig, out: Path, resume: bool) -> dict[str, Any]:
     to_save = model.merge_and_unload() if cfg.lora.enabled else model
     save_model(to_save, tok, model_dir)
     if cfg.run.plots:
-        plot_sft(out)  # closes the trackers, which get the plots
-    close_tracking(out)
+        plot_sft(out)  # the trackers get the plots
     results: dict[str, Any] = write_sft_summary(out)
     results["model_dir"] = str(model_dir)
     results["seconds"] = time.monotonic() - t_start
