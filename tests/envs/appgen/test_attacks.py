@@ -14,6 +14,28 @@ projects pass well within it; the full-stack task keeps its own limits, as start
 Chromium takes longer), and the costly attacks (a stalled process costs each test its whole
 time limit, an exhausted resource seconds, whatever the task) run on two families. Also here: what the project's process can find of the hidden tests
 at grading time, and what an agent's ``<run>`` commands can find during the episode.
+
+The attacks of issue 30 (:mod:`.attacks_paths`) each score 0, and why each is closed:
+
+* **the chain** (a FIFO that becomes a symlink into the grader's directory between the
+  hidden test's read and its write, a ``stringprep.py`` and an ``idna`` cookie written
+  there): 1.0 on an empty ``kv_wal`` with the grader of issue 24. Closed twice over:
+  ``apptest.files`` refuses the FIFO (``O_NONBLOCK`` open, ``fstat``: not a regular file);
+  and with the task's old hidden tests (plain ``open``) the trap runs to its end but the
+  grader, an unprivileged uid, cannot write the sealed directory (root's, 0750/0640).
+  Had a write landed, the hidden tests' directory comes after the standard library on
+  ``sys.path``, ``stringprep`` is imported before any test, and the hashes checked
+  before the report would void the run.
+* **path traps** on every task whose hidden tests touch files: the same, at every path
+  the tests hand over; a FIFO never blocks the grader (the run ends within its limits).
+* **writes aimed at the grader's import path**: nothing on the grader's ``sys.path`` is
+  writable by any process of the run (its own check before any test), so the modules
+  land only where nothing imports them; no import happens late (``late_imports``).
+* **encoding cookies**: the codec machinery (every ``encodings`` module, ``stringprep``,
+  ``unicodedata``) is imported before the project runs, from the read-only standard
+  library: a cookie read later imports nothing (``late_imports`` stays empty).
+* **the local backend without the opt-in**: it grades nothing (``ConfigError``), in
+  ``test_local_opt_in.py``, which needs no engine.
 """
 
 from __future__ import annotations
@@ -30,6 +52,7 @@ from agentgym.envs.appgen.grading import GradeResult, grade
 from agentgym.envs.appgen.taskset import BUILTIN_TASKS_DIR, AppTask, load_task, load_tasks
 
 from .attacks import ATTACKS, ISSUE_24, PROBE, Attack, inject
+from .attacks_paths import IMPORT_PATH_WRITES, chain, cookie_project, trap_project
 from .conftest import need_docker, sandbox_kwargs
 
 pytestmark = pytest.mark.docker
@@ -45,6 +68,17 @@ FAMILIES = {
 }
 #: the families that costly attacks run on (every family runs all the others)
 COSTLY_FAMILIES = ("library", "http-server")
+#: the tasks whose hidden tests read or write files the project can reach (what
+#: check-task's lint found in them before issue 30 moved them to apptest.files)
+FILE_TASKS = (
+    "bank_ledger",
+    "csv_report",
+    "kv_wal",
+    "log_analyzer",
+    "markdown_html",
+    "text_adventure",
+    "todo_sqlite",
+)
 _TASK_DIRS: dict[str, object] = {}
 
 
@@ -52,7 +86,7 @@ _TASK_DIRS: dict[str, object] = {}
 def _docker(tmp_path_factory):
     need_docker()
     root = tmp_path_factory.mktemp("fast-tasks")
-    for name, _ in FAMILIES.values():
+    for name in {n for n, _ in FAMILIES.values()} | set(FILE_TASKS):
         dest = root / name
         shutil.copytree(BUILTIN_TASKS_DIR / name, dest)
         _TASK_DIRS[name] = dest
@@ -89,6 +123,10 @@ def pool():
 
 def fast_task(family: str) -> AppTask:
     return load_task(_TASK_DIRS[FAMILIES[family][0]])
+
+
+def fast(name: str) -> AppTask:
+    return load_task(_TASK_DIRS[name])
 
 
 def base_files(family: str, base: str) -> dict[str, bytes]:
@@ -205,3 +243,84 @@ def test_run_commands_cannot_find_the_hidden_tests_during_the_episode(backend):
     assert "searched" in found, obs[-1].content
     assert not [n for n in names if n in found], found
     assert not {"tests_hidden", "appgen", "agentgym"} & set(re.split(r"[/\s]", found)), found
+
+
+# -- issue 30: paths the project shapes, the grader's import path ------------------------------
+
+
+def _grade_and_look(pool: Pools, task: AppTask, files: dict[str, bytes]) -> tuple:
+    """The grading, what the project's trap noted, and the listing of the grader's
+    directory afterwards (as root: what the grading left there)."""
+    with pool.sandbox_for(task) as sb:
+        result = grade(task, files, sb, details=True)
+        listing = sb.run(
+            "ls -A /tmp/.agentgym-grader-*/ /tmp/.agentgym-grader-*/hidden", user="0:0"
+        ).stdout
+        notes = sb.run("cat /workspace/trap.log 2>/dev/null; true").stdout
+    return result, notes, listing
+
+
+def _legacy(task_dir) -> AppTask:
+    """``kv_wal`` with its hidden tests as they were before issue 30: plain ``open`` on
+    the project's ``wal.log`` (read, then write back)."""
+    store = task_dir / "tests_hidden" / "test_store.py"
+    text = store.read_text().replace(
+        "data = files.read_bytes(log)", 'data = open(log, "rb").read()'
+    )
+    text = re.sub(r"files\.write_bytes\(log, (.*)\)", r'open(log, "wb").write(\1)', text)
+    assert text.count('open(log, "wb")') == 2
+    store.write_text(text)
+    return load_task(task_dir)
+
+
+@pytest.mark.parametrize("tests", ["apptest.files", "plain open"])
+def test_the_chain_scores_zero(pool, tmp_path, tests: str):
+    task = fast("kv_wal")
+    if tests == "plain open":
+        shutil.copytree(task.path, tmp_path / "kv_wal")
+        task = _legacy(tmp_path / "kv_wal")
+    result, notes, listing = _grade_and_look(pool, task, chain(task, task.initial_files()))
+    assert result.score == 0 and not result.tampered and not result.timed_out, result
+    assert "stringprep.py" not in listing and result.late_imports == [], (listing, result)
+    torn = result.details["test_store.py::test_torn_tail_dropped"]
+    if tests == "plain open":  # the trap ran to its end; the write into the seal failed
+        assert "swapped wal.log -> hidden/stringprep.py" in notes, notes
+        assert "swapped wal.log -> hidden/test_store.py" in notes, notes
+        assert "PermissionError" in torn, torn
+    else:  # refused before anything was read: a FIFO is not a regular file
+        assert "UnsafePath" in torn and "not a regular file" in torn, torn
+
+
+@pytest.mark.parametrize("name", FILE_TASKS)
+def test_path_traps_score_zero_on_every_task_that_touches_files(pool, name: str):
+    task = fast(name)
+    result, notes, listing = _grade_and_look(pool, task, trap_project(task, task.initial_files()))
+    assert "armed" in notes, notes  # the tests handed the project paths, and it trapped them
+    assert result.score == 0 and not result.tampered and not result.timed_out, result
+    assert "stringprep.py" not in listing and result.late_imports == [], (listing, result)
+
+
+@pytest.mark.parametrize(
+    "family",
+    [pytest.param(f, marks=[pytest.mark.slow] if f in SLOW_FAMILIES else []) for f in FAMILIES],
+)
+def test_writes_aimed_at_the_graders_import_path_score_zero(pool, family: str):
+    task = fast_task(family)
+    result, _, listing = _grade_and_look(
+        pool, task, inject(IMPORT_PATH_WRITES)(task, task.initial_files())
+    )
+    assert result.score == 0 and not result.tampered and not result.timed_out, result
+    planted = ("stringprep.py", "unicodedata.py", "pdb.py", "_winapi.py", "zz-agentgym.pth")
+    assert not [n for n in planted if n in listing], listing
+    assert result.late_imports == [], result.late_imports
+
+
+@pytest.mark.parametrize(
+    "family",
+    [pytest.param(f, marks=[pytest.mark.slow] if f in SLOW_FAMILIES else []) for f in FAMILIES],
+)
+def test_encoding_cookie_triggers_score_zero(pool, family: str):
+    task = fast_task(family)
+    result, _, _ = _grade_and_look(pool, task, cookie_project(task, task.initial_files()))
+    assert result.score == 0 and not result.tampered and not result.timed_out, result
+    assert result.late_imports == [], result.late_imports
