@@ -470,16 +470,10 @@ def score(
     )
     completion_tokens = prompt_tokens = calls = 0
     episode_time = 0.0
-    sandboxes: dict[str, int] = {}
-    unisolated = 0
     for ep in eps:
         key = task_key(ep)
         assert key is not None
         by_task[(key[0], key[1])].add(ep, suite.success)
-        backend = (ep.reward_breakdown or {}).get("sandbox")
-        if isinstance(backend, str):
-            sandboxes[backend] = sandboxes.get(backend, 0) + 1
-        unisolated += (ep.reward_breakdown or {}).get("grader_isolated") is False
         completion_tokens += episode_tokens(ep)
         prompt_tokens += episode_prompt_tokens(ep)
         calls += len(ep.turns)
@@ -513,10 +507,7 @@ def score(
         "confidence_interval": "95% percentile bootstrap over tasks (2000 resamples, seed 0)",
         "by_entry": by_entry,
         "tasks": [t.to_dict() for t in outcomes if t.n > 0],
-        # envs that grade in a sandbox say which backend, and whether the grader was kept
-        # apart from the graded code (AppGen: False on the local backend, an opt-in)
-        "grading": {"sandboxes": sandboxes, "unisolated_episodes": unisolated},
-        "graded_without_isolation": unisolated > 0,
+        **_grading(eps),
         "usage": {
             "completion_tokens": completion_tokens,
             "prompt_tokens": prompt_tokens,
@@ -531,6 +522,23 @@ def score(
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "agentgym_version": __version__,
         "machine": {"python": platform.python_version(), "platform": platform.platform()},
+    }
+
+
+def _grading(eps: list[Episode]) -> dict[str, Any]:
+    """How the episodes were graded: envs that grade in a sandbox name the backend, and
+    whether the grader was kept apart from the graded code (AppGen: ``grader_isolated``
+    is False on the local backend, an explicit unsafe opt-in)."""
+    sandboxes: dict[str, int] = {}
+    unisolated = 0
+    for ep in eps:
+        backend = (ep.reward_breakdown or {}).get("sandbox")
+        if isinstance(backend, str):
+            sandboxes[backend] = sandboxes.get(backend, 0) + 1
+        unisolated += (ep.reward_breakdown or {}).get("grader_isolated") is False
+    return {
+        "grading": {"sandboxes": sandboxes, "unisolated_episodes": unisolated},
+        "graded_without_isolation": unisolated > 0,
     }
 
 

@@ -43,8 +43,9 @@ LABEL_HOST = "agentgym.owner_host"
 LABEL_START = "agentgym.owner_start"
 LABEL_CREATED = "agentgym.created"
 #: the only capabilities in a sandbox container's bounding set: held by commands run as
-#: root (``user="0:0"``, a trusted party such as a grader, which may then read and change
-#: every file), never by the sandbox user (non-root, no-new-privileges: it holds none)
+#: root (uid 0, any gid: a trusted party such as the reset's clean-up or AppGen's step that
+#: seals its grader's files, which may then read and change every file), never by any
+#: other uid (non-root, no-new-privileges: the sandbox user and AppGen's grader hold none)
 ROOT_CAPABILITIES = ("DAC_OVERRIDE",)
 
 
