@@ -31,6 +31,20 @@ SUBCOMMANDS: tuple[str, ...] = (
 )
 
 
+#: commands that play envs, possibly in Docker sandboxes made on other threads
+PLAYS_ENVS = frozenset({"eval", "bench", "play", "train"})
+
+
+def _sandboxes_go_with_signals() -> None:
+    """SIGTERM / SIGINT remove this process's sandbox containers. The sandbox installs
+    that itself when its first container starts, but only on the main thread (signal
+    handlers can be installed nowhere else) and envs make their sandboxes on env threads:
+    a SIGTERM to ``agentgym eval`` left its containers running."""
+    from agentgym.sandbox import install_signal_handlers
+
+    install_signal_handlers()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentgym",
@@ -72,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from agentgym import AgentGymError
 
+    if args.command in PLAYS_ENVS:
+        _sandboxes_go_with_signals()
     try:
         return int(args.func(args) or 0)
     except AgentGymError as e:

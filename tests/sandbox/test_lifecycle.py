@@ -185,3 +185,38 @@ def test_a_docker_program_ends_without_an_unclosed_socket_warning():
     assert r.returncode == 0, r.stderr[-3000:]
     assert "mean_turns" in r.stdout
     assert "sys:1: ResourceWarning" not in r.stderr, r.stderr[-3000:]
+
+
+HANG = """
+import asyncio
+
+
+async def hang(messages):
+    await asyncio.sleep(600)  # the episode's sandbox is up; the policy never answers
+    return ""
+"""
+
+
+def test_sigterm_to_agentgym_eval_removes_the_sandboxes_its_env_threads_made(tmp_path):
+    """The env makes its sandbox on an env thread, where no signal handler can be
+    installed: ``agentgym eval`` installs the clean-up from its main thread (issue 35)."""
+    import time
+
+    (tmp_path / "hangs.py").write_text(HANG)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentgym", "eval", "agentgym/AppGen-v0",
+         "--policy", "scripted:hangs:hang", "--episodes", "1", "--json"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not containers_of(proc.pid) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.5)
+        assert containers_of(proc.pid), "the episode's sandbox never started"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert containers_of(proc.pid) == []
+    assert proc.returncode == -signal.SIGTERM
