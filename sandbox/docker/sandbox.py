@@ -428,6 +428,7 @@ class DockerSandbox(Sandbox):
                 stderr=err,
                 on_deadline=(lambda: self._kill_all(user)) if kill_on_deadline else None,
                 label=self.name,
+                not_running=self._not_running,
             )
         except ContainerGoneError as e:
             self._broken = e.detail
@@ -440,6 +441,17 @@ class DockerSandbox(Sandbox):
         if end.exit_code != 0:
             self._check_alive()
         return end
+
+    def _not_running(self) -> str | None:
+        """Why the container cannot finish a command now (paused, stopped), or None
+        (also when the engine does not answer: the exec's own errors say that)."""
+        try:
+            state = self._api.inspect_container(self.container_id)["State"]
+        except Exception:
+            return None
+        if _running(state):
+            return None
+        return f"its state is {state.get('Status')!r}"
 
     def _check_alive(self) -> None:
         """Raise :class:`ContainerGoneError` if the container is no longer running (a

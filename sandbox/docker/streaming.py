@@ -124,6 +124,10 @@ class ExecEnd:
     broken: str | None = None
 
 
+#: how often a command that has printed nothing meanwhile has its container checked
+LIVENESS_S = 10.0
+
+
 def stream_exec(
     api: Any,
     container_id: str,
@@ -137,6 +141,7 @@ def stream_exec(
     stderr: CappedBuffer,
     on_deadline: Callable[[], object] | None = None,
     label: str = "",
+    not_running: Callable[[], str | None] | None = None,
 ) -> ExecEnd:
     """Run ``argv`` in the container as ``user`` and stream it to the end.
 
@@ -145,8 +150,13 @@ def stream_exec(
     a system exec (kill, probe) is simply abandoned. Either way a stream that will not end
     marks the container broken.
 
+    ``not_running`` (a liveness check: why the container cannot run, or None) is asked
+    every :data:`LIVENESS_S` seconds of silence: a container paused or stopped under the
+    command ends the exec within that, instead of at its deadline.
+
     Raises:
-        ContainerGoneError: the engine refused the exec (container removed or stopped).
+        ContainerGoneError: the engine refused the exec (container removed or stopped),
+            or the liveness check found the container frozen under the command.
         EngineUnreachableError: the engine did not answer.
     """
     from docker.errors import APIError, NotFound
@@ -172,9 +182,18 @@ def stream_exec(
     try:
         raw_sock, pending = _raw_socket(sock)
         demux.feed(pending)
-        host_killed, stuck = _pump(raw_sock, demux, stdin, start, deadline, on_deadline, label)
+        host_killed, stuck, frozen = _pump(
+            raw_sock, demux, stdin, start, deadline, on_deadline, label, not_running
+        )
     finally:
         _close_socket(sock)
+    if frozen is not None:
+        raise ContainerGoneError(
+            f"Sandbox container {label} stopped running under a command ({frozen}): it was "
+            "paused or stopped from outside. The episode cannot be scored; a SandboxPool "
+            "replaces the sandbox.",
+            detail=f"the container froze under a command: {frozen}",
+        )
     duration = time.monotonic() - start
     broken = "a command's processes could not be killed" if stuck else None
     exit_code, gone = _exit_code(api, exec_id)
@@ -191,11 +210,13 @@ def _pump(
     deadline: float | None,
     on_deadline: Callable[[], object] | None,
     label: str,
-) -> tuple[bool, bool]:
+    not_running: Callable[[], str | None] | None = None,
+) -> tuple[bool, bool, str | None]:
     """Move bytes until the exec's stream ends.
 
-    Returns whether the host had to step in, and whether the stream never ended (the
-    exec was abandoned).
+    Returns whether the host had to step in, whether the stream never ended (the exec
+    was abandoned), and why the container stopped running under it (``not_running``'s
+    answer after :data:`LIVENESS_S` of silence), else None.
     """
     to_send = memoryview(stdin) if stdin else None
     if stdin is not None and not stdin:
@@ -206,20 +227,30 @@ def _pump(
     poller.register(fd, flags)
     killed = False
     limit_at = None if deadline is None else start + deadline
+    heard = time.monotonic()  # the last output, or the last liveness check
     while True:
         wait_ms = None
+        if not_running is not None:
+            if time.monotonic() - heard >= LIVENESS_S:
+                why = not_running()
+                if why is not None:
+                    return killed, False, why
+                heard = time.monotonic()
+            wait_ms = max(1, int((heard + LIVENESS_S - time.monotonic()) * 1000))
         if limit_at is not None:
             left = limit_at - time.monotonic()
             if left <= 0:
                 if killed or on_deadline is None:
                     log.warning("sandbox %s: output did not end after a kill", label)
-                    return True, True
+                    return True, True, None
                 log.debug("sandbox %s: host-side kill at the deadline", label)
                 on_deadline()
                 killed = True
                 limit_at = time.monotonic() + _AFTER_KILL
                 continue
-            wait_ms = max(1, int(left * 1000))
+            wait_ms = (
+                max(1, int(left * 1000)) if wait_ms is None else min(wait_ms, int(left * 1000) + 1)
+            )
         for _, ev in poller.poll(wait_ms):
             if ev & select.POLLOUT and to_send is not None:
                 try:
@@ -239,10 +270,11 @@ def _pump(
                 except BlockingIOError:
                     continue
                 except OSError:
-                    return killed, False
+                    return killed, False, None
                 if not data:
-                    return killed, False
+                    return killed, False, None
                 demux.feed(data)
+                heard = time.monotonic()
 
 
 def _exit_code(api: Any, exec_id: str) -> tuple[int, str | None]:

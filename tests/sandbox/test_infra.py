@@ -35,6 +35,22 @@ def test_container_killed_mid_command_raises_sandbox_died():
             sb.run("true")
 
 
+def test_a_container_paused_under_a_command_is_found_by_the_liveness_check():
+    """``docker pause`` freezes the command without ending its output: the liveness check
+    (every LIVENESS_S of silence) finds it, where the command's deadline (here 600 s)
+    would have (issue 35)."""
+    api = docker_client().api
+    with open_sandbox("docker") as sb:
+        threading.Timer(1.0, lambda: api.pause(sb.container_id)).start()
+        try:
+            with pytest.raises(InfraError, match=r"stopped running under a command.*paused"):
+                sb.run("sleep 300", timeout=600)
+        finally:
+            if api.inspect_container(sb.container_id)["State"].get("Paused"):
+                api.unpause(sb.container_id)
+        assert sb.broken
+
+
 def test_stopped_container_raises_sandbox_died_for_commands_and_files():
     api = docker_client().api
     with open_sandbox("docker") as sb:
