@@ -20,6 +20,7 @@ from agentgym.trainers.tracking import close_tracking, start_tracking, trackers_
 __all__ = [
     "JsonlWriter",
     "SampleLog",
+    "finite_mean",
     "plot_run",
     "plot_timeline",
     "progress_stats",
@@ -136,17 +137,19 @@ class SampleLog(JsonlWriter):
             )
 
 
+def finite_mean(rows: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    """The mean of ``key`` over the rows that hold a finite number for it, or None."""
+    vals = [r[key] for r in rows if isinstance(r.get(key), int | float)]
+    vals = [v for v in vals if math.isfinite(v)]
+    return sum(vals) / len(vals) if vals else None
+
+
 def train_summary(rows: Sequence[Mapping[str, Any]], out: str | Path) -> str:
     """A few lines on a finished run from its step rows: steps, time, the first and last
     steps' reward, accuracy and reply length, and where to look next."""
     steps = [r for r in rows if "charts/reward" in r]
     if not steps:
         return f"no training steps recorded in {out}/metrics.jsonl"
-
-    def avg(part: Sequence[Mapping[str, Any]], key: str) -> float | None:
-        vals = [r[key] for r in part if isinstance(r.get(key), int | float)]
-        vals = [v for v in vals if math.isfinite(v)]
-        return sum(vals) / len(vals) if vals else None
 
     k = max(1, min(3, len(steps) // 2))
     head, tail = steps[:k], steps[-k:]
@@ -158,13 +161,15 @@ def train_summary(rows: Sequence[Mapping[str, Any]], out: str | Path) -> str:
         did = f"ran {span}, {len(steps) - len(skipped)} with an update ({len(skipped)} skipped)"
     else:
         did = f"trained {span}"
-    lines = [f"{did} ({avg(steps, 'time/step_s') or 0:.1f} s/step); first {k} vs last {k} steps:"]
+    lines = [
+        f"{did} ({finite_mean(steps, 'time/step_s') or 0:.1f} s/step); first {k} vs last {k} steps:"
+    ]
     for key, name in (
         ("charts/reward", "reward"),
         ("charts/accuracy", "accuracy"),
         ("charts/response_tokens_mean", "reply tokens"),
     ):
-        a, b = avg(head, key), avg(tail, key)
+        a, b = finite_mean(head, key), finite_mean(tail, key)
         if a is not None and b is not None:
             lines.append(f"  {name:<13} {a:8.3f} -> {b:8.3f}")
     lines.append(

@@ -5,13 +5,12 @@ whole run."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from agentgym.trainers.evaluation import eval_table
-from agentgym.trainers.logging import read_jsonl
+from agentgym.trainers.logging import finite_mean, read_jsonl
 from agentgym.trainers.tracking import close_tracking, trackers_for
 
 #: the panels of ``plots/training.png``: a title and the metric drawn in it
@@ -94,18 +93,13 @@ def sft_summary(rows: Sequence[Mapping[str, Any]], out: str | Path) -> str:
     if not steps:
         return f"no training steps recorded in {out}/metrics.jsonl"
 
-    def avg(part: Sequence[Mapping[str, Any]], key: str) -> float | None:
-        vals = [r[key] for r in part if isinstance(r.get(key), int | float)]
-        vals = [v for v in vals if math.isfinite(v)]
-        return sum(vals) / len(vals) if vals else None
-
     k = max(1, min(3, len(steps) // 2))
     head, tail = steps[:k], steps[-k:]
     lines = [
         f"trained steps {steps[0]['step']}-{steps[-1]['step']} "
-        f"({avg(steps, 'time/step_s') or 0:.2f} s/step); first {k} vs last {k} steps:"
+        f"({finite_mean(steps, 'time/step_s') or 0:.2f} s/step); first {k} vs last {k} steps:"
     ]
-    a, b = avg(head, "losses/sft"), avg(tail, "losses/sft")
+    a, b = finite_mean(head, "losses/sft"), finite_mean(tail, "losses/sft")
     if a is not None and b is not None:
         lines.append(f"  {'loss':<13} {a:8.3f} -> {b:8.3f}")
     lines.append(f"  see {out}/metrics.jsonl, {out}/plots/; the model: {out}/model")
