@@ -5,6 +5,10 @@
 #   scripts/quickstart.sh            # everything, from a fresh checkout (CPU is enough)
 #   RUN_DIR=/tmp/qs scripts/quickstart.sh
 #
+# Interrupted (Ctrl-C saves a checkpoint after the step in progress), the same command
+# continues where it stopped (--resume-if-present); run again once finished, it only
+# prints the table.
+#
 # Stage 1 (agentgym sft): a ~0.8M-parameter Qwen2-style model, built in process, learns
 # one-step arithmetic (BalancedMath generator, level 1) from verbose solutions.
 # Stage 2 (agentgym train): DAPO with LoRA; the env's reward is 1 for a correct answer
@@ -28,11 +32,13 @@ T_SETUP=$(date +%s)
 
 echo "[quickstart] stage 1/2: supervised warm start on verbose solutions"
 # (the warm start is evaluated as step 0 of stage 2, so stage 1 skips its own evaluation)
-"$AG" sft configs/quickstart_sft.yaml "run.output_dir=$RUN_DIR/sft" eval.at_ends=false
+"$AG" sft configs/quickstart_sft.yaml "run.output_dir=$RUN_DIR/sft" eval.at_ends=false \
+  --resume-if-present
 
 T_SFT=$(date +%s)
 echo "[quickstart] stage 2/2: DAPO with a token cost"
-"$AG" train configs/quickstart_dapo.yaml "run.output_dir=$RUN_DIR/dapo" "model.path=$RUN_DIR/sft/model"
+"$AG" train configs/quickstart_dapo.yaml "run.output_dir=$RUN_DIR/dapo" "model.path=$RUN_DIR/sft/model" \
+  --resume-if-present
 
 # CPU seconds (user + system) of everything this script ran (bash's `times`, second line:
 # children). On an idle 2-core machine it is about twice the time after set-up; much more
