@@ -31,7 +31,10 @@ policy call that never returns: a frozen sandbox, a hung endpoint) fails with re
 ``episode_timeout``, naming the call it was stuck in; its env is released as failed (a
 blocking env call still running in its thread is abandoned, not interrupted). A rollout
 then returns within about ``episode_timeout_s * (retries + 1)`` per wave of
-``concurrency`` episodes, whatever its episodes do.
+``concurrency`` episodes, whatever its episodes do. A policy whose calls are meant to wait
+across trainer steps (T-PPO's pool: a turn is answered steps later) sets the attribute
+``waits_across_steps = True``; its calls are then not counted, and the deadline bounds the
+episode's own env calls.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from agentgym.local_envs import EnvSource, LocalEnv, LocalEnvs, LocalRollout
 from agentgym.metrics import FAILED_ATTEMPTS
 from agentgym.progress import Progress
 from agentgym.registration import resolve_env_id
-from agentgym.types import Episode, EpisodeFailure, SamplingParams, Turn
+from agentgym.types import Completion, Episode, EpisodeFailure, SamplingParams, Turn
 
 if TYPE_CHECKING:
     from agentgym.workers import RayEnvWorkers, RemoteEnv
@@ -133,6 +136,8 @@ class _Runner:
         ok = False
         try:
             async with asyncio.timeout(self.episode_timeout_s) as deadline:
+                if getattr(self.policy, "waits_across_steps", False):
+                    played.deadline = deadline
                 ep = await _play(
                     e, self.policy, seed, sample, self.sampling, self.max_steps, played
                 )
@@ -346,6 +351,20 @@ class _Played:
         self.task_id: str | None = None
         self.turns: list[Turn] = []
         self.where = "reset"
+        #: the attempt's deadline, held still during policy calls (``waits_across_steps``)
+        self.deadline: asyncio.Timeout | None = None
+
+    async def ask(self, bound: Any, obs: Any, req: SamplingParams) -> Completion:
+        """The policy's reply; with :attr:`deadline` set the call's time is not counted."""
+        if self.deadline is None or self.deadline.when() is None:
+            return await bound(obs, req)
+        loop = asyncio.get_running_loop()
+        left = self.deadline.when() - loop.time()
+        self.deadline.reschedule(None)
+        try:
+            return await bound(obs, req)
+        finally:
+            self.deadline.reschedule(loop.time() + left)
 
 
 async def _play(
@@ -374,7 +393,7 @@ async def _play(
             req = sampling.with_seed(derive_seed(sampling.seed, seed, sample, step))
         played.where = "policy"
         t0 = time.monotonic()
-        completion = await bound(obs, req)
+        completion = await played.ask(bound, obs, req)
         policy_s += time.monotonic() - t0
         turns.append(
             Turn(

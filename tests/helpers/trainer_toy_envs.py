@@ -6,6 +6,7 @@ give an untrained tiny model rewards that differ within a group, so DAPO has a s
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -26,7 +27,8 @@ class EvenCharsEnv(ConversationEnv):
     ``fail_on_seeds`` injects an infrastructure failure: the step of a task with one of
     those seeds raises :class:`~agentgym.InfraError` (reason ``injected``), every time;
     with ``fail_once_dir`` only the first attempt on each such seed fails (a marker file
-    per seed in that folder remembers it), so a retry scores it.
+    per seed in that folder remembers it), so a retry scores it. ``hang_s`` makes every
+    step block that many seconds first (a frozen sandbox, for the episode deadline).
     """
 
     def __init__(
@@ -35,6 +37,7 @@ class EvenCharsEnv(ConversationEnv):
         constant_for_even_seeds: bool = False,
         fail_on_seeds: list[int] | tuple[int, ...] = (),
         fail_once_dir: str = "",
+        hang_s: float = 0.0,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("max_turns", 1)
@@ -43,6 +46,7 @@ class EvenCharsEnv(ConversationEnv):
         self.constant_for_even_seeds = constant_for_even_seeds
         self.fail_on_seeds = frozenset(int(s) for s in fail_on_seeds)
         self.fail_once_dir = fail_once_dir
+        self.hang_s = hang_s
         self._reply = ""
         self._seed = 0
 
@@ -51,6 +55,7 @@ class EvenCharsEnv(ConversationEnv):
         return Task(task_id=f"even-{seed}", prompt=f"Task {seed}: write even characters.")
 
     def _act(self, action: str) -> ActResult:
+        time.sleep(self.hang_s)
         if self._seed in self.fail_on_seeds and self._fails_now():
             raise InfraError(f"injected failure on seed {self._seed}", reason="injected")
         self._reply = action

@@ -158,3 +158,38 @@ def test_a_restored_pool_continues_as_the_original(tmp_path, toy_envs_registered
     finally:
         a.close()
         b.close()
+
+
+def test_the_episode_deadline_counts_env_calls_not_the_waits_between_steps(
+    tmp_path, toy_envs_registered
+):
+    """``rollout.episode_timeout_s`` under T-PPO: a turn waits for the pool across steps
+    (here 1.3 s between steps, over a 1 s deadline) and its episode still ends well, while
+    an env step that hangs past the deadline fails the episode as ``episode_timeout``."""
+    import time
+
+    t = _trainer(tmp_path / "wait", "rollout.episode_timeout_s=1")
+    try:
+        pool, ended = t.steps.pool, {}
+        for version in range(4):
+            done, _ = pool.exchange(pool.advance(version))
+            ended.update(dict(done.ended))
+            time.sleep(1.3)  # the trainer's update, with the pool's event loop stopped
+        assert ended and not [ep.failure for ep in ended.values() if ep.failed]
+    finally:
+        t.close()
+    hung = "agentgym-test/EvenChars-v0, kwargs: {hang_s: 3}"
+    t = _trainer(
+        tmp_path / "hang", "rollout.episode_timeout_s=1", "rollout.episode_retries=0", env=hung
+    )
+    try:
+        pool, ended = t.steps.pool, {}
+        for version in range(4):
+            done, _ = pool.exchange(pool.advance(version))
+            ended.update(dict(done.ended))
+        assert ended
+        for ep in ended.values():
+            assert ep.failed and ep.failure.reason == "episode_timeout"
+            assert "stuck in step" in ep.failure.message
+    finally:
+        t.close()

@@ -6,6 +6,8 @@ is played by :func:`agentgym.rollout_async` (so env hosts, failure records and e
 between steps work as in the all-sync rollout) as a task on an event loop the pool owns
 for the whole run: between steps the tasks stay suspended in their policy calls. The
 policy they see (:class:`_SlotPolicy`) hands each turn to the pool and waits.
+``rollout.episode_timeout_s`` bounds each episode's own env calls (reset, step): the
+waits for the pool, which span steps, are not counted.
 
 One step (:meth:`TruncatedPool.advance`):
 
@@ -112,7 +114,10 @@ class _Run:
 
 class _SlotPolicy:
     """The :class:`~agentgym.Policy` one episode's rollout calls: each turn goes to the
-    pool, which answers once the turn has ended (possibly steps later)."""
+    pool, which answers once the turn has ended (possibly steps later), so the episode
+    deadline does not count its calls."""
+
+    waits_across_steps = True
 
     def __init__(self, pool: TruncatedPool, run: _Run) -> None:
         self.pool, self.run = pool, run
@@ -155,6 +160,7 @@ class TruncatedPool:
             r.max_policy_lag,
         )
         self.max_batch, self.retries, self.run_seed = r.max_batch, r.episode_retries, cfg.run.seed
+        self.episode_timeout_s = r.episode_timeout_s
         self.sampling = SamplingParams(
             max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p, logprobs=True
         )
@@ -251,6 +257,7 @@ class TruncatedPool:
             concurrency=1,
             env_kwargs=self.env_kwargs[task.env],
             env_host=self.env_host,
+            episode_timeout_s=self.episode_timeout_s,
         )
         run.aio = self.loop.create_task(coro)
         run.aio.add_done_callback(lambda _: self._changed.set())
