@@ -22,7 +22,8 @@ Episodes run through :func:`agentgym.rollout_async`, one task sample per call, o
 sandbox backends named in the episodes' reward breakdowns, and
 ``graded_without_isolation`` is true when any episode says its grader was not isolated
 from the code it graded (AppGen on the local backend, an explicit unsafe opt-in); the
-leaderboard marks such results.
+leaderboard marks such results. ``retried_attempts`` / ``retried_by_reason`` count the
+attempts that failed and were played again (``retries``), whether or not a retry scored.
 
 Each sample ``s`` of a task uses the sampling seed ``derive_seed(suite seed, entry, s)``
 (and the rollout derives per-request seeds from it), so a resumed run sends the same
@@ -452,7 +453,10 @@ def score(
 ) -> dict[str, Any]:
     """The result record of a run from its episodes (see the module docstring); ``failed``
     are this run's episodes that could not be scored (counted, never scored)."""
-    failed = list(failed)
+    episodes, failed = list(episodes), list(failed)
+    from agentgym import retried_reasons
+
+    retried = retried_reasons([*episodes, *failed])  # attempts played again, scored or not
     reasons: dict[str, int] = {}
     for ep in failed:
         reason = ep.failure.reason if ep.failure is not None else "error"
@@ -519,6 +523,8 @@ def score(
         "new_episodes": new,
         "failed_episodes": len(failed),
         "failed_by_reason": reasons,
+        "retried_attempts": sum(retried.values()),
+        "retried_by_reason": retried,
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "agentgym_version": __version__,
         "machine": {"python": platform.python_version(), "platform": platform.platform()},

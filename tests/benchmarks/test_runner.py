@@ -270,6 +270,8 @@ def test_failed_episodes_are_reported_never_scored_and_retried_next_run(tmp_path
     )
     first = run_suite(suite, "oracle", out=tmp_path, retries=1)
     assert first["failed_episodes"] == 1 and first["failed_by_reason"] == {"injected": 1}
+    assert first["retried_attempts"] == 1  # seed 2's first attempt, played again
+    assert first["retried_by_reason"] == {"injected": 1}
     assert first["episodes"] == 3 and not first["complete"]
     assert first["metrics"]["reward"]["value"] == 1.0  # the oracle's; no zero for the failure
     rdir = Path(first["_dir"])
