@@ -37,10 +37,13 @@ from agentgym.lazy import lazy_exports
 from agentgym.memory import MemoryConfig
 from agentgym.metrics import (
     episode_accuracy,
+    episode_overlong,
     episode_solved,
     episode_tokens,
     failed_attempts,
     retried_reasons,
+    summary_tokens,
+    working_context,
 )
 from agentgym.progress import Progress
 from agentgym.registration import (
@@ -60,6 +63,7 @@ from agentgym.tokens import (
     counter_from_tokenizer,
 )
 from agentgym.types import (
+    TURN_KINDS,
     Completion,
     Episode,
     EpisodeFailure,
@@ -102,6 +106,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "HELD_OUT_SEED_START",
+    "TURN_KINDS",
     "ActResult",
     "AgentGymError",
     "ChatObservation",
@@ -147,6 +152,7 @@ __all__ = [
     "derive_seed",
     "did_you_mean",
     "episode_accuracy",
+    "episode_overlong",
     "episode_solved",
     "episode_tokens",
     "failed_attempts",
@@ -164,6 +170,8 @@ __all__ = [
     "rollout",
     "rollout_async",
     "save_config",
+    "summary_tokens",
     "to_openai",
+    "working_context",
     "write_episodes",
 ]

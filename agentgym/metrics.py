@@ -11,6 +11,11 @@ the same questions; the answers live here so that they cannot drift apart.
   positive examples).
 * :func:`episode_tokens`: the tokens the policy generated, over every turn of every
   conversation.
+* :func:`episode_overlong`: the env cut the episode off by one of its limits (SUPO's
+  "overlong": out of conversations, turns or tokens) before its final answer.
+* :func:`working_context` / :func:`summary_tokens`: what memory summaries cost and buy:
+  the largest prompt of any turn (the context the policy had to hold at once) and the
+  tokens written into summaries.
 * :func:`retried_reasons`: the failed attempts that :func:`agentgym.rollout` played
   again, by reason (an episode that was scored after a retry still had a failure).
 """
@@ -20,7 +25,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from agentgym.tokens import approx_tokens
+from agentgym.tokens import approx_tokens, count_message_tokens
 from agentgym.types import Episode
 
 
@@ -57,11 +62,44 @@ def episode_tokens(ep: Episode) -> int:
     Uses each completion's ``num_tokens`` (a tokenizer's or an endpoint's count) and
     falls back to :func:`~agentgym.tokens.approx_tokens` of the text where it is missing.
     """
-    total = 0
+    return sum(_turn_tokens(t) for t in ep.turns)
+
+
+#: the env limits that cut an episode off before its answer (``reward_breakdown["end_reason"]``)
+OVERLONG_END_REASONS = ("max_conversations", "max_turns", "max_total_tokens")
+
+
+def episode_overlong(ep: Episode) -> bool:
+    """Whether the env cut the episode off by a limit (``memory.max_conversations``,
+    ``max_turns``, ``max_total_tokens``) before it finished: SUPO's overlong episode.
+    An episode that failed for infrastructure reasons is not overlong."""
+    if ep.failed or not ep.truncated or ep.terminated:
+        return False
+    return ep.reward_breakdown.get("end_reason", "max_turns") in OVERLONG_END_REASONS
+
+
+def working_context(ep: Episode) -> int:
+    """The largest prompt, in tokens, of any turn of the episode: the context the policy
+    had to hold at once. Uses each completion's ``prompt_tokens`` (the engine's count)
+    and falls back to :func:`~agentgym.tokens.count_message_tokens` of the messages (the
+    envs' default approximation)."""
+    most = 0
     for t in ep.turns:
-        n = t.completion.num_tokens
-        total += int(n) if n is not None else approx_tokens(t.completion.text)
-    return total
+        n = t.completion.prompt_tokens
+        if n is None:
+            n = count_message_tokens(t.messages)
+        most = max(most, int(n))
+    return most
+
+
+def summary_tokens(ep: Episode) -> int:
+    """Tokens the policy wrote in the episode's memory-summary turns."""
+    return sum(_turn_tokens(t) for t in ep.turns if t.kind == "summary")
+
+
+def _turn_tokens(t) -> int:
+    n = t.completion.num_tokens
+    return int(n) if n is not None else approx_tokens(t.completion.text)
 
 
 #: where :func:`agentgym.rollout` records an episode's failed attempts before the last

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import random
 import re
 from typing import Any, ClassVar
 
-from agentgym import ActResult, ConfigError, ConversationEnv, Message, Task
+from agentgym import ActResult, ConfigError, ConversationEnv, Message, Task, derive_seed
 
 SYSTEM_PROMPT = (
     "You are a careful assistant with a small context window. Long documents arrive in "
@@ -54,6 +55,11 @@ class MemoryRecallEnv(ConversationEnv):
     * ``num_distractors`` (9): other facts.
     * ``chunk_size`` (2): facts per part.
     * ``early_fraction`` (0.5): asked facts appear in the first this-share of the parts.
+    * ``oracle_forget`` (0.0): a lossy teacher: each of the oracle's memory summaries
+      leaves the codes out with this probability (drawn per task seed and summary, apart
+      from the task's own draws, so the tasks do not change). The env and its reward do
+      not change; a warm start trained on such an oracle carries the codes through a
+      summary only some of the time, which leaves RL a summary skill to learn.
     * ``memory``: a MemoryConfig or dict; default ``{"enabled": True, "token_budget":
       320, "summary_max_tokens": 64}`` (with the default ``count_tokens``). The env
       checks at ``make`` time that the whole document cannot fit in one conversation.
@@ -61,7 +67,7 @@ class MemoryRecallEnv(ConversationEnv):
       :class:`~agentgym.env.ConversationEnv`.
 
     ## Version history
-    * v0: first version.
+    * v0: first version; ``oracle_forget`` added later (default 0: the oracle as before).
     """
 
     memory_defaults: ClassVar[dict[str, Any]] = {
@@ -77,6 +83,7 @@ class MemoryRecallEnv(ConversationEnv):
         num_distractors: int = 9,
         chunk_size: int = 2,
         early_fraction: float = 0.5,
+        oracle_forget: float = 0.0,
         **kwargs: Any,
     ) -> None:
         if num_facts < 1 or num_distractors < 0 or chunk_size < 1:
@@ -86,6 +93,8 @@ class MemoryRecallEnv(ConversationEnv):
             )
         if not 0 < early_fraction <= 1:
             raise ConfigError(f"early_fraction must be in (0, 1], got {early_fraction}.")
+        if not 0 <= oracle_forget <= 1:
+            raise ConfigError(f"oracle_forget must be in [0, 1], got {oracle_forget}.")
         if num_facts + num_distractors > 900:
             raise ConfigError(
                 "num_facts + num_distractors must be <= 900 (locker numbers are 3 digits)."
@@ -94,6 +103,7 @@ class MemoryRecallEnv(ConversationEnv):
         self.num_distractors = num_distractors
         self.chunk_size = chunk_size
         self.early_fraction = early_fraction
+        self.oracle_forget = oracle_forget
         self.num_parts = -(-(num_facts + num_distractors) // chunk_size)
         kwargs.setdefault("max_turns", self.num_parts + 2)
         super().__init__(**kwargs)
@@ -102,6 +112,7 @@ class MemoryRecallEnv(ConversationEnv):
         self._asked: list[int] = []
         self._codes: dict[int, str] = {}
         self._shown = 0
+        self._seed: int | None = None
 
     # ------------------------------------------------------------------ task
     def _begin(self, seed: int | None, options: dict[str, Any] | None) -> Task:
@@ -126,6 +137,7 @@ class MemoryRecallEnv(ConversationEnv):
         ]
         self._asked = sorted(asked)
         self._shown = 1
+        self._seed = seed
         asked_text = ", ".join(f"locker {k}" for k in self._asked)
         prompt = (
             f"You will read a document in {self.num_parts} parts, one per turn. At the end "
@@ -198,10 +210,20 @@ class MemoryRecallEnv(ConversationEnv):
         keep = {k: v for k, v in known.items() if k in self._asked}
         lines = "\n".join(f"locker {k}: {keep[k]}" for k in sorted(keep))
         if self.next_turn_kind == "summary":
+            if self._oracle_forgets():
+                lines = ""
             return f"Codes so far:\n{lines}" if lines else "No asked codes seen yet."
         if self._shown > self.num_parts:
             return lines
         return f"Noted.\n{lines}" if lines else "Noted."
+
+    def _oracle_forgets(self) -> bool:
+        """Whether the (lossy) oracle leaves the codes out of this conversation's summary:
+        a draw fixed by the task seed and the conversation, whatever else was drawn."""
+        if not self.oracle_forget:
+            return False
+        key = derive_seed("MemoryRecall.oracle_forget", self._seed, self.conversation_index)
+        return random.Random(key).random() < self.oracle_forget
 
     # ------------------------------------------------------------------ checks
     def _check_needs_memory(self) -> None:

@@ -48,6 +48,7 @@ class Sample:
         bootstrap: the episode goes on after this sample's last token (T-PPO trains a
             response cut by its window): GAE credits no reward there and bootstraps from
             the value of the last token's state (Extended GAE).
+        kind: the turn's kind, ``act`` or ``summary`` (the ``kinds/`` metrics).
     """
 
     prompt_ids: tuple[int, ...]
@@ -59,6 +60,7 @@ class Sample:
     reward: float = 0.0
     positive: bool = False
     bootstrap: bool = False
+    kind: str = "act"
 
     @property
     def length(self) -> int:
@@ -109,6 +111,7 @@ def episodes_to_samples(
                     routing=t.completion.routing,
                     reward=float(rewards[i]) if rewards is not None else 0.0,
                     positive=bool(positive[i]) if positive is not None else False,
+                    kind=t.kind,
                 )
             )
     return out

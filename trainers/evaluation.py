@@ -20,8 +20,11 @@ from agentgym import (
     Progress,
     SamplingParams,
     episode_accuracy,
+    episode_overlong,
     episode_tokens,
     rollout_async,
+    summary_tokens,
+    working_context,
 )
 from agentgym.trainers.config import EnvSpec
 from agentgym.trainers.env_setup import env_kwargs, resolve_envs
@@ -30,7 +33,10 @@ from agentgym.trainers.env_setup import env_kwargs, resolve_envs
 def episode_summary(played: Sequence[Episode], prefix: str) -> dict[str, float]:
     """Mean reward, accuracy (where reported), policy tokens, truncation share, over the
     scored episodes; episodes that failed (infrastructure) are only counted
-    (``<prefix>/failed``)."""
+    (``<prefix>/failed``). Next to them, what memory summaries cost: the share of
+    episodes cut off by an env limit before their answer (``overlong_share``), the
+    working context (each episode's largest prompt, averaged: ``working_context_mean``)
+    and, with summary turns, conversations and summary tokens per episode."""
     episodes = [e for e in played if not e.failed]
     failed = len(played) - len(episodes)
     if not episodes:
@@ -45,7 +51,14 @@ def episode_summary(played: Sequence[Episode], prefix: str) -> dict[str, float]:
             np.mean([any(t.completion.truncated for t in e.turns) for e in episodes])
         ),
         f"{prefix}/episodes": float(len(episodes)),
+        f"{prefix}/overlong_share": float(np.mean([episode_overlong(e) for e in episodes])),
+        f"{prefix}/working_context_mean": float(np.mean([working_context(e) for e in episodes])),
     }
+    if any(t.kind == "summary" for e in episodes for t in e.turns):
+        out[f"{prefix}/conversations_mean"] = float(
+            np.mean([e.num_conversations for e in episodes])
+        )
+        out[f"{prefix}/summary_tokens_mean"] = float(np.mean([summary_tokens(e) for e in episodes]))
     if accs:
         out[f"{prefix}/accuracy"] = float(np.mean(accs))
     if failed:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentgym import TURN_KINDS
 from agentgym.trainers.tracking import close_tracking, start_tracking, trackers_for
 
 __all__ = [
@@ -92,7 +93,8 @@ class SampleLog(JsonlWriter):
     """``samples.jsonl``: what the model wrote. Each step, ``per_step`` of its episodes,
     spread over the step's range of rewards (the worst, the best and between), one row
     each: the step, env, seed, reward (and the shaped reward the update used), the
-    reward breakdown, and every turn's prompt (the last message the policy saw) and reply.
+    reward breakdown, a breakdown by turn kind (:func:`turn_kind_breakdown`), and every
+    turn's prompt (the last message the policy saw), reply, token counts and mean log-prob.
     """
 
     def __init__(self, path: str | Path, per_step: int, **kw: Any) -> None:
@@ -122,6 +124,7 @@ class SampleLog(JsonlWriter):
                     "reward": ep.reward,
                     "shaped_reward": by_id.get(id(ep)),  # None: its group was not trained
                     "reward_breakdown": ep.reward_breakdown,
+                    "kinds": turn_kind_breakdown(ep),
                     "turns": [
                         {
                             "conversation": t.conversation,
@@ -129,12 +132,35 @@ class SampleLog(JsonlWriter):
                             "prompt": t.messages[-1].content if t.messages else "",
                             "reply": t.completion.text,
                             "tokens": t.completion.num_tokens,
+                            "prompt_tokens": t.completion.prompt_tokens,
+                            "logprob_mean": _mean_or_none(t.completion.logprobs),
                             "finish_reason": t.completion.finish_reason,
                         }
                         for t in ep.turns
                     ],
                 }
             )
+
+
+def turn_kind_breakdown(ep: Any) -> dict[str, dict[str, Any]]:
+    """Per turn kind (``act``, ``summary``) of one episode: turns, tokens written, the
+    largest prompt (working context) and the mean log-prob the sampler gave its tokens
+    (how sure the policy was of what it wrote; ``None`` without log-probs)."""
+    out = {}
+    for kind in TURN_KINDS:
+        turns = [t for t in ep.turns if t.kind == kind]
+        logprobs = [x for t in turns for x in t.completion.logprobs]
+        out[kind] = {
+            "turns": len(turns),
+            "tokens": sum(t.completion.num_tokens or 0 for t in turns),
+            "prompt_tokens_max": max((t.completion.prompt_tokens or 0 for t in turns), default=0),
+            "logprob_mean": _mean_or_none(logprobs),
+        }
+    return out
+
+
+def _mean_or_none(values: Sequence[float]) -> float | None:
+    return round(sum(values) / len(values), 4) if values else None
 
 
 def finite_mean(rows: Sequence[Mapping[str, Any]], key: str) -> float | None:

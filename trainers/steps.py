@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from agentgym import ConfigError, Episode, episode_solved
+from agentgym import ConfigError, Episode, episode_overlong, episode_solved
 from agentgym.trainers import failures
 from agentgym.trainers.algorithm import group_advantages
 from agentgym.trainers.batch import Sample, episodes_to_samples
@@ -152,6 +152,7 @@ class GroupSteps:
             adv = torch.zeros(len(batch))
         trainable = [
             not (algo.overlong_mask and any(t.completion.truncated for t in ep.turns))
+            and not (algo.overlong_episodes == "mask" and episode_overlong(ep))
             for ep in batch
         ]
         samples = episodes_to_samples(

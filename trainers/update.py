@@ -40,6 +40,7 @@ from agentgym.trainers.config import AlgorithmConfig
 from agentgym.trainers.critic import CriticConfig, attach_advantages
 from agentgym.trainers.distributed import all_reduce_sum
 from agentgym.trainers.learner import Learner, combine_metrics
+from agentgym.trainers.turn_kinds import kind_counts, logprob_gain
 
 
 @dataclass(frozen=True)
@@ -153,11 +154,12 @@ def update_policy(
     first and moving the critic alone). ``train_critic=False``: the critic only values
     the batch (T-PPO trains it on another one, :func:`update_critic`).
     """
-    _, full, critic_stats = _prepare(learner, samples, algo)
+    minis, full, critic_stats = _prepare(learner, samples, algo)
     # old log-probs: with one update per batch the policy has not moved since sampling,
     # so old = current (detached) and needs no extra pass
     if len(full) > 1:
         full = [_with_logprobs(learner, mbs, temperature, "old_logprobs") for mbs in full]
+    before = _logprobs(learner, full, temperature) if algo.kind_stats else None
     if algo.kl_coef > 0 or loss_spec(algo.loss).needs_reference:
         full = [_with_logprobs(learner, mbs, temperature, "ref_logprobs") for mbs in full]
     critic = learner.critic if train_critic else None
@@ -183,8 +185,13 @@ def update_policy(
             critic_norms.append(steps[-1].get("critic_grad_norm", float("nan")))
     total = combine_metrics(sums)
     value = {"losses/value": total.get("value_loss", 0.0) / max(len(steps), 1)}
+    kinds = kind_counts(samples)
+    if before is not None and steps:
+        after = _logprobs(learner, full, temperature)
+        kinds.update(_kind_gain(samples, minis, full, before, after))
     return {
         **_policy_metrics(total, steps, algo),
+        **kinds,
         **(value if critic is not None else {}),
         **_mean("losses/critic_grad_norm", critic_norms),
         **critic_stats,
@@ -252,6 +259,32 @@ def _with_logprobs(
 
     got = learner.forward(mbs, logprobs, reference=field == "ref_logprobs")
     return [dataclasses.replace(mb, **{field: lp}) for mb, lp in zip(mbs, got, strict=True)]
+
+
+def _logprobs(
+    learner: Learner, full: list[list[MicroBatch]], temperature: float
+) -> list[list[torch.Tensor]]:
+    """The current policy's log-probs of every mini-batch's targets (no gradients)."""
+    return [
+        [mb.old_logprobs for mb in _with_logprobs(learner, mbs, temperature, "old_logprobs")]
+        for mbs in full
+    ]
+
+
+def _kind_gain(
+    samples: Sequence[Sample],
+    minis: list[list[int]],
+    full: list[list[MicroBatch]],
+    before: list[list[torch.Tensor]],
+    after: list[list[torch.Tensor]],
+) -> dict[str, float]:
+    """``kinds/<kind>_logprob_gain`` of the update, per turn kind
+    (:mod:`~agentgym.trainers.turn_kinds`)."""
+
+    def kinds_of(m: int, mb: MicroBatch) -> list[str]:
+        return [samples[minis[m][i]].kind for i in mb.indices]
+
+    return logprob_gain(before, after, full, kinds_of)
 
 
 def _critic_passes(

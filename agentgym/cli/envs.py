@@ -69,19 +69,34 @@ def add_env_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def parse_env_args(items: list[str]) -> dict[str, Any]:
-    """``["k=v", ...]`` -> kwargs; values are JSON where they parse, else strings."""
+def parse_env_args(items: list[str], base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``["k=v", ...]`` -> kwargs (over ``base``, which is not changed); values are JSON
+    where they parse, else strings. A dotted key sets one field of a dict argument:
+    ``memory.max_conversations=8`` keeps the rest of ``base["memory"]``."""
     from agentgym import ConfigError
 
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = dict(base or {})
     for item in items:
         key, sep, raw = item.partition("=")
-        if not sep or not key:
+        if not sep or not key or key.startswith(".") or key.endswith("."):
             raise ConfigError(f"--env-arg {item!r}: use KEY=VALUE, e.g. --env-arg max_turns=5.")
         try:
-            out[key] = json.loads(raw)
+            value = json.loads(raw)
         except json.JSONDecodeError:
-            out[key] = raw
+            value = raw
+        head, dot, field = key.partition(".")
+        if not dot:
+            out[key] = value
+            continue
+        inner = out.get(head)
+        if inner is None or inner is True:
+            inner = {}
+        if not isinstance(inner, dict):
+            raise ConfigError(
+                f"--env-arg {item!r}: {head} is {inner!r}, not a dict of options; pass the "
+                f"whole value instead, e.g. --env-arg '{head}={{\"{field}\": {raw}}}'."
+            )
+        out[head] = parse_env_args([f"{field}={raw}"], inner)
     return out
 
 

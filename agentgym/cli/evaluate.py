@@ -100,7 +100,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def summarise(env_id: str, policy: str, played: list) -> dict:
     """Reward and length statistics over the scored episodes; failed ones are counted
     apart (by reason), never as zero rewards, and so are the attempts played again."""
-    from agentgym import retried_reasons
+    from agentgym import episode_overlong, retried_reasons, summary_tokens, working_context
 
     episodes = [e for e in played if not e.failed]
     failed = [e for e in played if e.failed]
@@ -125,13 +125,20 @@ def summarise(env_id: str, policy: str, played: list) -> dict:
         "min_conversations": min(convs, default=0),
         "mean_turns": sum(len(e.turns) for e in episodes) / n if n else float("nan"),
         "mean_policy_tokens": sum(e.num_policy_tokens for e in episodes) / n if n else float("nan"),
+        "mean_working_context": mean_of([working_context(e) for e in episodes]),
+        "mean_summary_tokens": mean_of([summary_tokens(e) for e in episodes]),
         "terminated": sum(e.terminated for e in episodes),
         "truncated": sum(e.truncated for e in episodes),
+        "overlong": sum(episode_overlong(e) for e in episodes),
         "failed": len(failed),
         "failed_by_reason": reasons,
         "retried": sum(retried.values()),
         "retried_by_reason": retried,
     }
+
+
+def mean_of(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -188,18 +195,18 @@ def _targets(args: argparse.Namespace) -> tuple[list[tuple[str, dict]], object |
     """(env id, make kwargs) to evaluate, and the run's config (``--config``) or None."""
     from agentgym import ConfigError, resolve_env_id
 
-    extra = parse_env_args(args.env_arg)
     if not args.config:
         if not args.env_id:
             raise ConfigError(
                 "name an env (agentgym eval ENV_ID ...) or pass --config RUN/config.yaml."
             )
-        return [(resolve_env_id(args.env_id), extra)], None
+        return [(resolve_env_id(args.env_id), parse_env_args(args.env_arg))], None
     from agentgym import load_config
     from agentgym.trainers import TrainConfig
 
     cfg = load_config(TrainConfig, args.config)
-    envs = [(resolve_env_id(e.id), {**e.kwargs, **extra}) for e in cfg.envs]
+    # --env-arg over the run's kwargs: memory.max_conversations=N changes one field
+    envs = [(resolve_env_id(e.id), parse_env_args(args.env_arg, e.kwargs)) for e in cfg.envs]
     if args.env_id:
         wanted = resolve_env_id(args.env_id)
         envs = [e for e in envs if e[0] == wanted]

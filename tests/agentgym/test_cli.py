@@ -114,6 +114,44 @@ def test_parse_env_args_json_values_and_errors():
         parse_env_args(["novalue"])
 
 
+def test_a_dotted_env_arg_sets_one_field_of_a_dict_argument():
+    base = {"memory": {"token_budget": 160, "every_k_turns": 1}, "num_facts": 1}
+    got = parse_env_args(["memory.max_conversations=2", "num_facts=2"], base)
+    assert got == {
+        "memory": {"token_budget": 160, "every_k_turns": 1, "max_conversations": 2},
+        "num_facts": 2,
+    }
+    assert base["memory"] == {"token_budget": 160, "every_k_turns": 1}  # not changed
+    assert parse_env_args(["memory.max_conversations=3"]) == {"memory": {"max_conversations": 3}}
+    with pytest.raises(ConfigError, match="not a dict of options"):
+        parse_env_args(["memory.max_conversations=3"], {"memory": False})
+
+
+def test_eval_with_fewer_conversations_than_the_episode_needs(tmp_path):
+    # a training config's env, evaluated with memory.max_conversations lowered: the
+    # episodes run out of summary rounds before the question (SUPO's overlong)
+    cfg = tmp_path / "config.yaml"
+    memory = {
+        "every_k_turns": 1,
+        "token_budget": 160,
+        "summary_max_tokens": 20,
+        "reserve_tokens": 8,
+        "summary_prompt": "Context full: write your summary.",
+        "resume_template": "{task}\n\n## Memory\n{memory}{digest}",
+    }
+    kwargs = {"num_facts": 1, "num_distractors": 2, "chunk_size": 1, "memory": memory}
+    cfg.write_text(json.dumps({"envs": [{"id": "agentgym/MemoryRecall-v0", "kwargs": kwargs}]}))
+    args = ("eval", "--config", str(cfg), "--policy", "oracle", "--episodes", "3", "--json")
+    full = cli(*args)
+    short = cli(*args, "--env-arg", "memory.max_conversations=3")
+    assert full.returncode == 0 and short.returncode == 0, full.stderr + short.stderr
+    full, short = json.loads(full.stdout), json.loads(short.stdout)
+    assert full["mean_reward"] == 1.0 and full["overlong"] == 0
+    assert full["mean_conversations"] == 4.0 and full["mean_summary_tokens"] > 0
+    assert short["mean_reward"] == 0.0 and short["overlong"] == 3
+    assert short["mean_conversations"] == 3.0
+
+
 def test_new_env_names():
     assert names("word-ladder") == {
         "package": "word_ladder",

@@ -90,3 +90,85 @@ def test_listing_many_codes_for_one_locker_earns_nothing():
     guesses = "\n".join(f"locker {k}: {c:04d}" for k in base._asked for c in range(0, 10000, 1000))
     *_, info = env.step(guesses)
     assert info["reward_breakdown"]["correct"] == 0
+
+
+DEMO_KWARGS = {
+    "num_facts": 1,
+    "num_distractors": 2,
+    "chunk_size": 1,
+    "memory": {
+        "token_budget": 160,
+        "summary_max_tokens": 20,
+        "reserve_tokens": 8,
+        "every_k_turns": 1,
+        "summary_prompt": "Context full: write your summary.",
+        "resume_template": "{task}\n\n## Memory\n{memory}{digest}",
+    },
+}
+
+
+def test_a_lossy_oracle_drops_codes_from_summaries_and_leaves_the_tasks_alone():
+    seeds = range(300)
+    exact = rollout("agentgym/MemoryRecall-v0", OraclePolicy(), seeds=seeds, env_kwargs=DEMO_KWARGS)
+    lossy = rollout(
+        "agentgym/MemoryRecall-v0",
+        OraclePolicy(),
+        seeds=seeds,
+        env_kwargs={**DEMO_KWARGS, "oracle_forget": 0.2},
+    )
+    assert [e.reward for e in exact] == [1.0] * len(seeds)
+    # three summaries each keep the code with probability 0.8: about 0.8^3 = 0.51 recall
+    assert 0.42 < sum(e.reward for e in lossy) / len(lossy) < 0.60
+    # the same tasks: the first prompt of every episode is unchanged
+    assert [e.turns[0].messages for e in lossy] == [e.turns[0].messages for e in exact]
+    forgot = [e for e in lossy if e.reward == 0]
+    # an episode fails exactly where a summary left the code out; act turns never do
+    for e in forgot:
+        summaries = [t.completion.text for t in e.turns if t.kind == "summary"]
+        assert "No asked codes seen yet." in summaries
+    # the draw is fixed by the seed and the conversation: the same again
+    again = rollout(
+        "agentgym/MemoryRecall-v0",
+        OraclePolicy(),
+        seeds=seeds,
+        env_kwargs={**DEMO_KWARGS, "oracle_forget": 0.2},
+    )
+    assert [e.reward for e in again] == [e.reward for e in lossy]
+
+
+def test_oracle_forget_out_of_range_is_rejected():
+    with pytest.raises(ConfigError, match="oracle_forget"):
+        gym.make("agentgym/MemoryRecall-v0", oracle_forget=1.5)
+
+
+def test_too_few_conversations_cut_the_episode_off_before_its_answer():
+    from agentgym import (
+        approx_tokens,
+        episode_overlong,
+        episode_tokens,
+        summary_tokens,
+        working_context,
+    )
+
+    kwargs = {**DEMO_KWARGS, "memory": {**DEMO_KWARGS["memory"], "max_conversations": 3}}
+    short = rollout("agentgym/MemoryRecall-v0", OraclePolicy(), seeds=range(4), env_kwargs=kwargs)
+    full = rollout(
+        "agentgym/MemoryRecall-v0", OraclePolicy(), seeds=range(4), env_kwargs=DEMO_KWARGS
+    )
+    assert [e.reward for e in short] == [0.0] * 4 and all(map(episode_overlong, short))
+    assert [e.reward for e in full] == [1.0] * 4 and not any(map(episode_overlong, full))
+    assert {e.reward_breakdown["end_reason"] for e in short} == {"max_conversations"}
+    # the working context is each episode's largest prompt: memory summaries keep it at
+    # about the budget, where one conversation holding the whole document grows past it
+    whole = rollout(
+        "agentgym/MemoryRecall-v0",
+        OraclePolicy(),
+        seeds=range(4),
+        env_kwargs={**DEMO_KWARGS, "memory": False},
+    )
+    for e, one in zip(full, whole, strict=True):
+        assert 100 < working_context(e) < working_context(one)
+        assert summary_tokens(e) == sum(
+            approx_tokens(t.completion.text) for t in e.turns if t.kind == "summary"
+        )
+        assert 0 < summary_tokens(e) < episode_tokens(e) and summary_tokens(one) == 0

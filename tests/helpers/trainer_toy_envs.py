@@ -122,8 +122,22 @@ class TwoPartEnv(ConversationEnv):
         return "aaaa"
 
 
+class TwoPartEvenEnv(TwoPartEnv):
+    """TwoPart-v0 scored by the share of even code points in the last reply (or the
+    first, when the conversation limit ends the episode at its summary), so that an
+    untrained model's samples get different rewards."""
+
+    def _score(self, end_reason):
+        share = sum(ord(c) % 2 == 0 for c in self._last) / max(len(self._last), 1)
+        return share, {"correct": share > 0.5}
+
+
 def register() -> None:
-    for name, cls in (("EvenChars-v0", EvenCharsEnv), ("TwoPart-v0", TwoPartEnv)):
+    for name, cls in (
+        ("EvenChars-v0", EvenCharsEnv),
+        ("TwoPart-v0", TwoPartEnv),
+        ("TwoPartEven-v0", TwoPartEvenEnv),
+    ):
         env_id = f"agentgym-test/{name}"
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=cls, disable_env_checker=True)

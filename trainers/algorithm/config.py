@@ -75,6 +75,13 @@ class AlgorithmConfig:
         overlong_penalty: add DAPO's soft overlong punishment to the reward.
         overlong_cache: its ramp width ``L_cache`` (``L_max`` = ``rollout.max_tokens``).
         overlong_mask: exclude episodes with a truncated completion from the loss.
+        overlong_episodes: what to do with an episode the env cut off by its limits
+            (``memory.max_conversations``, ``max_turns``, ``max_total_tokens``) before
+            it gave its final answer: ``train`` it like any other (its reward, usually 0,
+            gives it a negative advantage), or ``mask`` it (SUPO's overlong masking: it
+            still counts in its group's advantage baseline but its tokens get no
+            gradient, so running out of summary rounds does not teach the model to stop
+            summarising). Its share is the step metric ``charts/overlong_share``.
         length_reward_coef: weight of Kimi k1.5's group-relative length reward (0: off).
         micro_batch_size: sequences per forward/backward pass.
         share_prompts: in a micro-batch, run a prompt that several samples share (the
@@ -84,6 +91,11 @@ class AlgorithmConfig:
             KV cache with gradients).
         updates_per_batch: optimizer steps per batch (mini-batches). 1 is strictly
             on-policy (the ratio is exactly 1 and only clipping-free gradients flow).
+        kind_stats: log, per turn kind (act, summary), how far the update moved the
+            log-probs of the batch's tokens in the direction of their advantages
+            (``kinds/<kind>_logprob_gain``): a no-gradient forward pass over the batch
+            before and one after the update. The kinds' token and turn counts are
+            logged either way.
     """
 
     loss: str = "dapo"
@@ -114,10 +126,12 @@ class AlgorithmConfig:
     overlong_penalty: bool = False
     overlong_cache: int = 32
     overlong_mask: bool = False
+    overlong_episodes: str = "train"
     length_reward_coef: float = 0.0
     micro_batch_size: int = 32
     share_prompts: bool = True
     updates_per_batch: int = 1
+    kind_stats: bool = False
 
     def __post_init__(self) -> None:
         self._apply_preset()
@@ -136,6 +150,10 @@ class AlgorithmConfig:
             len(self.tis_band) == 2 and 0 <= self.tis_band[0] <= 1 <= self.tis_band[1],
             f"algorithm.tis_band must be [low <= 1, high >= 1], got {self.tis_band}.",
         )
+        if self.overlong_episodes not in OVERLONG_EPISODES:
+            raise UnknownNameError(
+                "algorithm.overlong_episodes", self.overlong_episodes, OVERLONG_EPISODES
+            )
         if self.on_cap not in ("train", "skip", "error"):
             raise UnknownNameError("algorithm.on_cap", self.on_cap, ("train", "skip", "error"))
         _check(0 <= self.eps_low < 1, f"algorithm.eps_low must be in [0, 1), got {self.eps_low}.")
@@ -175,6 +193,10 @@ class AlgorithmConfig:
                     f"sets {current!r}: drop one of them (or leave algorithm.name unset)."
                 )
 
+
+#: ``algorithm.overlong_episodes``: episodes cut off before their answer are trained
+#: like any other, or masked (SUPO)
+OVERLONG_EPISODES = ("train", "mask")
 
 #: the fields that make a preset the algorithm it is (a config may not set them to
 #: something else); the rest of a preset's fields are tunable defaults
