@@ -382,6 +382,10 @@ class DistributedConfig:
             for the dense part; routed experts split over ``ep * tp`` ranks) and pipeline
             stages. Their product must equal the number of processes. All 1 (the
             default): plain sharded data parallelism over every process.
+        activation_checkpointing: on the device mesh, each decoder layer keeps only its
+            input for the backward pass and runs its forward again there (what
+            ``agentgym plan`` assumes with ``plan.activation_checkpointing: true``): about
+            one layer's activations instead of all of a stage's, for a second forward.
 
     Generation under ZeRO-3 / FSDP2 gathers the full weights once per rollout, so that
     each rank generates its share of the tasks on its own (as TRL's
@@ -398,6 +402,7 @@ class DistributedConfig:
     tp: int = 1
     ep: int = 1
     pp: int = 1
+    activation_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         _check(
@@ -426,6 +431,17 @@ class DistributedConfig:
             layout.is_default or self.strategy == "fsdp2",
             f"distributed {layout.describe()} runs on FSDP2's device mesh: set "
             "distributed.strategy=fsdp2.",
+        )
+        _check(
+            isinstance(self.activation_checkpointing, bool),
+            "distributed.activation_checkpointing must be true or false, got "
+            f"{self.activation_checkpointing!r}.",
+        )
+        _check(
+            not self.activation_checkpointing or not layout.is_default,
+            "distributed.activation_checkpointing runs on the device mesh: set "
+            "distributed.strategy=fsdp2 with dp_shard/tp/ep/pp (e.g. distributed.dp_shard=N "
+            "for N processes), or set it to false.",
         )
 
 

@@ -460,7 +460,14 @@ def make_learner(
     if strategy == "fsdp2" and dist.layout is not None:
         from agentgym.trainers.parallel import ParallelLearner
 
-        return ParallelLearner(model, cfg.algorithm, cfg.optim, layout=dist.layout, **kwargs)
+        return ParallelLearner(
+            model,
+            cfg.algorithm,
+            cfg.optim,
+            layout=dist.layout,
+            activation_checkpointing=cfg.distributed.activation_checkpointing,
+            **kwargs,
+        )
     if strategy == "fsdp2":
         return FSDP2Learner(model, cfg.algorithm, cfg.optim, **kwargs)
     assert strategy == "none", f"{strategy!r} is not in STRATEGIES {STRATEGIES}"

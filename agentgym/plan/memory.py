@@ -93,26 +93,24 @@ def stage_weight_bytes(
     return total
 
 
-def layer_activation_elems(
-    arch: Architecture,
-    index: int,
-    lora: LoraSpec | None,
-    *,
-    seq_len: int,
-    flash_attention: bool = True,
-) -> float:
-    """Peak values per token while one recomputed layer runs its backward.
+def _layer_terms(
+    arch: Architecture, index: int, lora: LoraSpec | None, *, seq_len: int, flash_attention: bool
+) -> tuple[float, float, float, float]:
+    """Values per token of layer ``index``: what autograd saves in its attention block and
+    in its MLP block, and the gradients live while each block runs its backward.
 
-    Counted from what autograd saves in a PyTorch layer. A frozen Linear saves nothing
-    (its weight needs no gradient, its output is not needed); an adapted one saves its
-    input and the rank-r intermediate; with ``lora=None`` (full fine-tuning) every Linear
-    saves its input. Norms save their input and 1/rms, attention saves q, k, v, the output
-    and the log-sum-exp (plus the probabilities without a fused kernel), SwiGLU saves gate,
-    up and act, a MoE layer saves router scores and, per routed copy of a token, the
-    dispatched input, gate/up/act/product and the expert output (for the routing weight).
-    Backward runs MLP first, then attention; the peak is the larger of (attention saved +
-    MLP saved + MLP gradients) and (attention saved + attention gradients). The layer's
-    input tensor is a pipeline boundary and is counted there, not here.
+    Counted from what autograd saves in a PyTorch layer (checked against
+    ``saved_tensors_hooks`` on the tiny DeepSeek-V3, tests/trainers/test_parallel_plan.py).
+    A frozen Linear saves nothing (its weight needs no gradient, its output is not needed);
+    an adapted one saves its input and the rank-r intermediate; with ``lora=None`` (full
+    fine-tuning) every Linear saves its input. A norm with a frozen weight saves its input
+    and 1/rms (MLA's key/value norm: the whole down-projection output its input is a slice
+    of); attention saves q, k, v, the output and the log-sum-exp (plus the probabilities
+    without a fused kernel); SwiGLU saves gate, up and act. A MoE layer saves its router
+    scores and, per routed copy of a token, the dispatched input, gate/up/act/product, the
+    expert output as it comes back and once weighted, and the routing weight (the
+    unmerged adapter: ``x W + (x A) B``, no merged weight). The layer's input tensor is a
+    pipeline boundary and is counted there, not here.
     """
     h, nh = arch.hidden_size, arch.num_attention_heads
     adapted = {lin.name for lin in lora_linears(arch, index, lora)} if lora else None
@@ -133,7 +131,8 @@ def layer_activation_elems(
         att += h * saves_input("q_a_proj", "q_proj", "kv_a_proj_with_mqa")
         if arch.q_lora_rank:
             att += arch.q_lora_rank + 1 + arch.q_lora_rank * saves_input("q_b_proj")
-        att += arch.kv_lora_rank + 1 + arch.kv_lora_rank * saves_input("kv_b_proj")
+        att += arch.kv_lora_rank + arch.qk_rope_head_dim + 1
+        att += arch.kv_lora_rank * saves_input("kv_b_proj")
         att += 2 * qk + 2 * v + nh  # q, k (rope included), v, output, log-sum-exp
         att_grad = 2 * qk + 2 * v
     if not flash_attention:
@@ -145,7 +144,7 @@ def layer_activation_elems(
     if arch.is_moe_layer(index):
         k, i, e = arch.num_experts_per_tok, arch.moe_intermediate_size, arch.n_routed_experts
         mlp += 2 * e + 4 * k  # router scores, top-k weights and indices
-        mlp += k * (h + 4 * i + h + 1)
+        mlp += k * (h + 4 * i + 2 * h + 1)
         mlp_grad = k * (4 * i + h)
         if arch.n_shared_experts:
             s = arch.n_shared_experts * i
@@ -159,7 +158,41 @@ def layer_activation_elems(
         per_token = sum(lin.per_token for lin in lora_linears(arch, index, lora))
         mlp += lora.r * (per_token - n_lora)  # assign all rank-r values to the blocks
         att += lora.r * n_lora
+    return att, mlp, att_grad, mlp_grad
+
+
+def layer_activation_elems(
+    arch: Architecture,
+    index: int,
+    lora: LoraSpec | None,
+    *,
+    seq_len: int,
+    flash_attention: bool = True,
+) -> float:
+    """Peak values per token while one recomputed layer runs its backward
+    (:func:`_layer_terms`): backward runs MLP first, then attention; the peak is the
+    larger of (attention saved + MLP saved + MLP gradients) and (attention saved +
+    attention gradients)."""
+    att, mlp, att_grad, mlp_grad = _layer_terms(
+        arch, index, lora, seq_len=seq_len, flash_attention=flash_attention
+    )
     return max(att + mlp + mlp_grad, att + att_grad)
+
+
+def layer_saved_elems(
+    arch: Architecture,
+    index: int,
+    lora: LoraSpec | None,
+    *,
+    seq_len: int,
+    flash_attention: bool = True,
+) -> float:
+    """Values per token that layer ``index`` keeps for the backward pass when it is not
+    recomputed (:func:`_layer_terms`, its input not included)."""
+    att, mlp, _, _ = _layer_terms(
+        arch, index, lora, seq_len=seq_len, flash_attention=flash_attention
+    )
+    return att + mlp
 
 
 def full_ft_state_items(total_params: int, gpus: int) -> list[LineItem]:

@@ -28,6 +28,7 @@ from agentgym.plan.memory import (
     LineItem,
     full_ft_state_items,
     layer_activation_elems,
+    layer_saved_elems,
     overhead_items,
     phase_total,
     rollout_items,
@@ -274,7 +275,12 @@ def _activation_items(run: _LoraRun, s: int, layers: range) -> list[LineItem]:
     per_token = max(elems)
     kept = len(layers) * arch.hidden_size  # checkpointing: each layer's input
     if not train.activation_checkpointing:  # every layer keeps what autograd saves
-        kept += sum(elems)
+        kept += sum(
+            layer_saved_elems(
+                arch, i, lora, seq_len=train.seq_len, flash_attention=train.flash_attention
+            )
+            for i in layers
+        )
     boundary = in_flight * kept * tokens * act_b / sp
     work = per_token * tokens * act_b / sp
     if run.base_dtype == "int4":  # one layer dequantized to bf16
@@ -304,7 +310,7 @@ def _lora_assumptions(train: TrainSpec, rollout: RolloutSpec | None) -> tuple[st
     if not train.activation_checkpointing:
         assumptions.append(
             "No activation checkpointing: every layer of a stage keeps what autograd saves "
-            "in it (as counted for the recomputed layer, its gradients included) for each "
+            "in it (as counted for the recomputed layer, without its gradients) for each "
             "micro-batch in flight."
         )
     if rollout is not None and rollout.sleep_level == 0:

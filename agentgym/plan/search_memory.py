@@ -38,6 +38,7 @@ from agentgym.plan.memory import (
     GIB,
     ROLLOUT_WORKSPACE_GIB,
     layer_activation_elems,
+    layer_saved_elems,
 )
 from agentgym.plan.specs import DTYPE_BYTES, ParallelSpec, RolloutSpec, TrainSpec
 from agentgym.trainers import stage_ranges
@@ -71,12 +72,16 @@ def peak_gib(train: TrainMemory, rollout: RolloutMemory | None) -> float:
 def _stage_acts(
     arch: Architecture, start: int, stop: int, lora: LoraSpec | None, seq: int, flash: bool
 ) -> tuple[float, float]:
-    """(largest, sum) of the per-token activation values of a stage's layers."""
+    """(largest peak of a recomputed layer, sum of what the layers save) per token."""
     elems = [
         layer_activation_elems(arch, i, lora, seq_len=seq, flash_attention=flash)
         for i in range(start, stop)
     ]
-    return max(elems), sum(elems)
+    saved = [
+        layer_saved_elems(arch, i, lora, seq_len=seq, flash_attention=flash)
+        for i in range(start, stop)
+    ]
+    return max(elems), sum(saved)
 
 
 _stage_lora = lru_cache(maxsize=8192)(trained_adapter_elems)

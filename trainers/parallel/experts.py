@@ -19,10 +19,11 @@ experts module itself) by :func:`expert_parallel_forward`:
 2. each rank sorts its (token, expert) pairs by expert and sends each expert's tokens to
    the rank that holds it (``all_to_all_single``, with autograd: the backward pass sends
    the gradients the other way);
-3. the owner runs each local expert on its tokens with the adapted weight
-   ``W_e + s B_e A_e`` (:func:`expert_weight`: peft's fold, one expert at a time; the
-   base dequantized when it is a torchao tensor, :mod:`.quant`) and sends the results
-   back the same way;
+3. the owner runs each local expert on its tokens, the adapter unmerged:
+   ``x W_e^T + s (x A_e^T) B_e^T`` (:func:`expert_linear`; the base dequantized when it is
+   a torchao tensor, :mod:`.quant`), so that autograd keeps the expert's input and the
+   rank-``r`` intermediate, never a merged ``W_e + s B_e A_e`` per expert (at 671B about
+   2.8 GB per layer and micro-batch); the results go back the same way;
 4. the results are weighted by the router and summed per token in expert order, as the
    unsplit layer does, and (``tp > 1``) gathered back over the tensor-parallel ranks.
 
@@ -225,6 +226,43 @@ def expert_weight(
     return w
 
 
+def expert_linear(
+    x: torch.Tensor,
+    experts: nn.Module,
+    wrappers: dict[str, Any],
+    name: str,
+    e: int,
+    whole: dict[str, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """``x`` through expert ``e``'s weight ``name`` with its adapter unmerged:
+    ``x W_e^T + s (x A_e^T) B_e^T``, the same maths as :func:`expert_weight`'s fold but
+    without a merged ``[out, in]`` weight that autograd would keep for the backward pass
+    (the base slice is a view of the frozen stack; the factors' slices are views of the
+    adapter). ``whole``: the stacks already dequantized (:func:`dequantized_stacks`)."""
+    if whole is not None:
+        w = whole[name][e]
+    else:
+        w = getattr(experts, name)[e]
+        if type(w) is not torch.Tensor:
+            w = w.dequantize()
+    y = F.linear(x, w)
+    wrapper = wrappers.get(name)
+    if wrapper is None or wrapper.disable_adapters or wrapper.merged:
+        return y
+    for adapter in wrapper.active_adapters:
+        if adapter not in wrapper.lora_A:
+            continue
+        n = wrapper.num_experts
+        a = wrapper.lora_A[adapter].weight
+        b = wrapper.lora_B[adapter].weight
+        a_e = a.reshape(n, -1, a.shape[-1])[e]
+        b_e = b.reshape(b.shape[0], -1, n)[:, :, e]
+        cast = x.dtype != a_e.dtype and not torch.is_autocast_enabled(x.device.type)
+        delta = F.linear(F.linear(x.to(a_e.dtype) if cast else x, a_e), b_e)
+        y = y + (delta * wrapper.scaling[adapter]).to(y.dtype)
+    return y
+
+
 def dequantized_stacks(experts: nn.Module) -> dict[str, torch.Tensor] | None:
     """Under ``torch.inference_mode`` torchao cannot index its tensors: the quantized
     stacks dequantized whole (one layer's, for one forward); None otherwise."""
@@ -310,10 +348,10 @@ def expert_parallel_forward(
     for j, m in enumerate(per_expert):  # every local expert, so every LoRA gets a gradient
         rows_j = xs[start : start + m]
         start += m
-        gate_up = expert_weight(experts, wrappers, "gate_up_proj", j, whole)
-        gate, up = F.linear(rows_j, gate_up).chunk(2, dim=-1)
-        down = expert_weight(experts, wrappers, "down_proj", j, whole)
-        outs.append(F.linear(experts.act_fn(gate) * up, down))
+        gate_up = expert_linear(rows_j, experts, wrappers, "gate_up_proj", j, whole)
+        gate, up = gate_up.chunk(2, dim=-1)
+        act = experts.act_fn(gate) * up
+        outs.append(expert_linear(act, experts, wrappers, "down_proj", j, whole))
     y = torch.cat(outs, dim=0) if outs else xs.new_zeros((0, hidden_states.shape[-1]))
     y = y[torch.argsort(perm)]
     y = _all_to_all(y, send_rows, recv_rows, group.group)

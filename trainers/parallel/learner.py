@@ -56,6 +56,7 @@ from agentgym.trainers.batch import MicroBatch
 from agentgym.trainers.critic import is_critic_name
 from agentgym.trainers.device import autocast, host_copy
 from agentgym.trainers.learner import Learner, LossFn, Output, combine_metrics, make_optimizer
+from agentgym.trainers.parallel.activations import checkpoint_layers
 from agentgym.trainers.parallel.experts import ExpertGroup, find_experts, shard_experts
 from agentgym.trainers.parallel.layout import Layout, check_mesh_critic, stage_ranges
 from agentgym.trainers.parallel.mesh import ParallelMesh, build_mesh
@@ -72,11 +73,17 @@ class ParallelLearner(Learner):
     """The learner under ``distributed.strategy: fsdp2`` with a mesh (module docstring).
 
     Args:
-        layout: the mesh's sizes; the rest as :class:`~agentgym.trainers.Learner`.
+        layout: the mesh's sizes.
+        activation_checkpointing: recompute each decoder layer in the backward pass
+            (``distributed.activation_checkpointing``, :mod:`.activations`).
+        The rest as :class:`~agentgym.trainers.Learner`.
     """
 
-    def __init__(self, *args: Any, layout: Layout, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, layout: Layout, activation_checkpointing: bool = False, **kwargs: Any
+    ) -> None:
         self.layout = layout
+        self.activation_checkpointing = activation_checkpointing
         super().__init__(*args, **kwargs)
 
     # ------------------------------------------------------------------ set-up
@@ -133,6 +140,8 @@ class ParallelLearner(Learner):
         self._expert_names = set(experts)
         if layout.tp > 1:
             apply_tensor_parallel(lm, self.pmesh.tp, layers)
+        if self.activation_checkpointing:  # inside FSDP2's units, as torchtitan's order
+            checkpoint_layers(layers)
         self.stage_module = StageModule(lm, stage) if layout.pp > 1 else None
         self._apply_fsdp(lm, layers)
         self.params = ParamMap(self.model, shapes, self.pmesh, num_layers, experts, group)

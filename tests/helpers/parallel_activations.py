@@ -1,0 +1,78 @@
+"""A torchrun worker: the bytes autograd saves per decoder layer on a ParallelLearner.
+
+Run as ``python -m torch.distributed.run --nproc-per-node N parallel_activations.py SPEC
+OUT`` (``SPEC``: JSON ``{"sizes": {...}, "checkpointing": bool, "batch": B, "seq_len":
+S}``). Each rank builds the tiny DeepSeek-V3 with a rank-8 adapter on apply_lora's default
+targets (every attention projection and the routed experts) on the mesh of ``sizes``,
+runs one forward and backward of ``B`` sequences of ``S`` tokens (no padding) under
+:class:`~agentgym.trainers.parallel.activations.SavedBytes`, and writes
+``OUT/rank<r>.json``: ``{"rank", "layers": {index: bytes}, "outside", "tokens",
+"grad_norm"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from agentgym.trainers import LoraSettings, apply_lora, build_preset, build_tokenizer
+from agentgym.trainers.batch import Sample, make_microbatches
+from agentgym.trainers.config import AlgorithmConfig, DistributedConfig, OptimConfig
+from agentgym.trainers.distributed import shutdown, start_distributed
+from agentgym.trainers.parallel import ParallelLearner
+from agentgym.trainers.parallel.activations import SavedBytes
+from agentgym.trainers.parallel.tensor_parallel import decoder_layers
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    info = start_distributed(DistributedConfig(strategy="fsdp2", **spec["sizes"]), lora=True)
+    tokenizer = build_tokenizer()
+    model = build_preset("tiny-deepseek-v3", tokenizer, seed=0)
+    model = apply_lora(model, LoraSettings(r=8), seed=1)
+    algo = AlgorithmConfig(micro_batch_size=spec["batch"], share_prompts=False)
+    learner = ParallelLearner(
+        model, algo, OptimConfig(), pad_id=tokenizer.pad_token_id, dist=info,
+        layout=info.layout, activation_checkpointing=spec["checkpointing"],
+    )  # fmt: skip
+    g = torch.Generator().manual_seed(0)
+    vocab = model.config.vocab_size
+    half = spec["seq_len"] // 2
+    samples = [
+        Sample(
+            tuple(torch.randint(4, vocab, (half,), generator=g).tolist()),
+            tuple(torch.randint(4, vocab, (spec["seq_len"] - half,), generator=g).tolist()),
+            1.0 - 2.0 * (i % 2),
+            i,
+        )
+        for i in range(spec["batch"] * learner.layout.dp * spec.get("micro_batches", 1))
+    ]
+    mbs = make_microbatches(samples, spec["batch"], tokenizer.pad_token_id)
+    _, layers = decoder_layers(learner.model)
+    counter = SavedBytes(learner.model, {i: m for i, m in enumerate(layers) if len(m._modules)})
+
+    def loss_fn(mb, logits):
+        logp = torch.log_softmax(logits, -1).gather(-1, mb.targets[..., None])[..., 0]
+        loss = -(logp * mb.advantages[:, None] * mb.loss_mask).sum() / mb.loss_mask.sum()
+        return loss, {"loss": float(loss)}
+
+    with counter.recording():
+        learner.forward_backward(mbs, loss_fn)
+    tokens = int(mbs[0].sequences()[0].numel())
+    norm = learner.step()["grad_norm"]
+    row = {
+        "rank": info.rank,
+        "layers": counter.per_layer,
+        "outside": counter.outside,
+        "tokens": tokens,
+        "grad_norm": norm,
+    }
+    (Path(sys.argv[2]) / f"rank{info.rank}.json").write_text(json.dumps(row))
+    shutdown(info)
+
+
+if __name__ == "__main__":
+    main()
