@@ -27,37 +27,48 @@ from agentgym.trainers.parallel.activations import SavedBytes
 from agentgym.trainers.parallel.tensor_parallel import decoder_layers
 
 
-def main() -> None:
-    spec = json.loads(sys.argv[1])
-    info = start_distributed(DistributedConfig(strategy="fsdp2", **spec["sizes"]), lora=True)
-    tokenizer = build_tokenizer()
-    model = build_preset("tiny-deepseek-v3", tokenizer, seed=0)
-    model = apply_lora(model, LoraSettings(r=8), seed=1)
-    algo = AlgorithmConfig(micro_batch_size=spec["batch"], share_prompts=False)
-    learner = ParallelLearner(
-        model, algo, OptimConfig(), pad_id=tokenizer.pad_token_id, dist=info,
-        layout=info.layout, activation_checkpointing=spec["checkpointing"],
-    )  # fmt: skip
+def make_samples(spec: dict, vocab: int, dp: int) -> list[Sample]:
+    """``batch * micro_batches`` sequences of ``seq_len`` tokens per data-parallel rank."""
     g = torch.Generator().manual_seed(0)
-    vocab = model.config.vocab_size
     half = spec["seq_len"] // 2
-    samples = [
+    return [
         Sample(
             tuple(torch.randint(4, vocab, (half,), generator=g).tolist()),
             tuple(torch.randint(4, vocab, (spec["seq_len"] - half,), generator=g).tolist()),
             1.0 - 2.0 * (i % 2),
             i,
         )
-        for i in range(spec["batch"] * learner.layout.dp * spec.get("micro_batches", 1))
+        for i in range(spec["batch"] * dp * spec.get("micro_batches", 1))
     ]
+
+
+def loss_fn(mb, logits):
+    """A policy-gradient loss on the targets' log-probs."""
+    logp = torch.log_softmax(logits, -1).gather(-1, mb.targets[..., None])[..., 0]
+    loss = -(logp * mb.advantages[:, None] * mb.loss_mask).sum() / mb.loss_mask.sum()
+    return loss, {"loss": float(loss.detach())}
+
+
+def build_model():
+    """The tiny DeepSeek-V3 with a rank-8 adapter on apply_lora's default targets."""
+    tokenizer = build_tokenizer()
+    model = build_preset("tiny-deepseek-v3", tokenizer, seed=0)
+    return apply_lora(model, LoraSettings(r=8), seed=1), tokenizer
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    info = start_distributed(DistributedConfig(strategy="fsdp2", **spec["sizes"]), lora=True)
+    model, tokenizer = build_model()
+    algo = AlgorithmConfig(micro_batch_size=spec["batch"], share_prompts=False)
+    learner = ParallelLearner(
+        model, algo, OptimConfig(), pad_id=tokenizer.pad_token_id, dist=info,
+        layout=info.layout, activation_checkpointing=spec["checkpointing"],
+    )  # fmt: skip
+    samples = make_samples(spec, model.config.vocab_size, learner.layout.dp)
     mbs = make_microbatches(samples, spec["batch"], tokenizer.pad_token_id)
     _, layers = decoder_layers(learner.model)
     counter = SavedBytes(learner.model, {i: m for i, m in enumerate(layers) if len(m._modules)})
-
-    def loss_fn(mb, logits):
-        logp = torch.log_softmax(logits, -1).gather(-1, mb.targets[..., None])[..., 0]
-        loss = -(logp * mb.advantages[:, None] * mb.loss_mask).sum() / mb.loss_mask.sum()
-        return loss, {"loss": float(loss)}
 
     with counter.recording():
         learner.forward_backward(mbs, loss_fn)

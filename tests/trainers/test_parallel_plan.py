@@ -1,4 +1,4 @@
-"""The planner against what each rank of the trainer's mesh holds.
+"""The planner against what each rank of the trainer's mesh holds and saves.
 
 ``tests/helpers/parallel_bytes.py`` builds a ParallelLearner on the tiny DeepSeek-V3 under
 a layout (torchrun, gloo) and writes each rank's bytes of frozen base and of adapter;
@@ -10,6 +10,12 @@ The planner does not model FSDP2's sharding of the *frozen* base over the data-p
 ranks (its ZeRO stages shard the adapter, its gradients and optimizer state): under
 ``ep=2`` (two data-parallel groups) the trainer holds half the dense base the planner
 counts, so there the planner's base line is only checked to be an upper bound.
+
+``tests/helpers/parallel_activations.py`` runs one forward and backward on the same model
+under a layout and counts, per decoder layer, the bytes autograd saves for the backward
+pass (``saved_tensors_hooks``); the planner's "activations: layer inputs" line for the same
+layout (no pipeline: one micro-batch in flight) must be within 10% of it, with and
+without activation checkpointing.
 """
 
 from __future__ import annotations
@@ -36,12 +42,13 @@ from agentgym.trainers.parallel import Layout
 HELPERS = Path(__file__).resolve().parents[1] / "helpers"
 
 
-def _rank_bytes(sizes: dict[str, int], out: Path) -> list[dict[str, int]]:
+def torchrun_rows(script: str, arg: str, nproc: int, out: Path) -> list[dict]:
+    """Run a helper under torchrun with ``nproc`` ranks; each rank's JSON row."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HELPERS), env.get("PYTHONPATH")]))
-    nproc = Layout(**sizes).world_size
+    out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    cmd += [f"--nproc-per-node={nproc}", str(HELPERS / "parallel_bytes.py"), json.dumps(sizes)]
+    cmd += [f"--nproc-per-node={nproc}", str(HELPERS / script), arg]
     proc = subprocess.run([*cmd, str(out)], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     rows = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
@@ -49,7 +56,17 @@ def _rank_bytes(sizes: dict[str, int], out: Path) -> list[dict[str, int]]:
     return rows
 
 
-def _planned(sizes: dict[str, int]) -> tuple[int, dict[str, float]]:
+def _rank_bytes(sizes: dict[str, int], out: Path) -> list[dict[str, int]]:
+    return torchrun_rows("parallel_bytes.py", json.dumps(sizes), Layout(**sizes).world_size, out)
+
+
+def _planned(
+    sizes: dict[str, int],
+    *,
+    batch: int = 1,
+    seq_len: int = 64,
+    checkpointing: bool = True,
+) -> tuple[int, dict[str, float]]:
     from agentgym.trainers import build_preset, build_tokenizer
 
     layout = Layout(**sizes)
@@ -60,12 +77,13 @@ def _planned(sizes: dict[str, int]) -> tuple[int, dict[str, float]]:
         parallel=ParallelSpec(**layout.planner_sizes(), zero_stage=3, sequence_parallel=False),
         base_dtype="fp32",
         train=TrainSpec(
-            micro_batch_size=1,
-            seq_len=64,
+            micro_batch_size=batch,
+            seq_len=seq_len,
+            activation_checkpointing=checkpointing,
             activation_dtype="fp32",
             lora_dtype="fp32",
             grad_dtype="fp32",
-            flash_attention=False,
+            flash_attention=False,  # CPU SDPA materialises MLA's probabilities
         ),
         rollout=None,
         hardware=Hardware(gpus=layout.world_size, gpu_mem_gib=1.0),
@@ -89,3 +107,27 @@ def test_the_planner_sizes_each_ranks_weights_and_adapter(tmp_path, sizes):
             assert r["base"] == pytest.approx(items["base weights"], rel=1e-9)
     # and the stage the planner names is the one holding the most
     assert max(r["base"] + r["lora"] for r in rows) == max(r["base"] + r["lora"] for r in worst)
+
+
+@pytest.mark.slow
+def test_the_planner_counts_the_activations_each_layer_saves(tmp_path):
+    """ep=2 (the routed experts through the all-to-all, their LoRA unmerged): the bytes
+    each rank's layers save, without checkpointing and with it, against the planner."""
+    sizes, batch, seq_len = {"ep": 2}, 2, 64
+    hidden = 64  # tiny-deepseek-v3
+    measured: dict[bool, list[dict]] = {}
+    for ckpt in (False, True):
+        spec = {"sizes": sizes, "checkpointing": ckpt, "batch": batch, "seq_len": seq_len}
+        rows = torchrun_rows("parallel_activations.py", json.dumps(spec), 2, tmp_path / str(ckpt))
+        _, items = _planned(sizes, batch=batch, seq_len=seq_len, checkpointing=ckpt)
+        planned = items["activations: layer inputs"]
+        for r in rows:
+            assert r["tokens"] == batch * seq_len
+            saved = sum(r["layers"].values())
+            assert planned == pytest.approx(saved, rel=0.10), (ckpt, planned, r["layers"])
+        measured[ckpt] = rows
+    # checkpointing keeps each layer's input alone, and changes nothing in the update
+    for off, on in zip(measured[False], measured[True], strict=True):
+        assert list(on["layers"].values()) == [batch * seq_len * hidden * 4] * 2
+        assert sum(on["layers"].values()) < sum(off["layers"].values()) / 10
+        assert on["grad_norm"] == pytest.approx(off["grad_norm"], rel=1e-6)

@@ -15,7 +15,11 @@ submodule so that a sharding wrapper of the stage covers it).
 :class:`PipelineRunner` runs a list of micro-batches through the stages with
 ``Schedule1F1B`` (one forward and one backward alternate once the pipeline is full, so
 stage ``s`` keeps at most ``pp - s`` micro-batches' activations), or forward only
-(``Schedule.eval``) for log-probs. The schedule's micro-batches must share one shape, so
+(``Schedule.eval``) for log-probs. 1F1B needs at least ``pp`` micro-batches: a call with
+fewer (a small mini-batch, many data-parallel ranks) is padded with copies of its last
+micro-batch whose loss is zero (correct, at the cost of the padded passes; give each
+data-parallel rank at least ``pp`` micro-batches to avoid them: a smaller
+``algorithm.micro_batch_size``). The schedule's micro-batches must share one shape, so
 the runner pads every micro-batch of a call to the largest one (extra rows are whole
 sequences of padding, extra columns padding the attention mask hides; neither reaches
 the loss). Its loss function hands each micro-batch's logits to the learner, which
@@ -199,6 +203,9 @@ class PipelineRunner:
         """
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
+        real = len(seqs)
+        # 1F1B needs at least one micro-batch per stage: pad with copies whose loss is 0
+        seqs = [*seqs, *[seqs[-1]] * max(0, self.stages - real)]
         ids, att, pos, rows = stack_padded(seqs, pad_id)
         ids, att, pos = ids.to(self.device), att.to(self.device), pos.to(self.device)
         n = len(seqs)
@@ -213,7 +220,8 @@ class PipelineRunner:
         )
 
         def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-            return on_logits(int(target[0]), output)
+            i = int(target[0])
+            return on_logits(i, output) if i < real else output.sum() * 0.0
 
         schedule = Schedule1F1B(stage, n_microbatches=n, loss_fn=loss_fn, scale_grads=False)
         target = (

@@ -1,0 +1,96 @@
+"""Activation memory on the mesh: checkpointing, the unmerged expert LoRA, pipeline padding.
+
+* ``distributed.activation_checkpointing`` under tensor and pipeline parallelism gives the
+  one-process update (``tests/helpers/parallel_activations.py`` under torchrun, gloo),
+  each layer keeping only its input; under ``pp=2`` the mini-batch has one micro-batch,
+  fewer than the stages, which the pipeline pads with a zero-loss copy;
+* the routed experts' LoRA computed as ``x W + (x A) B`` equals peft's fold ``W + B A``
+  and keeps no merged weight for the backward pass;
+* the setting's checks.
+
+(The planner against the saved bytes: tests/trainers/test_parallel_plan.py.)
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from parallel_activations import build_model, loss_fn, make_samples
+from test_parallel_plan import torchrun_rows
+
+from agentgym import ConfigError
+from agentgym.trainers.batch import make_microbatches
+from agentgym.trainers.config import AlgorithmConfig, DistributedConfig, OptimConfig
+from agentgym.trainers.learner import Learner
+from agentgym.trainers.parallel.experts import expert_linear, expert_weight, find_experts
+
+SPEC = {"batch": 2, "seq_len": 64, "micro_batches": 1}
+
+
+def _one_process_grad_norm() -> float:
+    model, tokenizer = build_model()
+    algo = AlgorithmConfig(micro_batch_size=SPEC["batch"], share_prompts=False)
+    learner = Learner(model, algo, OptimConfig(), pad_id=tokenizer.pad_token_id)
+    samples = make_samples(SPEC, model.config.vocab_size, dp=1)
+    learner.forward_backward(
+        make_microbatches(samples, SPEC["batch"], tokenizer.pad_token_id), loss_fn
+    )
+    return learner.step()["grad_norm"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sizes", [{"tp": 2}, {"pp": 2}], ids=["tp2", "pp2-one-micro-batch"])
+def test_checkpointed_layers_give_the_one_process_update(tmp_path, sizes):
+    spec = {**SPEC, "sizes": sizes, "checkpointing": True}
+    rows = torchrun_rows("parallel_activations.py", json.dumps(spec), 2, tmp_path)
+    expected = _one_process_grad_norm()
+    layer_input = SPEC["batch"] * SPEC["seq_len"] * 64 * 4  # tokens x hidden x fp32
+    # pp=2 runs two micro-batches through 1F1B: the real one and its zero-loss copy
+    kept = layer_input * (2 if "pp" in sizes else 1)
+    for r in rows:
+        assert r["grad_norm"] == pytest.approx(expected, rel=1e-6)
+        assert r["layers"] and all(v == kept for v in r["layers"].values()), r["layers"]
+
+
+def _lora_experts():
+    model, _ = build_model()
+    with torch.no_grad():  # a non-zero adapter (B starts at zero)
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(std=0.1, generator=torch.Generator().manual_seed(len(name)))
+    (_, experts, wrappers), *_ = find_experts(model)
+    return experts, {w.parameter_name: w for w in wrappers}
+
+
+def test_unmerged_expert_lora_equals_the_fold_and_keeps_no_merged_weight():
+    experts, wrappers = _lora_experts()
+    x = torch.randn(5, experts.gate_up_proj.shape[-1], requires_grad=True)
+    for e in range(experts.gate_up_proj.shape[0]):
+        folded = x @ expert_weight(experts, wrappers, "gate_up_proj", e).T
+        torch.testing.assert_close(expert_linear(x, experts, wrappers, "gate_up_proj", e), folded)
+    shapes: list[torch.Size] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        base = t if t._base is None else t._base
+        if not isinstance(base, torch.nn.Parameter):
+            shapes.append(t.shape)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        expert_linear(x, experts, wrappers, "gate_up_proj", 0).sum().backward()
+    weight_shape = experts.gate_up_proj.shape[1:]
+    assert shapes and weight_shape not in shapes  # the input and x A: no [out, in] tensor
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        shapes.clear()
+        (x @ expert_weight(experts, wrappers, "gate_up_proj", 0).T).sum().backward()
+    assert weight_shape in shapes  # what the fold kept
+
+
+def test_activation_checkpointing_setting_is_checked():
+    assert DistributedConfig(strategy="fsdp2", ep=2, activation_checkpointing=True)
+    with pytest.raises(ConfigError, match="device mesh"):
+        DistributedConfig(strategy="fsdp2", activation_checkpointing=True)
+    with pytest.raises(ConfigError, match="true or false"):
+        DistributedConfig(strategy="fsdp2", ep=2, activation_checkpointing="yes")
