@@ -368,7 +368,9 @@ class DistributedConfig:
         timeout_s: a collective that waits longer than this fails instead of hanging.
             A backstop only: the fault detector (the ``health`` section) finds a stalled
             rank in seconds. Raise it when ranks legitimately wait longer for each other
-            (loading very large weights at different speeds).
+            (loading very large weights at different speeds). ``agentgym train`` refuses
+            a value shorter than 1.5x the planner's estimate of a rollout and its scoring
+            (``agentgym plan``), for configs the planner can size.
         on_fault: what the launcher does when the detector flags a rank (hung, slow,
             broken): ``warn`` (report and go on), ``stop`` (stop the run: non-zero exit,
             the last checkpoint stays), ``restart`` (stop, then resume from the last
@@ -395,7 +397,7 @@ class DistributedConfig:
     strategy: str = "none"
     zero_stage: int = 3
     backend: str = "auto"
-    timeout_s: float = 300.0
+    timeout_s: float = 1800.0
     on_fault: str = "restart"
     max_restarts: int = 0
     dp_shard: int = 1

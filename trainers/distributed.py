@@ -8,7 +8,7 @@ Multi-node runs take ``--nnodes``, ``--node-rank``, ``--master-addr`` and
 ``MASTER_PORT``), exactly what torchrun itself would be given.
 
 The backend is ``nccl`` when CUDA is available and ``gloo`` otherwise (CPU runs, CI).
-A collective that waits longer than ``distributed.timeout_s`` (default 300 s) fails; it
+A collective that waits longer than ``distributed.timeout_s`` (default 1800 s) fails; it
 is a backstop: the launcher's fault detector finds a stalled rank in seconds
 (docs/reliability.md).
 
@@ -43,7 +43,7 @@ T = TypeVar("T")
 #: set in the children of a launch so they do not launch again
 LAUNCHED_ENV = "AGENTGYM_TORCHRUN"
 #: the collective timeout when none is configured (minutes, not torch's 30)
-DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_TIMEOUT_S = 1800.0
 
 
 @dataclass(frozen=True)

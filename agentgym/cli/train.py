@@ -150,6 +150,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.print_config:
         _print_config(cfg)
         return 0
+    from agentgym.plan.timeout import check_collective_timeout
+
+    check_collective_timeout(cfg)  # before any process starts
     from agentgym.trainers import shutdown, under_torchrun
 
     if under_torchrun():

@@ -225,3 +225,27 @@ def test_gpus_rescales_both_data_parallel_sizes() -> None:
     assert inputs.rollout.ep == 8  # the config's expert-parallel group, replicated
     with pytest.raises(ConfigError, match="multiple"):
         plan_inputs(load_config(PlanConfig, CONFIG_671B), gpus=50)
+
+
+def test_a_collective_timeout_shorter_than_the_planned_rollout_is_refused() -> None:
+    from agentgym.plan import PlanConfig
+    from agentgym.plan.timeout import MARGIN, check_collective_timeout, rollout_seconds
+
+    cfg = load_config(PlanConfig, CONFIG_671B, [])
+    seconds = rollout_seconds(cfg)
+    assert seconds is not None and seconds > 300  # what the old fixed 300 s did not cover
+    check_collective_timeout(cfg)  # the default covers it
+    short = load_config(PlanConfig, CONFIG_671B, ["distributed.timeout_s=600"])
+    with pytest.raises(ConfigError, match=r"distributed\.timeout_s=\d"):
+        check_collective_timeout(short)
+    assert MARGIN * seconds > 600
+
+
+def test_agentgym_train_refuses_the_short_timeout_at_start(tmp_path, capsys) -> None:
+    from agentgym.cli import main
+
+    out = tmp_path / "run"
+    args = ["train", str(CONFIG_671B), "distributed.timeout_s=60", f"run.output_dir={out}"]
+    assert main(args) == 2
+    assert "distributed.timeout_s=" in capsys.readouterr().err
+    assert not out.exists()  # refused before anything started
