@@ -309,12 +309,17 @@ def latest_checkpoint(ckpt_dir: str | Path) -> Path | None:
 
 
 def read_checkpoint(
-    path: str | Path, *, lora: bool, dist: DistInfo = SINGLE
-) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]], dict[str, Any]]:
-    """The weights (adapter or full model), every rank's optimizer state, the trainer state.
+    path: str | Path, *, lora: bool, dist: DistInfo = SINGLE, optimizer: str = "all"
+) -> tuple[dict[str, torch.Tensor], list[dict[str, Any] | None], dict[str, Any]]:
+    """The weights (adapter or full model), the ranks' optimizer states, the trainer state.
 
     Restores the RNG states as a side effect. A sharded checkpoint must be resumed with
     the number of processes that wrote it.
+
+    Args:
+        optimizer: ``all`` (every rank's file, in rank order: ZeRO-2 merges them) or
+            ``own`` (this rank's file alone, at its index, None at the others': a rank
+            of a sharded learner needs no other rank's shard).
     """
     path = Path(path)
     if not (path / "trainer_state.json").is_file():
@@ -346,9 +351,12 @@ def read_checkpoint(
         weights = {}
         for f in sorted((path / "model").glob("*.safetensors")):
             weights.update(read(f"model/{f.name}", lambda f: load_file(str(f))))
-    # to host memory: each rank reads every rank's file, whose tensors were saved on that
-    # rank's GPU; the optimizer moves its state onto its parameters' device when it loads
-    optim = [read(_optimizer_file(r, written_by), torch_file) for r in range(written_by)]
+    # to host memory (the tensors were saved on the writing rank's GPU); the optimizer
+    # moves its state onto its parameters' device when it loads
+    ranks = range(written_by) if optimizer == "all" else [dist.rank]
+    optim: list[dict[str, Any] | None] = [None] * written_by
+    for r in ranks:
+        optim[r] = read(_optimizer_file(r, written_by), torch_file)
     set_rng_state(read("rng.pt", torch_file))
     return weights, optim, state
 

@@ -316,6 +316,10 @@ class Learner:
 
         load_adapter_state_dict(self.model, state)
 
+    #: which ranks' saved optimizer states :meth:`_load_optimizer_state` reads on resume:
+    #: ``own`` (this rank's) or ``all`` (:func:`~agentgym.trainers.checkpoint.read_checkpoint`)
+    optimizer_shards_read = "own"
+
     def _optimizer_state(self) -> dict[str, Any]:
         return self.optimizer.state_dict()
 

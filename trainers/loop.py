@@ -248,7 +248,12 @@ class DAPOTrainer:
             return None
         if damaged:
             self._say(f"[agentgym train] --resume: continuing from {ckpt.name}, the newest intact.")
-        weights, optim_states, state = read_checkpoint(ckpt, lora=cfg.lora.enabled, dist=self.dist)
+        weights, optim_states, state = read_checkpoint(
+            ckpt,
+            lora=cfg.lora.enabled,
+            dist=self.dist,
+            optimizer=self.learner.optimizer_shards_read,
+        )
         if not cfg.lora.enabled:
             missing, unexpected = self.model.load_state_dict(weights, strict=False)
             if unexpected:

@@ -240,6 +240,8 @@ class DeepSpeedLearner(Learner):
 
         return GatheredParameters(params, modifier_rank=0 if modify else None)
 
+    optimizer_shards_read = "all"  # ZeRO-2 merges every partition's state on resume
+
     def _load_optimizer_state(self, states: Sequence[dict[str, Any]]) -> None:
         # ZeRO-2 merges every partition's state; ZeRO-3 picks its own rank's
         self.optimizer.load_state_dict(list(states))

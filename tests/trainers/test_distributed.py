@@ -193,6 +193,32 @@ def test_a_sharded_checkpoint_needs_the_same_number_of_processes(tmp_path):
         read_checkpoint(ckpt, lora=True)
 
 
+def test_a_rank_reads_only_its_own_optimizer_shard(tmp_path):
+    """On resume a rank of a sharded learner reads its optimizer file alone: another
+    rank's file (here a damaged one) is never opened; ``all`` (ZeRO-2) reads each."""
+    from safetensors.torch import save_file
+
+    from agentgym import CheckpointError
+    from agentgym.trainers.checkpoint import read_checkpoint, rng_state
+    from agentgym.trainers.learner import Learner
+    from agentgym.trainers.strategies import DeepSpeedLearner
+
+    ckpt = tmp_path / "step_000001"
+    (ckpt / "adapter").mkdir(parents=True)
+    save_file({"w": torch.zeros(2)}, str(ckpt / "adapter" / "adapter_model.safetensors"))
+    torch.save(rng_state(), ckpt / "rng.pt")
+    (ckpt / "trainer_state.json").write_text(json.dumps({"step": 1, "world_size": 2}))
+    (ckpt / "optimizer.rank0-of-2.pt").write_bytes(b"not a torch file")
+    torch.save({"state": {}, "mine": 1}, ckpt / "optimizer.rank1-of-2.pt")
+    rank1 = DistInfo(rank=1, world_size=2, local_rank=1, backend="gloo")
+    _, optim, _ = read_checkpoint(ckpt, lora=True, dist=rank1, optimizer="own")
+    assert optim[0] is None and optim[1]["mine"] == 1
+    with pytest.raises(CheckpointError, match=r"optimizer\.rank0-of-2\.pt cannot be read"):
+        read_checkpoint(ckpt, lora=True, dist=rank1, optimizer="all")
+    assert Learner.optimizer_shards_read == "own"
+    assert DeepSpeedLearner.optimizer_shards_read == "all"
+
+
 # ----------------------------------------------------------------------------- units
 
 
