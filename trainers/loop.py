@@ -209,6 +209,10 @@ class DAPOTrainer:
         self.origin = time.monotonic()
 
         self.resumed_from = self._resume() if resume else None
+        if cfg.lora.enabled and not self.engine.shares_weights:
+            # the first rollout samples the learner's adapter (after a resume: the checkpoint's),
+            # not the one the engine was built with
+            self.engine.load_adapter(self.learner.state_dict(optimizer=False)["adapter"])
         self._open_logs(resume)
         self.initial_adapter_digest = self.adapter_digest() if cfg.lora.enabled else None
 
