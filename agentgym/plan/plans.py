@@ -212,6 +212,28 @@ def _lora_run(
     )
 
 
+def _sharded_base(run: _LoraRun, layers: range, base: float, *, first: bool, last: bool) -> float:
+    """One GPU's base bytes when FSDP2 shards the frozen base (``ParallelSpec.shard_base``):
+    dense weights over ``dp``, routed experts over their replicas; a quantized base's
+    Linear weights stay whole (FSDP2 leaves torchao's tensors alone)."""
+    arch, parallel = run.arch, run.parallel
+    tp, ep, dp = parallel.tp, parallel.ep, parallel.dp
+    experts = sum(
+        weight_elems(lin, tp, ep) * run.lin_b
+        for i in layers
+        for lin in layer_linears(arch, i)
+        if lin.group == "experts"
+    )
+    other = stage_weight_bytes(
+        arch, layers, first=first, last=last, tp=tp, ep=ep, linear_bytes=0.0,
+        other_bytes=run.other_b,
+    )  # fmt: skip
+    dense = base - experts - other
+    if run.base_dtype not in ("fp32", "bf16", "fp16"):  # quantized Linear weights
+        return dense + experts + other / dp
+    return (dense + other) / dp + experts / run.expert_replicas
+
+
 def _state_items(run: _LoraRun, s: int, layers: range) -> list[LineItem]:
     """The base weight, adapter, gradient and optimizer line items of stage ``s``."""
     arch, lora, parallel, train = run.arch, run.lora, run.parallel, run.train
@@ -226,6 +248,8 @@ def _state_items(run: _LoraRun, s: int, layers: range) -> list[LineItem]:
         linear_bytes=run.lin_b,
         other_bytes=run.other_b,
     )
+    if parallel.shard_base:
+        base = _sharded_base(run, layers, base, first=s == 0, last=s == pp - 1)
     # adapter elements (the critic's too), split into what is replicated over DP and
     # over expert-DP
     dense_lora, expert_lora = trained_adapter_elems(arch, lora, layers.start, layers.stop, tp, ep)

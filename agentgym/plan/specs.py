@@ -38,6 +38,10 @@ class ParallelSpec:
         zero_stage: 0 (none), 1 (shard optimizer states), 2 (also gradients) or 3 (also
             the adapter), over the replicas of each weight.
         sequence_parallel: split activations between layers over TP.
+        shard_base: FSDP2 shards the frozen base too (the trainer's device mesh): dense
+            weights over the ``dp`` replicas, routed experts over their ``tp * dp / ep``
+            replicas; a quantized base's Linear weights stay whole (FSDP2 does not shard
+            torchao's tensors). Set from the trainer's ``distributed`` mesh.
     """
 
     tp: int = 1
@@ -46,6 +50,7 @@ class ParallelSpec:
     dp: int = 1
     zero_stage: int = 1
     sequence_parallel: bool = True
+    shard_base: bool = False
 
     def __post_init__(self) -> None:
         for name in ("tp", "ep", "pp", "dp"):

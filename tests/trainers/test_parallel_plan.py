@@ -3,13 +3,11 @@
 ``tests/helpers/parallel_bytes.py`` builds a ParallelLearner on the tiny DeepSeek-V3 under
 a layout (torchrun, gloo) and writes each rank's bytes of frozen base and of adapter;
 ``plan_lora`` is asked for the same layout in its own terms (``Layout.planner_sizes``,
-FSDP2 as ZeRO-3 for the adapter, fp32 everywhere) and must give the same per-GPU figures
-for the pipeline stage it names as the worst.
-
-The planner does not model FSDP2's sharding of the *frozen* base over the data-parallel
-ranks (its ZeRO stages shard the adapter, its gradients and optimizer state): under
-``ep=2`` (two data-parallel groups) the trainer holds half the dense base the planner
-counts, so there the planner's base line is only checked to be an upper bound.
+FSDP2 as ZeRO-3 for the adapter and ``shard_base`` for the frozen base, fp32 everywhere)
+and must give the same per-GPU figures for the pipeline stage it names as the worst.
+Under ``ep=2`` (two data-parallel groups) FSDP2 shards the dense base over both; its
+shards of small tensors are uneven (dim 0 rounded up on the first rank), so there the
+base line agrees to 5%.
 
 ``tests/helpers/parallel_activations.py`` runs one forward and backward on the same model
 under a layout and counts, per decoder layer, the bytes autograd saves for the backward
@@ -74,7 +72,9 @@ def _planned(
     plan = plan_lora(
         arch,
         lora=LoraSpec(r=8),  # apply_lora's defaults: every attention projection + experts
-        parallel=ParallelSpec(**layout.planner_sizes(), zero_stage=3, sequence_parallel=False),
+        parallel=ParallelSpec(
+            **layout.planner_sizes(), zero_stage=3, sequence_parallel=False, shard_base=True
+        ),
         base_dtype="fp32",
         train=TrainSpec(
             micro_batch_size=batch,
@@ -102,7 +102,7 @@ def test_the_planner_sizes_each_ranks_weights_and_adapter(tmp_path, sizes):
     for r in worst:
         assert r["lora"] == pytest.approx(items["LoRA params"], rel=1e-9)
         if "ep" in sizes:  # FSDP2 also shards the frozen dense base over the 2 groups
-            assert r["base"] < items["base weights"]
+            assert r["base"] == pytest.approx(items["base weights"], rel=0.05)
         else:
             assert r["base"] == pytest.approx(items["base weights"], rel=1e-9)
     # and the stage the planner names is the one holding the most
