@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 #: dtypes trained under autocast with float32 master weights
 LOW_PRECISION = (torch.bfloat16, torch.float16)
+#: float8 storage dtypes: values that need their scales (never cast on their own)
+FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def resolve_device(setting: str = "auto", backend: str = "none") -> torch.device:
@@ -117,14 +119,34 @@ def place_model(
     same module.
 
     Buffers keep their dtype (rotary frequencies, router biases stay float32). Call it
-    before LoRA is applied, so that peft creates the adapter on the base's device.
+    before LoRA is applied, so that peft creates the adapter on the base's device. A
+    model built on the meta device (:mod:`.loading`) gets the dtype and keeps its meta
+    tensors there (they are allocated where they are read); its other buffers move.
+
+    Raises:
+        ConfigError: a float8 weight: its values mean nothing without their block scales,
+            so it is never cast (DeepSeek's fp8 checkpoints load through :mod:`.loading`).
     """
     device = resolve_device(cfg.device if cfg is not None else "auto", backend)
     dtype = resolve_dtype(cfg.dtype if cfg is not None else "auto", device)
+    float8 = [n for n, p in model.named_parameters() if p.dtype in FLOAT8]
+    if float8:
+        raise ConfigError(
+            f"the model holds float8 weights ({float8[0]}, ...) whose block scales live in "
+            "other tensors: casting them to another dtype would drop the scales. Load the "
+            "fp8 checkpoint through agentgym (build_model_and_tokenizer / model.path), which "
+            "applies the scales, instead of from_pretrained's fp8 modules."
+        )
     with torch.no_grad():
         for p in model.parameters():
             if p.is_floating_point() and p.dtype != dtype:
                 p.data = p.data.to(dtype)
+    if any(p.is_meta for p in model.parameters()):
+        for m in model.modules():
+            for name, b in m._buffers.items():
+                if b is not None and not b.is_meta:
+                    m._buffers[name] = b.to(device)
+        return model
     return model.to(device)
 
 

@@ -94,7 +94,13 @@ from agentgym.trainers.logging import (
     start_tracking,
     write_summary,
 )
-from agentgym.trainers.models import apply_lora, build_model_and_tokenizer, tensors_digest
+from agentgym.trainers.models import (
+    apply_lora,
+    build_model_and_tokenizer,
+    build_on_meta,
+    loads_on_meta,
+    tensors_digest,
+)
 from agentgym.trainers.rollout_phase import RolloutPhase
 from agentgym.trainers.runtime import setup_torch
 from agentgym.trainers.steps import GroupSteps, StepKind
@@ -220,16 +226,25 @@ class DAPOTrainer:
         """The ``model`` section: read or build the model and its tokenizer
         (:attr:`tokenizer`), place it (device, dtype), add the LoRA adapter, quantize
         the frozen base (``model.quantize``)."""
-        model, self.tokenizer = build_model_and_tokenizer(
-            cfg.model, corpus=lambda: env_corpus(cfg.envs, seed_start=cfg.train_seed_start)
-        )
-        model = place_model(model, cfg.model, backend=self.dist.backend)  # device, dtype
-        if cfg.lora.enabled:
-            model = apply_lora(model, cfg.lora, seed=derive_seed("lora", cfg.run.seed))
-        if cfg.model.quantize != "none":  # a torchao int8/fp8 base under the LoRA
+        mesh, seed = self.dist.layout is not None, derive_seed("lora", cfg.run.seed)
+        meta = loads_on_meta(cfg.model, mesh=mesh)  # read per rank, fp8 scales applied
+        if meta:
+            lora = cfg.lora if cfg.lora.enabled else None
+            model, self.tokenizer = build_on_meta(
+                cfg.model, lora, lora_seed=seed, backend=self.dist.backend, mesh=mesh
+            )
+        else:
+            model, self.tokenizer = build_model_and_tokenizer(
+                cfg.model, corpus=lambda: env_corpus(cfg.envs, seed_start=cfg.train_seed_start)
+            )
+            model = place_model(model, cfg.model, backend=self.dist.backend)  # device, dtype
+            if cfg.lora.enabled:
+                model = apply_lora(model, cfg.lora, seed=seed)
+        if cfg.model.quantize != "none" and not (meta and mesh):  # torchao under the LoRA
             from agentgym.trainers.parallel import quantize_base
 
-            self._say(quantize_base(model, cfg.model.quantize).describe())
+            dense = not meta and cfg.distributed.tp == 1  # tp splits dense weights
+            self._say(quantize_base(model, cfg.model.quantize, dense=dense).describe())
         return model
 
     def _resume(self) -> Path | None:

@@ -164,6 +164,8 @@ def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
 # ---------------------------------------------------------------------------- LoRA
 
 ATTENTION_HINTS = ("attn", "attention")
+#: float8 storage dtypes (values that mean nothing without their scales)
+FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 #: attention Linears the default targets leave out: vLLM folds MLA's ``kv_b_proj`` into
 #: its decode matrices (``W_UK_T``, ``W_UV``) when it loads the model, so an adapter there
 #: would act in vLLM's prefill only and the rollouts would not be the trained policy's
@@ -187,14 +189,18 @@ class LoraTargets:
 
 
 def fused_expert_parameters(model: nn.Module) -> dict[str, int]:
-    """Full names of 3-D expert parameters (transformers 5 MoE layout) -> expert count."""
+    """Full names of 3-D expert weights (transformers 5 MoE layout) -> expert count.
+
+    Quantization scales (``*_scale_inv``, ``*scale*``: fp8 experts keep one per block,
+    3-D as well) and float8 values are never LoRA targets."""
     out = {}
     for mname, module in model.named_modules():
         if not mname.split(".")[-1].startswith("experts"):
             continue
         for pname, p in module.named_parameters(recurse=False):
-            if p.dim() == 3:
-                out[f"{mname}.{pname}"] = int(p.shape[0])
+            if p.dim() != 3 or "scale" in pname or p.dtype in FLOAT8:
+                continue
+            out[f"{mname}.{pname}"] = int(p.shape[0])
     return out
 
 
@@ -263,6 +269,44 @@ def apply_lora(model: nn.Module, lora: LoraSettings, *, seed: int = 0) -> Any:
         peft_model = get_peft_model(model, config)
     check_lora_targets(peft_model, targets, lora.r)
     peft_model.agentgym_lora_targets = targets
+    return peft_model
+
+
+@contextlib.contextmanager
+def _host_placeholders(model: nn.Module, device: torch.device) -> Iterator[None]:
+    """Meta parameters swapped for zero-stride placeholders on ``device`` (one element of
+    memory each) while the block runs, then back: peft sees real tensors, so it draws and
+    keeps the adapter's values, while the base is never allocated."""
+    swapped: list[tuple[nn.Module, str, nn.Parameter, nn.Parameter]] = []
+    made: dict[int, nn.Parameter] = {}
+    for module in model.modules():
+        for name, p in list(module._parameters.items()):
+            if p is None or not p.is_meta:
+                continue
+            if id(p) not in made:
+                stub = torch.zeros((), dtype=p.dtype, device=device).expand(p.shape)
+                made[id(p)] = nn.Parameter(stub, requires_grad=p.requires_grad)
+            module._parameters[name] = made[id(p)]
+            swapped.append((module, name, p, made[id(p)]))
+    try:
+        yield
+    finally:
+        for module, name, meta, stub in swapped:
+            if module._parameters.get(name) is stub:  # peft wraps modules, keeps weights
+                meta.requires_grad_(stub.requires_grad)
+                module._parameters[name] = meta
+        left = [n for n, p in model.named_parameters() if id(p) in {id(s) for s in made.values()}]
+        if left:
+            raise ConfigError(f"LoRA on a meta-built model left placeholders in {left[:3]}.")
+
+
+def apply_lora_on_meta(
+    model: nn.Module, lora: LoraSettings, *, seed: int, device: torch.device
+) -> Any:
+    """:func:`apply_lora` on a meta-built base (:mod:`.loading`): the adapter is made on
+    ``device`` with the values a loaded base would get (same seed, same order)."""
+    with _host_placeholders(model, device):
+        peft_model = apply_lora(model, lora, seed=seed)
     return peft_model
 
 
@@ -352,6 +396,10 @@ def build_model_and_tokenizer(
                 else " Point model.path at a local Hugging Face model directory."
             )
             raise ConfigError(f"model.path {cfg.path!r} does not exist.{made}")
+        from agentgym.trainers.loading import is_block_fp8, load_dequantized
+
+        if (Path(cfg.path) / "config.json").is_file() and is_block_fp8(cfg.path):
+            return load_dequantized(cfg.path)  # DeepSeek's fp8: its block scales applied
         return load_model(cfg.path)
     if cfg.tokenizer_vocab_size is not None:
         if corpus is None:
@@ -361,6 +409,68 @@ def build_model_and_tokenizer(
         tokenizer = build_tokenizer()
     assert cfg.preset is not None  # guaranteed by ModelConfig validation
     model = build_preset(cfg.preset, tokenizer, seed=cfg.init_seed, overrides=cfg.preset_overrides)
+    return model, tokenizer
+
+
+def loads_on_meta(cfg: ModelConfig, *, mesh: bool) -> bool:
+    """Whether ``model.path`` loads through :mod:`.loading` (built on meta, each rank
+    reading its share): under a device mesh, or with ``model.quantize: fp8`` on a
+    block-fp8 checkpoint (its experts stay in the checkpoint's fp8)."""
+    if cfg.path is None or not (Path(cfg.path) / "config.json").is_file():
+        return False
+    from agentgym.trainers.loading import is_block_fp8
+
+    return mesh or (cfg.quantize == "fp8" and is_block_fp8(cfg.path))
+
+
+def build_on_meta(
+    cfg: ModelConfig,
+    lora: LoraSettings | None,
+    *,
+    lora_seed: int,
+    backend: str,
+    mesh: bool,
+) -> tuple[nn.Module, Any]:
+    """The model of ``model.path`` built on the meta device, in ``model.dtype``, with its
+    LoRA adapter (``lora``; drawn as on a loaded base). Under a mesh the model carries
+    its :class:`~.loading.CheckpointSource` and the mesh learner reads each rank's share
+    after splitting it; one process reads it whole here (with ``model.quantize: fp8``
+    the experts of a block-fp8 checkpoint stay in fp8).
+
+    Raises:
+        ConfigError: ``model.quantize`` other than fp8 on a block-fp8 checkpoint, or any
+            under a mesh on an unquantized one (not wired: the rank's share would have to
+            be quantized after reading).
+    """
+    from agentgym.trainers.device import place_model, resolve_device, resolve_dtype
+    from agentgym.trainers.loading import (
+        SOURCE_ATTR,
+        CheckpointSource,
+        is_block_fp8,
+        load_whole_model,
+        meta_model_and_tokenizer,
+    )
+
+    assert cfg.path is not None
+    fp8 = is_block_fp8(cfg.path)
+    if cfg.quantize != "none" and not (fp8 and cfg.quantize == "fp8"):
+        raise ConfigError(
+            f"model.quantize={cfg.quantize} with model.path {cfg.path!r} under a device mesh: "
+            "a mesh reads each rank's share of the checkpoint and keeps only a block-fp8 "
+            "checkpoint's own fp8 experts (model.quantize=fp8 on DeepSeek's fp8 format). "
+            "Use model.quantize=none, or such a checkpoint."
+        )
+    model, tokenizer = meta_model_and_tokenizer(cfg.path)
+    model = place_model(model, cfg, backend=backend)  # the dtype on meta; buffers moved
+    device = resolve_device(cfg.device, backend)
+    dtype = resolve_dtype(cfg.dtype, device)
+    source = CheckpointSource(str(cfg.path), dtype, device, keep_fp8_experts=cfg.quantize == "fp8")
+    if lora is not None:
+        model = apply_lora_on_meta(model, lora, seed=lora_seed, device=device)
+    if mesh:
+        setattr(model, SOURCE_ATTR, source)
+        return model, tokenizer
+    load_whole_model(model, source)  # then quantize_base(dense=False) wraps fp8 experts
     return model, tokenizer
 
 

@@ -132,17 +132,18 @@ def test_what_a_quantized_base_cannot_run_with_is_refused():
         load_config(TrainConfig, None, ["model.quantize=int8", "lora.enabled=false"])
     with pytest.raises(ConfigError, match="device mesh"):
         load_config(TrainConfig, None, ["model.quantize=fp8", "distributed.strategy=fsdp2"])
-    with pytest.raises(ConfigError, match="DTensor does not split"):
+    for sizes in (["distributed.ep=2"], ["distributed.tp=2"]):  # tp: the experts only
         load_config(
-            TrainConfig,
-            None,
-            ["model.quantize=int8", "distributed.strategy=fsdp2", "distributed.tp=2"],
+            TrainConfig, None, ["model.quantize=int8", "distributed.strategy=fsdp2", *sizes]
         )
-    load_config(  # a mesh without tp takes it
-        TrainConfig,
-        None,
-        ["model.quantize=int8", "distributed.strategy=fsdp2", "distributed.ep=2"],
-    )
+
+
+def test_under_tensor_parallelism_only_the_routed_experts_are_quantized():
+    model = _lora_model("tiny-deepseek-v3")
+    report = quantize_base(model, "int8", dense=False)
+    quantized = [n for n, p in model.named_parameters() if is_quantized(p)]
+    assert quantized and report.tensors == len(quantized)
+    assert all(".experts." in n for n in quantized)  # no attention / MLP / shared expert
 
 
 @pytest.mark.gpu

@@ -268,8 +268,9 @@ QUANT_KINDS = ("none", "int8", "fp8")
 
 def check_quantize_setting(kind: str, *, strategy: str, lora: bool, layout: Layout) -> None:
     """Refuse a ``model.quantize`` that cannot run with the rest of the config: it needs
-    LoRA, and one process or a device mesh without tensor parallelism (torchao's tensors
-    are not DTensors: FSDP2 leaves them whole, the expert split slices them)."""
+    LoRA, and one process or a device mesh (torchao's tensors are not DTensors: FSDP2
+    leaves them whole, the expert split slices them; under tensor parallelism only the
+    routed experts, which tp never splits, are quantized)."""
     if kind == "none":
         return
     if kind not in QUANT_KINDS:
@@ -278,12 +279,6 @@ def check_quantize_setting(kind: str, *, strategy: str, lora: bool, layout: Layo
         raise ConfigError(
             f"model.quantize={kind} freezes the base: it needs lora.enabled=true (a quantized "
             "weight cannot be trained)."
-        )
-    if layout.tp > 1:
-        raise ConfigError(
-            f"model.quantize={kind} with distributed.tp={layout.tp}: DTensor does not split "
-            "torchao's tensors. Use ep / pp / dp_shard with a quantized base, or "
-            "model.quantize=none."
         )
     if strategy != "none" and layout.is_default:
         raise ConfigError(

@@ -56,6 +56,12 @@ from agentgym.trainers.batch import MicroBatch
 from agentgym.trainers.critic import is_critic_name
 from agentgym.trainers.device import autocast, host_copy
 from agentgym.trainers.learner import Learner, LossFn, Output, combine_metrics, make_optimizer
+from agentgym.trainers.loading import (
+    load_rank_share,
+    quantized_expert_params,
+    release_meta,
+    source_of,
+)
 from agentgym.trainers.parallel.activations import checkpoint_layers
 from agentgym.trainers.parallel.experts import ExpertGroup, find_experts, shard_experts
 from agentgym.trainers.parallel.layout import Layout, check_mesh_critic, stage_ranges
@@ -94,10 +100,13 @@ class ParallelLearner(Learner):
             raise ConfigError(
                 "algorithm.router_replay is not supported with distributed dp_shard/tp/ep/pp."
             )
-        if self.layout.tp > 1 and any(is_quantized(p) for p in self.model.parameters()):
+        expert_stacks = {id(p) for _, e, _ in find_experts(self.model) for p in e.parameters()}
+        if self.layout.tp > 1 and any(
+            is_quantized(p) and id(p) not in expert_stacks for p in self.model.parameters()
+        ):
             raise ConfigError(
-                "model.quantize with distributed.tp > 1: DTensor does not split torchao's "
-                "tensors. Use ep / pp / dp_shard with a quantized base, or model.quantize=none."
+                "model.quantize with distributed.tp > 1 quantizes the routed experts only: "
+                "DTensor does not split torchao's tensors (quantize_base(..., dense=False))."
             )
         dropout = [m.p for m in self.model.modules() if isinstance(m, nn.Dropout) and m.p > 0]
         if dropout:
@@ -117,7 +126,10 @@ class ParallelLearner(Learner):
         coords = self.pmesh.coords
         shapes = {n: (p.shape, p.dtype) for n, p in gen.named_parameters()}
         self.gen_model = gen
-        self.model = copy.deepcopy(gen)
+        self.model = copy.deepcopy(gen)  # of a meta-built model (model.path): the adapter
+        source = source_of(gen)
+        if source is not None:  # the generation model: gathered at each rollout
+            release_meta(gen, source)
         if self.critic is not None:  # the critic trains on the training model's copy
             self.critic.model = self.model
         self._free_generation_model()
@@ -144,6 +156,9 @@ class ParallelLearner(Learner):
             checkpoint_layers(layers)
         self.stage_module = StageModule(lm, stage) if layout.pp > 1 else None
         self._apply_fsdp(lm, layers)
+        if source is not None:  # allocate and read this rank's share (no whole copy)
+            offsets = {n: s.offset for n, (kind, s) in experts.items() if kind == "base"}
+            load_rank_share(self.model, source, offsets)
         self.params = ParamMap(self.model, shapes, self.pmesh, num_layers, experts, group)
         self.runner = (
             PipelineRunner(
@@ -166,6 +181,7 @@ class ParallelLearner(Learner):
 
         # a quantized base (torchao tensors, which FSDP2 does not shard) stays whole
         ignored: set[nn.Parameter] = {p for p in self.model.parameters() if is_quantized(p)}
+        ignored |= quantized_expert_params(self.model, source_of(self.model))  # fp8 at load
         owned = {id(m) for layer in layers for m in layer.modules()}
         for outer_name, experts, _ in find_experts(self.model):
             if id(experts) not in owned:

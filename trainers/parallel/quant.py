@@ -32,8 +32,10 @@ Runs on one process, or on a device mesh without tensor parallelism: the expert 
 slices the quantized stacks (:func:`~.experts.shard_experts`; :func:`~.experts.expert_weight`
 dequantizes one expert at a time there too), pipeline stages keep their quantized layers,
 and FSDP2 leaves the quantized weights whole (``ignored_params``) while it shards the
-rest. DTensor tensor parallelism does not split torchao tensors: ``tp > 1`` is refused
-(docs/distributed.md).
+rest. DTensor tensor parallelism does not split torchao tensors: under ``tp > 1`` only the
+routed experts, which tp never splits, are quantized (``quantize_base(..., dense=False)``)
+and the dense weights stay in the model's dtype (docs/distributed.md). A DeepSeek block-fp8
+checkpoint's experts come quantized from the loader (:mod:`agentgym.trainers.loading`).
 """
 
 from __future__ import annotations
@@ -131,14 +133,16 @@ def _frozen_linears(model: nn.Module) -> list[nn.Linear]:
     return out
 
 
-def quantize_base(model: nn.Module, kind: str) -> QuantReport:
+def quantize_base(model: nn.Module, kind: str, *, dense: bool = True) -> QuantReport:
     """Quantize the frozen base of ``model`` (a peft model, LoRA already applied) in
-    place; see the module docstring."""
+    place; see the module docstring. ``dense=False``: the routed experts only (under
+    tensor parallelism, which splits the dense weights). Expert stacks already quantized
+    (a block-fp8 checkpoint's, :mod:`agentgym.trainers.loading`) are kept as they are."""
     config = torchao_config(kind)
     from torchao.quantization import FqnToConfig, quantize_
 
     before = after = count = 0
-    for lin in _frozen_linears(model):
+    for lin in _frozen_linears(model) if dense else []:
         before += storage_bytes(lin.weight)
         quantize_(lin, config, filter_fn=lambda m, _fqn, _lin=lin: m is _lin)
         after += storage_bytes(lin.weight)
@@ -147,7 +151,8 @@ def quantize_base(model: nn.Module, kind: str) -> QuantReport:
         if any(getattr(experts, p).requires_grad for p in EXPERT_PARAMS):
             continue  # trained experts (full fine-tuning) stay in full precision
         before += sum(storage_bytes(getattr(experts, p)) for p in EXPERT_PARAMS)
-        quantize_(experts, FqnToConfig(dict.fromkeys(EXPERT_PARAMS, config)), filter_fn=None)
+        if not all(is_quantized(getattr(experts, p)) for p in EXPERT_PARAMS):
+            quantize_(experts, FqnToConfig(dict.fromkeys(EXPERT_PARAMS, config)), filter_fn=None)
         after += sum(storage_bytes(getattr(experts, p)) for p in EXPERT_PARAMS)
         count += len(EXPERT_PARAMS)
         outer = model.get_submodule(outer_name) if wrappers else experts

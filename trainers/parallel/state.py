@@ -31,6 +31,7 @@ from agentgym.trainers.parallel.experts import (
 )
 from agentgym.trainers.parallel.layout import stage_ranges
 from agentgym.trainers.parallel.mesh import ParallelMesh
+from agentgym.trainers.parallel.quant import is_quantized
 
 _LAYER = re.compile(r"\.layers\.(\d+)\.")
 
@@ -84,6 +85,8 @@ class ParamMap:
         """The whole tensor of a parameter of this rank's stage (collectives inside the
         stage: FSDP2 / tensor-parallel gathers, then the expert group's)."""
         t = param.detach()
+        if is_quantized(t):  # fp8 experts kept at loading: whole tensors in the base dtype
+            t = t.dequantize()
         t = t.full_tensor() if _is_dtensor(t) else t.clone()
         if name in self.experts:
             kind, shard = self.experts[name]
