@@ -197,7 +197,8 @@ class Learner:
 
     def state_dict(self, *, optimizer: bool = True) -> dict[str, Any]:
         """What a checkpoint holds of the learner: ``adapter`` (the LoRA weights, whole,
-        on the host, in peft naming: also what the engines load), ``critic`` (its adapter
+        on the host, in peft naming: also what the engines load; on a device mesh on
+        rank 0 alone, streamed there tensor by tensor), ``critic`` (its adapter
         and head, or None), ``optimizer`` (this rank's shard when sharded) and
         ``updates``. A collective under sharded strategies: every rank calls it.
         ``optimizer=False``: adapter only (the engine sync)."""
@@ -207,6 +208,13 @@ class Learner:
             state["optimizer"] = self._optimizer_state()
             state["updates"] = self.updates
         return state
+
+    def adapter_digest(self) -> str:
+        """SHA-256 of the whole adapter, the same on every rank of a healthy run (all
+        ranks call it)."""
+        from agentgym.trainers.models import tensors_digest
+
+        return tensors_digest(self._adapter_state())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Put back what :meth:`state_dict` gave; ``optimizer`` is every rank's saved

@@ -99,7 +99,6 @@ from agentgym.trainers.models import (
     build_model_and_tokenizer,
     build_on_meta,
     loads_on_meta,
-    tensors_digest,
 )
 from agentgym.trainers.rollout_phase import RolloutPhase
 from agentgym.trainers.runtime import setup_torch
@@ -477,7 +476,7 @@ class DAPOTrainer:
 
     def adapter_digest(self) -> str:
         """SHA-256 of the LoRA weights (gathered): equal on every rank of a healthy run."""
-        return tensors_digest(self.learner.state_dict(optimizer=False)["adapter"])
+        return self.learner.adapter_digest()
 
     def check_ranks_agree(self) -> dict[str, Any]:
         """Every rank's adapter digest; written to ``ranks/rank<r>.json`` and compared.

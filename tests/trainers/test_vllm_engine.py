@@ -118,6 +118,20 @@ def test_peft_adapter_round_trip(tmp_path, tokenizer):
         assert torch.allclose(peft(input_ids=ids).logits, fresh(input_ids=ids).logits)
 
 
+def test_adapter_file_in_the_engines_dtype(tokenizer, tmp_path):
+    """The engine's adapter file in the dtype it serves (half the fp32 master weights)."""
+    from safetensors.torch import load_file
+
+    peft = _perturbed_lora(_tiny(tokenizer), r=4)
+    weights = adapter_state_dict(peft)
+    out = write_peft_adapter(
+        tmp_path / "a", weights, adapter_config_dict(peft), dtype=torch.bfloat16
+    )
+    stored = load_file(str(out / "adapter_model.safetensors"))
+    assert {t.dtype for t in stored.values()} == {torch.bfloat16}
+    assert all(torch.equal(stored[k], weights[k].to(torch.bfloat16)) for k in weights)
+
+
 def test_adapter_config_from_lora_config_and_inferred_from_shapes(tokenizer):
     peft = apply_lora(_tiny(tokenizer), LoraSettings(r=4, alpha=8.0))
     from_config = adapter_config_dict(peft.peft_config["default"])

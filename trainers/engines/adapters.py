@@ -145,13 +145,18 @@ def infer_adapter_config(weights: Mapping[str, torch.Tensor], *, alpha: float) -
 
 
 def write_peft_adapter(
-    directory: str | Path, weights: Mapping[str, torch.Tensor], config: Mapping[str, Any]
+    directory: str | Path,
+    weights: Mapping[str, torch.Tensor],
+    config: Mapping[str, Any],
+    *,
+    dtype: torch.dtype | None = None,
 ) -> Path:
     """Write ``weights`` and ``config`` as a peft adapter directory.
 
     The result (``adapter_config.json`` + ``adapter_model.safetensors``) loads with
     ``PeftModel.from_pretrained`` and with vLLM's ``LoRARequest``. Tensors are copied to
-    CPU, contiguous, in their own dtype.
+    CPU, contiguous, in their own dtype, or in ``dtype`` (the engine's: the file is half
+    the size of the trainer's fp32 master weights, and the engine casts to it anyway).
     """
     from safetensors.torch import save_file
 
@@ -166,7 +171,10 @@ def write_peft_adapter(
     _check_adapter_config(config)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in weights.items()}
+    tensors = {
+        k: v.detach().to("cpu", dtype=dtype if v.is_floating_point() else None).contiguous()
+        for k, v in weights.items()
+    }
     save_file(tensors, str(directory / ADAPTER_WEIGHTS), metadata={"format": "pt"})
     (directory / ADAPTER_CONFIG).write_text(
         json.dumps(dict(config), indent=2, sort_keys=True), encoding="utf-8"

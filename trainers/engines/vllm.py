@@ -350,6 +350,8 @@ class VLLMEngine(RolloutEngine):
             moe_3d_lora=self.moe_3d_lora,
         )
         self.llm: Any = vllm.LLM(**kwargs)
+        #: the dtype the engine serves in: adapter files are written in it
+        self.served_dtype = _served_dtype(self.llm)
         self.max_model_len = _engine_max_model_len(self.llm, options.max_model_len)
 
     # ------------------------------------------------------------------ adapters
@@ -381,7 +383,9 @@ class VLLMEngine(RolloutEngine):
             )
         self._next_lora_id += 1
         lora_id = self._next_lora_id
-        path = write_peft_adapter(self.adapter_root / f"adapter_{lora_id:06d}", weights, config)
+        path = write_peft_adapter(
+            self.adapter_root / f"adapter_{lora_id:06d}", weights, config, dtype=self.served_dtype
+        )
         previous = self._lora
         self._lora = self._make_lora_request(lora_id, path)
         if previous is not None and Path(previous.lora_path) != path:
@@ -526,6 +530,13 @@ def _lora_request_class() -> Any:
     except ImportError as e:  # pragma: no cover - only with a broken vLLM install
         raise ConfigError(VLLM_MISSING) from e
     return LoRARequest
+
+
+def _served_dtype(llm: Any) -> torch.dtype | None:
+    """The torch dtype a ``vllm.LLM`` serves its model in (None when it does not say)."""
+    config = getattr(getattr(llm, "llm_engine", None), "model_config", None)
+    dtype = getattr(config, "dtype", None)
+    return dtype if isinstance(dtype, torch.dtype) else None
 
 
 def _eos_ids(tokenizer: Any, model_path: Path) -> tuple[int, ...]:

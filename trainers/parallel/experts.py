@@ -133,9 +133,27 @@ def gather_expert_tensor(
     local = local.detach().contiguous()
     parts = [torch.empty_like(local) for _ in range(group.size)]
     dist.all_gather(parts, local, group=group.group)
+    return _join_expert_parts(parts, kind, shard)
+
+
+def gather_expert_tensor_to(
+    local: torch.Tensor, kind: str, shard: ExpertShard, group: ExpertGroup, dst: int
+) -> torch.Tensor | None:
+    """The full tensor on global rank ``dst`` of the expert group alone (None on the
+    others, which only send their share)."""
+    local = local.detach().contiguous()
+    mine = dist.get_rank() == dst
+    parts = [torch.empty_like(local) for _ in range(group.size)] if mine else None
+    dist.gather(local, parts, dst=dst, group=group.group)
+    return _join_expert_parts(parts, kind, shard) if parts is not None else None
+
+
+def _join_expert_parts(parts: list[torch.Tensor], kind: str, shard: ExpertShard) -> torch.Tensor:
+    """Every rank's share of an expert tensor, in group order, as the full tensor."""
     if kind in ("base", "lora_A"):
         return torch.cat(parts, dim=0)
-    return torch.cat([_b_view(p, shard.local) for p in parts], dim=2).reshape(local.shape[0], -1)
+    rows = parts[0].shape[0]
+    return torch.cat([_b_view(p, shard.local) for p in parts], dim=2).reshape(rows, -1)
 
 
 def shard_experts(model: nn.Module, group: ExpertGroup) -> dict[str, tuple[str, ExpertShard]]:

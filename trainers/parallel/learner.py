@@ -394,23 +394,51 @@ class ParallelLearner(Learner):
             )
         self.params.load(state)
 
-    def _adapter_state(self) -> dict[str, torch.Tensor]:
-        """The whole adapter in peft naming, full tensors on the host, on every rank (all
-        ranks call it): what the engines, the checkpoints and the adapter digest read."""
+    def _peft_keys(self) -> dict[str, str]:
+        """The policy adapter's parameter names -> their keys in a peft state dict (peft
+        renames them: drops ``.default``)."""
         from peft import get_peft_model_state_dict
 
-        full = self.params.gather(self._lora_names())
-        return host_copy(get_peft_model_state_dict(self.gen_model, state_dict=full))
+        marks = {n: torch.empty(0) for n in self._lora_names()}
+        keyed = get_peft_model_state_dict(self.gen_model, state_dict=dict(marks))
+        key_of = {id(v): k for k, v in keyed.items()}
+        return {n: key_of[id(t)] for n, t in marks.items() if id(t) in key_of}
+
+    def adapter_pieces(
+        self, *, dst: int = 0, dtype: torch.dtype | None = None
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """The whole adapter on rank ``dst``, one tensor at a time, in peft naming and key
+        order, on the host (in ``dtype`` when given): what the checkpoint, the engine's
+        adapter file and the digest read. Every rank runs it to its end (collectives);
+        the others yield nothing and hold at most one gathered tensor beyond their own
+        shares (:meth:`~.state.ParamMap.stream`)."""
+        keys = self._peft_keys()
+        names = sorted(keys, key=keys.__getitem__)
+        for name, t in self.params.stream(names, dst=dst):
+            t = t.detach().to("cpu", copy=True)
+            yield keys[name], t if dtype is None else t.to(dtype)
+
+    def _adapter_state(self) -> dict[str, torch.Tensor]:
+        """The whole adapter in peft naming on rank 0 (the writer of checkpoints and
+        adapter files), an empty dict on the others (all ranks call it)."""
+        return dict(self.adapter_pieces(dst=0))
+
+    def adapter_digest(self) -> str:
+        """SHA-256 of the whole adapter (:func:`~agentgym.trainers.models.tensors_digest`'s
+        value), hashed on rank 0 as it streams in and sent to every rank."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for key, t in self.adapter_pieces(dst=0):
+            h.update(key.encode())
+            h.update(t.to(torch.float32).contiguous().numpy().tobytes())
+        digest = [h.hexdigest() if self.dist.rank == 0 else None]
+        dist.broadcast_object_list(digest, src=0)
+        return str(digest[0])
 
     def _load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
         """Put a whole (peft-named) adapter into this rank's shares of it."""
-        from peft import get_peft_model_state_dict
-
-        names = self._lora_names()
-        marks = {n: torch.empty(0) for n in names}  # peft renames keys (drops ``.default``)
-        keyed = get_peft_model_state_dict(self.gen_model, state_dict=dict(marks))
-        key_of = {id(v): k for k, v in keyed.items()}
-        rename = {n: key_of[id(t)] for n, t in marks.items() if id(t) in key_of}
+        rename = self._peft_keys()
         missing = [k for k in rename.values() if k not in state]
         if missing:
             raise ConfigError(

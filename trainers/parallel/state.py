@@ -11,12 +11,15 @@ Every parameter of the training model lives on some ranks only, in some shape:
 unsplit peft model), and turns a list of names into whole tensors on every rank
 (:meth:`ParamMap.gather`: collectives in one fixed order, so every rank must ask for the
 same names) or whole tensors into this rank's shares (:meth:`ParamMap.load`).
+:meth:`ParamMap.stream` brings whole tensors to one rank only, one at a time (the adapter
+for a checkpoint, the engine or a digest): the others take part in the collectives and
+hold at most one gathered tensor beyond their own shares.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -27,6 +30,7 @@ from agentgym.trainers.parallel.experts import (
     ExpertGroup,
     ExpertShard,
     gather_expert_tensor,
+    gather_expert_tensor_to,
     shard_expert_tensor,
 )
 from agentgym.trainers.parallel.layout import stage_ranges
@@ -94,6 +98,23 @@ class ParamMap:
             t = gather_expert_tensor(t, kind, shard, self.expert_group)
         return t
 
+    def _stage_full_to(self, name: str, param: torch.Tensor, src: int) -> torch.Tensor | None:
+        """The whole tensor of a parameter of this rank's stage on rank ``src`` of the
+        stage alone: FSDP2 / tensor-parallel gathers (every rank of their mesh holds the
+        whole tensor for a moment), then the experts' shares gathered to ``src`` only
+        (by the expert group ``src`` belongs to; the others' groups hold copies)."""
+        t = param.detach()
+        t = t.full_tensor() if _is_dtensor(t) else t
+        me = self.pmesh.rank
+        if name in self.experts:
+            assert self.expert_group is not None
+            layout = self.pmesh.layout
+            if layout.coords(src).dp_shard != self.pmesh.coords.dp_shard:
+                return None  # not src's expert group
+            kind, shard = self.experts[name]
+            return gather_expert_tensor_to(t, kind, shard, self.expert_group, dst=src)
+        return t if me == src else None
+
     def gather(self, names: Iterable[str]) -> dict[str, torch.Tensor]:
         """Whole tensors of ``names`` on every rank (every rank must call it with the
         same names)."""
@@ -115,6 +136,37 @@ class ParamMap:
                 dist.broadcast(t, src=self.pmesh.pp_peer(stage), group=self.pmesh.pp_group)
                 out[name] = t
         return out
+
+    def _rank_at(self, stage: int, like: int) -> int:
+        """The global rank of ``stage`` in the pipeline of rank ``like``."""
+        layout = self.pmesh.layout
+        c = layout.coords(like)
+        return ((stage * layout.dp_shard + c.dp_shard) * layout.ep + c.ep) * layout.tp + c.tp
+
+    def stream(self, names: Iterable[str], dst: int) -> Iterator[tuple[str, torch.Tensor]]:
+        """Whole tensors of ``names``, in the given order, on rank ``dst`` alone: each is
+        gathered inside the stage that holds it (a transient whole tensor on that stage's
+        ranks) and, when that stage is not ``dst``'s, sent to ``dst`` by the rank of
+        ``dst``'s pipeline. Every rank must run the generator to its end with the same
+        names; on ranks other than ``dst`` it yields nothing."""
+        mine = self.local()
+        here = self.pmesh.coords.pp
+        me = self.pmesh.rank
+        dst_stage = self.pmesh.layout.coords(dst).pp
+        for name in names:
+            stage = self.stage_of(name)
+            src = self._rank_at(stage, dst)  # gathers it in its stage
+            t = self._stage_full_to(name, mine[name], src) if stage == here else None
+            if stage != dst_stage:
+                if me == src:
+                    dist.send(t.contiguous(), dst=dst)
+                elif me == dst:
+                    shape, dtype = self.shapes[name]
+                    t = torch.empty(shape, dtype=dtype, device=self.pmesh.device)
+                    dist.recv(t, src=src)
+            if me == dst:
+                yield name, t
+            del t
 
     def load(self, full: Mapping[str, torch.Tensor]) -> None:
         """Copy whole tensors into this rank's shares of them (the names this rank's
