@@ -150,7 +150,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.print_config:
         _print_config(cfg)
         return 0
-    from agentgym.plan.timeout import check_collective_timeout
+    from agentgym.plan import check_collective_timeout
 
     check_collective_timeout(cfg)  # before any process starts
     from agentgym.trainers import shutdown, under_torchrun

@@ -25,6 +25,7 @@ names of :mod:`agentgym.trainers` (the policy losses, the mesh layout, the pipel
 * :mod:`.search_memory` / :mod:`.search` / :mod:`.explain` -- ``agentgym plan --search``.
 * :mod:`.calibration` -- published step times with their setups, and the model's.
 * :mod:`.time_report` -- the step and search reports.
+* :mod:`.timeout` -- ``distributed.timeout_s`` against the planner's rollout estimate.
 
 Typical use::
 
@@ -77,6 +78,7 @@ from agentgym.plan.specs import (
     TrainSpec,
 )
 from agentgym.plan.time_report import format_search, format_step, search_to_dict
+from agentgym.plan.timeout import check_collective_timeout, rollout_seconds
 from agentgym.plan.timing import StepSpec, StepTime, step_time
 from agentgym.plan.workload import Workload
 
@@ -120,6 +122,7 @@ __all__ = [
     "WorkloadSettings",
     "best_disaggregated",
     "calibrate",
+    "check_collective_timeout",
     "count_lora_parameters",
     "count_parameters",
     "disaggregated_option",
@@ -133,6 +136,7 @@ __all__ = [
     "plan_lora",
     "plan_settings",
     "plans_to_json",
+    "rollout_seconds",
     "search_layouts",
     "search_to_dict",
     "step_spec",

@@ -229,8 +229,8 @@ def test_gpus_rescales_both_data_parallel_sizes() -> None:
 
 
 def test_a_collective_timeout_shorter_than_the_planned_rollout_is_refused() -> None:
-    from agentgym.plan import PlanConfig
-    from agentgym.plan.timeout import MARGIN, check_collective_timeout, rollout_seconds
+    from agentgym.plan import PlanConfig, check_collective_timeout, rollout_seconds
+    from agentgym.plan.timeout import MARGIN
 
     cfg = load_config(PlanConfig, CONFIG_671B, [])
     seconds = rollout_seconds(cfg)
