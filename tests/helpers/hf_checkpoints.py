@@ -7,8 +7,9 @@
   ``weight_scale_inv`` per 128 x 128 block (``ceil`` division: the last block of a
   dimension may be partial), and ``quantization_config`` in ``config.json``.
 
-Used by the loading tests and by ``python tests/helpers/hf_checkpoints.py DIR`` (writes
-both next to each other for the measurement commands in docs/distributed.md).
+Used by the loading tests and by ``python tests/helpers/hf_checkpoints.py DIR``, which
+writes ``DIR/big`` (:func:`write_synthetic`), ``DIR/small`` and ``DIR/fp8`` as the tests do,
+for the measurement commands in docs/distributed.md.
 """
 
 from __future__ import annotations
@@ -31,6 +32,14 @@ FP8_SHAPE = {
     "n_routed_experts": 8,
     "q_lora_rank": 64,
     "kv_lora_rank": 32,
+}
+#: the small model the multi-process tests train (cheap steps)
+SMALL_SHAPE = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "moe_intermediate_size": 32,
+    "num_hidden_layers": 3,
+    "n_routed_experts": 4,
 }
 QUANT_CONFIG = {
     "quant_method": "fp8",
@@ -171,9 +180,9 @@ def write_block_fp8(
     return dequantized
 
 
-if __name__ == "__main__":  # the measurement checkpoints of docs/distributed.md
+if __name__ == "__main__":  # the checkpoints of docs/distributed.md's measurements
     root = Path(sys.argv[1])
-    m, tok = tiny_model()
-    write_sharded(m, tok, root / "bf16")
-    write_block_fp8(m, tok, root / "fp8")
-    print(root / "bf16", root / "fp8")
+    write_synthetic(root / "big")
+    write_sharded(*tiny_model(**SMALL_SHAPE), root / "small", shards=3)
+    write_block_fp8(*tiny_model(), root / "fp8")
+    print(root / "big", root / "small", root / "fp8")
