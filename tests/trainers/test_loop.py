@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import torch
@@ -298,14 +299,11 @@ def test_a_colocated_engine_wakes_for_the_rollout_and_sleeps_for_the_update(
     assert {"wake", "sleep"} <= phases
 
 
-def test_the_vllm_engine_without_vllm_says_how_to_install_it(tmp_path, toy_envs_registered):
+def test_the_vllm_engine_without_vllm_says_how_to_install_it(
+    tmp_path, toy_envs_registered, monkeypatch
+):
     pytest.importorskip("peft")
-    try:
-        import vllm  # noqa: F401
-
-        pytest.skip("vllm is installed here")
-    except ImportError:
-        pass
+    monkeypatch.setitem(sys.modules, "vllm", None)  # as if not installed: `import vllm` fails
     with pytest.raises(ConfigError, match=r"agentgym\[vllm\]"):
         DAPOTrainer(_cfg(tmp_path, "rollout.engine=vllm"))
 
