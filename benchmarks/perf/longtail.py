@@ -32,8 +32,12 @@ ratios ``tppo`` / ``dapo`` and ``tppo`` / ``ppo`` of trained tokens per second.
 What this does not show: the reward per trained token over a long run (a few steps of
 a tiny model are measured here; ``configs/tppo_longtail.yaml`` is the run to compare).
 
+With ``--engine vllm`` the three trainers roll out with vLLM (T-PPO's continuations go
+through vLLM's prefix requests): there decode rather than the update may dominate a step.
+
 Run: ``python -m agentgym.benchmarks.perf.longtail [--quick] [--steps N] [--window W]
-[--warm-start DIR]`` (``DIR`` keeps the warm start for the next run with the same settings).
+[--warm-start DIR] [--engine hf|vllm]`` (``DIR`` keeps the warm start for the next run
+with the same settings).
 """
 
 from __future__ import annotations
@@ -60,9 +64,16 @@ MODEL = {
 }
 
 
-def _settings(quick: bool, measured_steps: int | None, window: int | None) -> dict[str, Any]:
+#: ``--engine vllm`` on vLLM's CPU build: float32 like the trainer, eager, a small KV cache
+VLLM_CPU_OPTIONS = {"enforce_eager": True, "kv_cache_memory_bytes": 128 * 2**20}
+
+
+def _settings(
+    quick: bool, measured_steps: int | None, window: int | None, engine: str = "hf"
+) -> dict[str, Any]:
     max_length = 96 if quick else 128
     return {
+        "engine": engine,
         "max_length": max_length,  # letters; the BPE packs a few letters per token
         "max_tokens": 96 if quick else 128,
         "group_size": 8,
@@ -130,6 +141,12 @@ class _Side:
         if name == "tppo":
             extra.append(f"rollout.truncate_window={s['window']}")
         n = s["group_size"] * s["tasks"]
+        extra.append(f"rollout.engine={s['engine']}")
+        if s["engine"] == "vllm":
+            import torch
+
+            if not torch.cuda.is_available():
+                extra.append(f"rollout.engine_options={json.dumps(VLLM_CPU_OPTIONS)}")
         cfg = load_config(
             TrainConfig,
             None,
@@ -200,11 +217,12 @@ def run(
     measured_steps: int | None = None,
     window: int | None = None,
     warm_start_dir: str | None = None,
+    engine: str = "hf",
 ) -> dict[str, Any]:
     """Warm-start the tiny model, then step the three trainers in rotation (see the
-    module docstring)."""
+    module docstring); ``engine``: the rollout engine of all three (``hf`` or ``vllm``)."""
     quick = quick or os.environ.get("AGENTGYM_PERF_QUICK") == "1"
-    s = _settings(quick, measured_steps, window)
+    s = _settings(quick, measured_steps, window, engine)
     import torch
 
     torch.set_num_threads(s["threads"])
@@ -242,6 +260,7 @@ def run(
             "measured_steps": s["measured_steps"],
             "warm_start_s": round(sft_s, 1),
             "threads": s["threads"],
+            "engine": s["engine"],
         }
     )
     tps = {name: g["trained_tokens_per_s"] for name, g in got.items()}
@@ -253,7 +272,8 @@ def run(
     notes = (
         f"{ENV_ID} (max_length {s['max_length']}), tiny-qwen2 (91K parameters) warm-started on oracle replies "
         f"({s['sft_steps']} SFT steps), LoRA r=8, G={s['group_size']} x {s['tasks']} tasks in "
-        f"flight, max_tokens={s['max_tokens']}, T-PPO window {s['window']}; {warm} warm-up + "
+        f"flight, max_tokens={s['max_tokens']}, T-PPO window {s['window']}, rollout engine "
+        f"{s['engine']}; {warm} warm-up + "
         f"{s['measured_steps']} measured steps per side, in rotation, {s['threads']} torch "
         "threads. T-PPO's reward is that of the episodes that ended in each step."
     )
@@ -275,12 +295,19 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="keep the warm-start model in this folder, and reuse it when it is there",
     )
+    p.add_argument(
+        "--engine",
+        choices=["hf", "vllm"],
+        default="hf",
+        help="the rollout engine of the three trainers (vllm: CUDA, or vLLM's CPU build)",
+    )
     args = p.parse_args(argv)
     out = run(
         quick=args.quick,
         measured_steps=args.steps,
         window=args.window,
         warm_start_dir=args.warm_start,
+        engine=args.engine,
     )
     f = out["figures"]
     print(out["title"])
