@@ -52,6 +52,8 @@ def probe_loss(total_tokens: float) -> Any:
     is the loss of the whole mini-batch)."""
 
     def fn(mb: Any, logits: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        if hasattr(logits, "full_tensor"):  # vocabulary-split logits (loss parallelism)
+            logits = logits.full_tensor()
         logp = torch.log_softmax(logits, -1).gather(-1, mb.targets[..., None])[..., 0]
         loss = -(logp * mb.advantages[:, None] * mb.loss_mask).sum() / total_tokens
         return loss, {"loss": float(loss.detach())}
