@@ -96,6 +96,13 @@ class ParallelLearner(Learner):
     def _refuse(self) -> None:
         if self.critic is not None:
             check_mesh_critic(self.critic.cfg.share_base, self.layout)
+            if source_of(self.model) is not None:
+                raise ConfigError(
+                    "a critic with model.path on a device mesh is not wired yet: the model is "
+                    "built on the meta device and read per rank, where the critic's adapter "
+                    "and head get no values. Use one process, or an algorithm without a "
+                    "critic (DAPO, GRPO)."
+                )
         if self.replay is not None:
             raise ConfigError(
                 "algorithm.router_replay is not supported with distributed dp_shard/tp/ep/pp."
