@@ -8,7 +8,7 @@ What the rest of agentgym takes from here; the modules inside are the package's 
   (:func:`finish_completion`, :mod:`.completion`);
 * the engines: :class:`HFEngine` (embedded, the trainer's own model: :mod:`.hf`, with
   :mod:`.sampling`, :mod:`.lean`, :mod:`.fast_attention`, :mod:`.fused` and
-  :mod:`.lora_fold`) and :class:`VLLMEngine` (GPU, colocated: :mod:`.vllm`, with
+  :mod:`.lora_fold`) and :class:`VLLMEngine` (GPU or vLLM's CPU build: :mod:`.vllm`, with
   :mod:`.vllm_sampling`; the ``vllm.LLM`` arguments it passes: :func:`vllm_llm_kwargs`,
   and each ``LoRARequest``'s: :func:`lora_request_extras`);
   importing this package never imports vLLM itself;

@@ -52,7 +52,7 @@ class HFEngineOptions:
 
 @dataclass(frozen=True)
 class VLLMEngineOptions:
-    """The vLLM engine (GPU; colocated with training, LoRA adapters hot-swapped per step).
+    """The vLLM engine (GPU, or vLLM's CPU build; colocated, LoRA adapters swapped per step).
 
     The names and meanings are vLLM's own (``vllm.LLM`` engine arguments) where one exists,
     and those options go to ``vllm.LLM`` under that name.
