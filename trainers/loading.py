@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from agentgym import ConfigError
-from agentgym.trainers.hf_reader import CheckpointReader, fp8_block_size
+from agentgym.trainers.hf_reader import SCALE_SUFFIX, CheckpointReader, fp8_block_size
 
 #: the attribute of a (peft) model that says where its weights are still to be read from
 SOURCE_ATTR = "agentgym_checkpoint"
@@ -195,26 +195,37 @@ class ShareLoader:
 
     def fp8_experts(self, key: str, offset: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``count`` experts of a fused stack from ``offset`` as fp8 values and their block
-        scales, stacked (``[count, rows, cols]`` and ``[count, row blocks, col blocks]``)."""
-        module, leaf = _expert_stack(key) or ("", "")
-        qs, ss = [], []
-        block = self.reader.block or (0, 0)
-        for e in range(offset, offset + count):
-            parts = [f"{module}.{e}.{p}.weight" for p in FUSED_EXPERTS[leaf]]
-            if not all(self.reader.is_block_fp8(p) for p in parts):
-                raise ConfigError(f"{parts[0]} is not stored in block fp8: model.quantize=none.")
-            pairs = [
-                self.reader.read_weight(p, None, self.source.dtype, keep_fp8=True) for p in parts
-            ]
-            if len(parts) > 1 and pairs[0][0].shape[0] % block[0]:
-                raise ConfigError(
-                    f"{key}: fusing gate and up projections of {pairs[0][0].shape[0]} rows "
-                    f"breaks the {block[0]}-row fp8 blocks; model.quantize=none dequantizes them "
-                    "(or use a model whose moe_intermediate_size is a multiple of the block)."
-                )
-            qs.append(torch.cat([q for q, _ in pairs], dim=0))
-            ss.append(torch.cat([s for _, s in pairs], dim=0))
-        return torch.stack(qs), torch.stack(ss)
+        scales (``[count, rows, cols]`` and ``[count, row blocks, col blocks]``), each
+        expert's tensors read straight into their place in the stacks."""
+        stack = _expert_stack(key)
+        if stack is None or self.reader.block is None:
+            raise ConfigError(f"{key} is not a routed-expert stack of a block-fp8 checkpoint.")
+        module, leaf = stack
+        block = self.reader.block
+        names = [
+            [f"{module}.{e}.{p}.weight" for p in FUSED_EXPERTS[leaf]]
+            for e in range(offset, offset + count)
+        ]
+        shapes = [self.reader.info(n).shape for n in names[0]]
+        if not all(self.reader.is_block_fp8(n) for row in names for n in row):
+            raise ConfigError(f"{names[0][0]} is not stored in block fp8: model.quantize=none.")
+        if any(rows % block[0] for rows, _ in shapes[:-1]):
+            raise ConfigError(
+                f"{key}: fusing gate and up projections of {shapes[0][0]} rows breaks the "
+                f"{block[0]}-row fp8 blocks; model.quantize=none dequantizes them (or use a "
+                "model whose moe_intermediate_size is a multiple of the block)."
+            )
+        rows, cols = sum(r for r, _ in shapes), shapes[0][1]
+        q = torch.empty(count, rows, cols, dtype=torch.float8_e4m3fn)
+        scale = torch.empty(count, sum(-(-r // block[0]) for r, _ in shapes), -(-cols // block[1]))
+        for j, row in enumerate(names):
+            at = at_s = 0
+            for n, (r, _) in zip(row, shapes, strict=True):
+                self.reader.read(n, None, out=q[j, at : at + r])
+                rs = -(-r // block[0])
+                self.reader.read(f"{n}{SCALE_SUFFIX}", None, out=scale[j, at_s : at_s + rs])
+                at, at_s = at + r, at_s + rs
+        return q, scale
 
 
 def quantized_expert_params(model: nn.Module, source: CheckpointSource | None) -> set[nn.Parameter]:
