@@ -94,7 +94,13 @@ def stage_weight_bytes(
 
 
 def _layer_terms(
-    arch: Architecture, index: int, lora: LoraSpec | None, *, seq_len: int, flash_attention: bool
+    arch: Architecture,
+    index: int,
+    lora: LoraSpec | None,
+    *,
+    seq_len: int,
+    flash_attention: bool,
+    act_bytes: float = 4.0,
 ) -> tuple[float, float, float, float]:
     """Values per token of layer ``index``: what autograd saves in its attention block and
     in its MLP block, and the gradients live while each block runs its backward.
@@ -105,7 +111,8 @@ def _layer_terms(
     an adapted one saves its input and the rank-r intermediate; with ``lora=None`` (full
     fine-tuning) every Linear saves its input. A norm with a frozen weight saves its input
     and 1/rms (MLA's key/value norm: the whole down-projection output its input is a slice
-    of); attention saves q, k, v, the output and the log-sum-exp (plus the probabilities
+    of), and with activations narrower than fp32 (``act_bytes`` < 4) also the fp32 copy of
+    its input it computes in (Hugging Face's RMSNorm upcasts); attention saves q, k, v, the output and the log-sum-exp (plus the probabilities
     without a fused kernel); SwiGLU saves gate, up and act. A MoE layer saves its router
     scores and, per routed copy of a token, the dispatched input, gate/up/act/product, the
     expert output as it comes back and once weighted, and the routing weight (the
@@ -119,8 +126,9 @@ def _layer_terms(
     def saves_input(*names: str) -> bool:
         return adapted is None or any(n in adapted for n in names)
 
+    up = 4.0 / act_bytes if act_bytes < 4.0 else 0.0  # a norm's fp32 copy, in act units
     # attention block
-    att = 1.0  # 1/rms of the norm
+    att = 1.0 + up * h  # 1/rms of the norm (and its fp32 input)
     if arch.attention == "gqa":
         q, kv = nh * arch.head_dim, arch.num_key_value_heads * arch.head_dim
         att += h * saves_input("q_proj", "k_proj", "v_proj")
@@ -130,8 +138,8 @@ def _layer_terms(
         qk, v = nh * arch.qk_head_dim, nh * arch.v_head_dim
         att += h * saves_input("q_a_proj", "q_proj", "kv_a_proj_with_mqa")
         if arch.q_lora_rank:
-            att += arch.q_lora_rank + 1 + arch.q_lora_rank * saves_input("q_b_proj")
-        att += arch.kv_lora_rank + arch.qk_rope_head_dim + 1
+            att += arch.q_lora_rank * (1 + up) + 1 + arch.q_lora_rank * saves_input("q_b_proj")
+        att += arch.kv_lora_rank * (1 + up) + arch.qk_rope_head_dim + 1
         att += arch.kv_lora_rank * saves_input("kv_b_proj")
         att += 2 * qk + 2 * v + nh  # q, k (rope included), v, output, log-sum-exp
         att_grad = 2 * qk + 2 * v
@@ -139,7 +147,7 @@ def _layer_terms(
         att += nh * seq_len  # softmax probabilities
         att_grad += 2 * nh * seq_len  # their gradient and the softmax backward temporary
     # MLP block
-    mlp = h + 1.0  # norm input (attention residual sum) and 1/rms
+    mlp = h * (1 + up) + 1.0  # norm input (attention residual sum) and 1/rms
     mlp += h * saves_input("gate_proj", "up_proj")
     if arch.is_moe_layer(index):
         k, i, e = arch.num_experts_per_tok, arch.moe_intermediate_size, arch.n_routed_experts
@@ -168,13 +176,14 @@ def layer_activation_elems(
     *,
     seq_len: int,
     flash_attention: bool = True,
+    act_bytes: float = 4.0,
 ) -> float:
     """Peak values per token while one recomputed layer runs its backward
     (:func:`_layer_terms`): backward runs MLP first, then attention; the peak is the
     larger of (attention saved + MLP saved + MLP gradients) and (attention saved +
     attention gradients)."""
     att, mlp, att_grad, mlp_grad = _layer_terms(
-        arch, index, lora, seq_len=seq_len, flash_attention=flash_attention
+        arch, index, lora, seq_len=seq_len, flash_attention=flash_attention, act_bytes=act_bytes
     )
     return max(att + mlp + mlp_grad, att + att_grad)
 
@@ -186,11 +195,12 @@ def layer_saved_elems(
     *,
     seq_len: int,
     flash_attention: bool = True,
+    act_bytes: float = 4.0,
 ) -> float:
     """Values per token that layer ``index`` keeps for the backward pass when it is not
     recomputed (:func:`_layer_terms`, its input not included)."""
     att, mlp, _, _ = _layer_terms(
-        arch, index, lora, seq_len=seq_len, flash_attention=flash_attention
+        arch, index, lora, seq_len=seq_len, flash_attention=flash_attention, act_bytes=act_bytes
     )
     return att + mlp
 

@@ -290,21 +290,15 @@ def _activation_items(run: _LoraRun, s: int, layers: range) -> list[LineItem]:
     tokens, act_b, sp = run.tokens, run.act_b, run.sp
     last = s == pp - 1
     in_flight = min(pp - s, pp)
-    elems = [
-        layer_activation_elems(
-            arch, i, lora, seq_len=train.seq_len, flash_attention=train.flash_attention
-        )
-        for i in layers
-    ]
-    per_token = max(elems)
+    shape = {
+        "seq_len": train.seq_len,
+        "flash_attention": train.flash_attention,
+        "act_bytes": act_b,
+    }
+    per_token = max(layer_activation_elems(arch, i, lora, **shape) for i in layers)
     kept = len(layers) * arch.hidden_size  # checkpointing: each layer's input
     if not train.activation_checkpointing:  # every layer keeps what autograd saves
-        kept += sum(
-            layer_saved_elems(
-                arch, i, lora, seq_len=train.seq_len, flash_attention=train.flash_attention
-            )
-            for i in layers
-        )
+        kept += sum(layer_saved_elems(arch, i, lora, **shape) for i in layers)
     boundary = in_flight * kept * tokens * act_b / sp
     work = per_token * tokens * act_b / sp
     if run.base_dtype == "int4":  # one layer dequantized to bf16
@@ -420,7 +414,12 @@ def plan_full_finetune(
     boundary = arch.num_layers * tokens * arch.hidden_size * act_b
     per_token = max(
         layer_activation_elems(
-            arch, i, None, seq_len=train.seq_len, flash_attention=train.flash_attention
+            arch,
+            i,
+            None,
+            seq_len=train.seq_len,
+            flash_attention=train.flash_attention,
+            act_bytes=act_b,
         )
         for i in range(arch.num_layers)
     )

@@ -70,17 +70,18 @@ def peak_gib(train: TrainMemory, rollout: RolloutMemory | None) -> float:
 
 @lru_cache(maxsize=65536)
 def _stage_acts(
-    arch: Architecture, start: int, stop: int, lora: LoraSpec | None, seq: int, flash: bool
+    arch: Architecture,
+    start: int,
+    stop: int,
+    lora: LoraSpec | None,
+    seq: int,
+    flash: bool,
+    act_b: float = 4.0,
 ) -> tuple[float, float]:
     """(largest peak of a recomputed layer, sum of what the layers save) per token."""
-    elems = [
-        layer_activation_elems(arch, i, lora, seq_len=seq, flash_attention=flash)
-        for i in range(start, stop)
-    ]
-    saved = [
-        layer_saved_elems(arch, i, lora, seq_len=seq, flash_attention=flash)
-        for i in range(start, stop)
-    ]
+    shape = {"seq_len": seq, "flash_attention": flash, "act_bytes": act_b}
+    elems = [layer_activation_elems(arch, i, lora, **shape) for i in range(start, stop)]
+    saved = [layer_saved_elems(arch, i, lora, **shape) for i in range(start, stop)]
     return max(elems), sum(saved)
 
 
@@ -165,7 +166,7 @@ def train_memory(
         opt = zero(1) * opt_per
         in_flight = pp - s
         largest, total = _stage_acts(
-            arch, layers.start, layers.stop, lora, train.seq_len, train.flash_attention
+            arch, layers.start, layers.stop, lora, train.seq_len, train.flash_attention, act_b
         )
         kept = len(layers) * arch.hidden_size
         if not train.activation_checkpointing:

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from agentgym.trainers import LoraSettings, apply_lora, build_preset, build_tokenizer
+from agentgym.trainers.algorithm import selected_logprobs
 from agentgym.trainers.batch import Sample, make_microbatches
 from agentgym.trainers.config import AlgorithmConfig, DistributedConfig, OptimConfig
 from agentgym.trainers.distributed import shutdown, start_distributed
@@ -43,8 +44,9 @@ def make_samples(spec: dict, vocab: int, dp: int) -> list[Sample]:
 
 
 def loss_fn(mb, logits):
-    """A policy-gradient loss on the targets' log-probs."""
-    logp = torch.log_softmax(logits, -1).gather(-1, mb.targets[..., None])[..., 0]
+    """A policy-gradient loss on the targets' log-probs (the trainer's, which takes logits
+    split over the vocabulary under tensor parallelism)."""
+    logp = selected_logprobs(logits, mb.targets)
     loss = -(logp * mb.advantages[:, None] * mb.loss_mask).sum() / mb.loss_mask.sum()
     return loss, {"loss": float(loss.detach())}
 

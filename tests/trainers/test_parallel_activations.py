@@ -94,3 +94,74 @@ def test_activation_checkpointing_setting_is_checked():
         DistributedConfig(strategy="fsdp2", activation_checkpointing=True)
     with pytest.raises(ConfigError, match="true or false"):
         DistributedConfig(strategy="fsdp2", ep=2, activation_checkpointing="yes")
+
+
+def _activation_figures(device: str, batch: int, seq_len: int) -> dict[str, dict]:
+    """One process on ``device`` in bf16: the routed experts through the expert-parallel
+    forward (a one-rank group: their LoRA unmerged), each layer's saved bytes and the
+    memory the forward keeps and the step's peak, with and without checkpointing."""
+    import os
+
+    import torch.distributed as dist
+
+    from agentgym.trainers.parallel.activations import SavedBytes, checkpoint_layers
+    from agentgym.trainers.parallel.experts import ExpertGroup, shard_experts
+    from agentgym.trainers.parallel.tensor_parallel import decoder_layers
+
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29533")
+        dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=0, world_size=1)
+    out: dict[str, dict] = {}
+    for ckpt in (False, True):
+        model, _ = build_model()
+        model = model.to(device=device, dtype=torch.bfloat16)
+        shard_experts(model, ExpertGroup(group=dist.group.WORLD, size=1, index=0))
+        g = torch.Generator().manual_seed(0)
+        ids = torch.randint(4, model.config.vocab_size, (batch, seq_len), generator=g)
+        ids = ids.to(device)
+        _, layers = decoder_layers(model)
+        if ckpt:
+            checkpoint_layers(list(layers))
+        counter = SavedBytes(model, dict(enumerate(layers)))
+        cuda = device == "cuda"
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        start = torch.cuda.memory_allocated() if cuda else 0
+        with counter.recording():
+            logits = model(input_ids=ids).logits
+        kept = (torch.cuda.memory_allocated() - start) if cuda else 0
+        logits.float().logsumexp(-1).mean().backward()
+        peak = (torch.cuda.max_memory_allocated() - start) if cuda else 0
+        out[str(ckpt)] = {"layers": counter.per_layer, "forward_kept": kept, "peak": peak}
+    return out
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_planner_counts_each_layers_activations():
+    """CUDA, bf16, 4 x 1024 tokens: per-layer saved bytes against the planner (whichever
+    attention kernel SDPA picked for MLA), and the memory figures printed for
+    docs/distributed.md (the bytes the forward keeps and the step's peak above the
+    weights, from torch.cuda.memory_allocated / max_memory_allocated)."""
+    from agentgym.plan import Architecture, LoraSpec
+    from agentgym.plan.memory import layer_saved_elems
+
+    batch, seq_len = 4, 1024
+    figures = _activation_figures("cuda", batch, seq_len)
+    model, _ = build_model()
+    arch = Architecture.from_config(model.config)
+    tokens, h = batch * seq_len, arch.hidden_size
+    for ckpt, row in figures.items():
+        print(f"checkpointing={ckpt}: {row}")
+    on, off = figures["True"]["layers"], figures["False"]["layers"]
+    assert all(v == tokens * h * 2 for v in on.values()), on  # each layer's bf16 input
+    gaps = {}
+    for flash in (True, False):
+        shape = {"seq_len": seq_len, "flash_attention": flash, "act_bytes": 2.0}
+        planned = sum(
+            (h + layer_saved_elems(arch, i, LoraSpec(r=8), **shape)) * tokens * 2 for i in off
+        )
+        gaps[flash] = planned / sum(off.values()) - 1
+    print(f"planned / measured - 1 without checkpointing (flash_attention: gap): {gaps}")
+    assert min(abs(g) for g in gaps.values()) < 0.10

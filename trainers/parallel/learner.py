@@ -35,8 +35,8 @@ stage returning values (:class:`~.pipeline.StageModule`), broadcast to every sta
 Refused here (a clear error at start): a separate critic model (``critic.share_base:
 false``), router replay, LoRA dropout (ranks would
 draw different masks) and, because ranks must run the same number of forward passes in
-lock step, shared-prompt micro-batches are turned off except under pure tensor
-parallelism.
+lock step (and, under tensor parallelism, the logits stay split over the vocabulary),
+shared-prompt micro-batches are turned off.
 """
 
 from __future__ import annotations
@@ -140,7 +140,9 @@ class ParallelLearner(Learner):
         if self.critic is not None:  # the critic trains on the training model's copy
             self.critic.model = self.model
         self._free_generation_model()
-        self.share_prompts = self.share_prompts and layout.dp == 1 and layout.pp == 1
+        # lock-step forward passes (dp, pp), and logits split over the vocabulary (tp: the
+        # shared-prompt layout's index_select of the logits is not split-aware)
+        self.share_prompts = False
         lm = self.model.get_base_model()
         num_layers = len(decoder_layers(lm)[1])
         stage = stage_ranges(num_layers, layout.pp)[coords.pp]
@@ -158,7 +160,9 @@ class ParallelLearner(Learner):
         experts = shard_experts(self.model, group) if layout.expert_split > 1 else {}
         self._expert_names = set(experts)
         if layout.tp > 1:
-            apply_tensor_parallel(lm, self.pmesh.tp, layers)
+            # loss parallelism: the logits stay split over the vocabulary (not under pp:
+            # the pipeline schedule passes plain tensors between stages)
+            apply_tensor_parallel(lm, self.pmesh.tp, layers, loss_parallel=layout.pp == 1)
         if self.activation_checkpointing:  # inside FSDP2's units, as torchtitan's order
             checkpoint_layers(layers)
         self.stage_module = StageModule(lm, stage) if layout.pp > 1 else None

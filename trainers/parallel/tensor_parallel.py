@@ -14,8 +14,9 @@ MLA ``q_a_proj``,               replicated (the latent down-projections are smal
 ``kv_a_proj_with_mqa``          outputs feed every head)
 ``o_proj``                      rowwise (partial sums all-reduced)
 MLP / shared experts            ``gate/up_proj`` colwise, ``down_proj`` rowwise
-``embed_tokens`` / ``lm_head``  vocabulary split (rowwise / colwise, logits gathered);
-                                replicated when the two are tied
+``embed_tokens`` / ``lm_head``  vocabulary split (rowwise / colwise; the logits stay split
+                                with loss parallelism, else gathered); replicated when
+                                the two are tied
 ==============================  ========================================================
 
 LoRA on a split layer (peft's ``lora.Linear``: ``y = x W^T + s (x A^T) B^T``) is split
@@ -120,10 +121,16 @@ def _sum_rope_key_grads(attn: nn.Module, tp_mesh: Any) -> None:
     attn.kv_a_proj_with_mqa.register_forward_hook(hook)
 
 
-def apply_tensor_parallel(model: nn.Module, tp_mesh: Any, layers: list[nn.Module]) -> None:
+def apply_tensor_parallel(
+    model: nn.Module, tp_mesh: Any, layers: list[nn.Module], *, loss_parallel: bool = False
+) -> None:
     """Split ``layers`` (this stage's decoder layers) and the embedding/head of ``model``
-    (the Hugging Face causal LM, not the peft wrapper) over ``tp_mesh``."""
-    from torch.distributed.tensor import Replicate
+    (the Hugging Face causal LM, not the peft wrapper) over ``tp_mesh``. ``loss_parallel``:
+    the head's logits stay split over the vocabulary (a DTensor sharded on its last
+    dimension, which :func:`~agentgym.trainers.algorithm.selected_logprobs` and
+    :func:`~agentgym.trainers.algorithm.token_entropy` reduce slice by slice) instead of
+    gathered whole on every rank."""
+    from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         RowwiseParallel,
@@ -149,6 +156,10 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: Any, layers: list[nn.Module
         top[path] = RowwiseParallel(input_layouts=Replicate())
     head = getattr(model, "lm_head", None)
     if isinstance(head, nn.Linear):
-        top["lm_head"] = ColwiseParallel(output_layouts=Replicate())
+        top["lm_head"] = (
+            ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)
+            if loss_parallel
+            else ColwiseParallel(output_layouts=Replicate())
+        )
     if top:
         parallelize_module(model, tp_mesh, top)
