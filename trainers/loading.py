@@ -73,8 +73,12 @@ def checkpoint_config(path: str | Path) -> dict[str, Any]:
 
 
 def is_block_fp8(path: str | Path) -> bool:
-    """The checkpoint at ``path`` is in DeepSeek's block fp8 format."""
-    return fp8_block_size(checkpoint_config(path)) is not None
+    """The checkpoint at ``path`` is in DeepSeek's block fp8 format (another quantization
+    method is not: ``from_pretrained`` keeps loading those)."""
+    try:
+        return fp8_block_size(checkpoint_config(path)) is not None
+    except ConfigError:
+        return False
 
 
 def source_of(model: nn.Module) -> CheckpointSource | None:
@@ -249,7 +253,16 @@ def _allocate(model: nn.Module, device: torch.device) -> set[str]:
         local, _ = _local_box(t.data if isinstance(t, nn.Parameter) else t)
         if not local.is_meta:
             kept[name] = local.detach().to(device, copy=True)
+    owners: dict[int, list[tuple[nn.Module, str]]] = {}  # tied weights: one tensor, 2 names
+    for module in model.modules():
+        for leaf, t in module._parameters.items():
+            if t is not None:
+                owners.setdefault(id(t), []).append((module, leaf))
     model.to_empty(device=device)
+    for tied in (o for o in owners.values() if len(o) > 1):  # to_empty makes one per owner
+        first = tied[0][0]._parameters[tied[0][1]]
+        for module, leaf in tied[1:]:
+            module._parameters[leaf] = first
     with torch.no_grad():
         for name, t in [*model.named_parameters(), *model.named_buffers()]:
             if name in kept:

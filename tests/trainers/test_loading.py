@@ -176,6 +176,19 @@ def test_a_meta_built_model_with_its_adapter_is_the_loaded_one(checkpoints):
         assert n1 == n2 and torch.equal(b1, b2)
 
 
+def test_tied_embeddings_stay_tied(tmp_path):
+    from agentgym.trainers import build_preset, build_tokenizer
+    from agentgym.trainers.models import save_model
+
+    tok = build_tokenizer()
+    save_model(build_preset("tiny-qwen2", tok), tok, tmp_path)  # lm_head is embed_tokens
+    meta, _ = meta_model_and_tokenizer(tmp_path)
+    load_whole_model(meta, CheckpointSource(str(tmp_path), torch.float32, CPU))
+    assert meta.lm_head.weight is meta.model.embed_tokens.weight
+    want, _ = load_model(tmp_path)
+    torch.testing.assert_close(meta(input_ids=_ids()).logits, want(input_ids=_ids()).logits)
+
+
 def test_an_fp8_checkpoint_loads_with_its_scales(checkpoints):
     got, _ = build_model_and_tokenizer(ModelConfig(path=str(checkpoints / "fp8"), preset=None))
     want, _ = load_model(checkpoints / "fp8_dequantized")
