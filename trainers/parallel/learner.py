@@ -160,9 +160,8 @@ class ParallelLearner(Learner):
         experts = shard_experts(self.model, group) if layout.expert_split > 1 else {}
         self._expert_names = set(experts)
         if layout.tp > 1:
-            # loss parallelism: the logits stay split over the vocabulary (not under pp:
-            # the pipeline schedule passes plain tensors between stages)
-            apply_tensor_parallel(lm, self.pmesh.tp, layers, loss_parallel=layout.pp == 1)
+            # loss parallelism: the logits stay split over the vocabulary
+            apply_tensor_parallel(lm, self.pmesh.tp, layers, loss_parallel=True)
         if self.activation_checkpointing:  # inside FSDP2's units, as torchtitan's order
             checkpoint_layers(layers)
         self.stage_module = StageModule(lm, stage) if layout.pp > 1 else None
@@ -173,7 +172,12 @@ class ParallelLearner(Learner):
         self.params = ParamMap(self.model, shapes, self.pmesh, num_layers, experts, group)
         self.runner = (
             PipelineRunner(
-                self.stage_module, coords.pp, layout.pp, self.pmesh.pp_group, self.pmesh.device
+                self.stage_module,
+                coords.pp,
+                layout.pp,
+                self.pmesh.pp_group,
+                self.pmesh.device,
+                vocab_width=self._vocab_slice()[1] if layout.tp > 1 else None,
             )
             if self.stage_module is not None
             else None
@@ -293,6 +297,8 @@ class ParallelLearner(Learner):
 
         def on_stage_output(i: int, out: torch.Tensor) -> torch.Tensor:
             rows, cols = seqs[i][0].shape
+            if not values and self.layout.tp > 1:  # this rank's slice of the vocabulary
+                out = self._split_logits(out)
             replies = mbs[i].reply_logits(out[:rows, :cols])
             return on_output(i, mbs[i], (replies.squeeze(-1) if values else replies).float())
 
@@ -302,6 +308,24 @@ class ParallelLearner(Learner):
             self.runner.run(
                 seqs, on_stage_output, pad_id=self.pad_id, backward=backward, values=values
             )
+
+    def _vocab_slice(self) -> tuple[int, int]:
+        """(vocabulary size, this tensor-parallel rank's slice of it), split as ``Shard``
+        splits (``torch.chunk``)."""
+        vocab = int(self.gen_model.get_base_model().config.vocab_size)
+        chunk = -(-vocab // self.layout.tp)
+        return vocab, max(0, min(chunk, vocab - self.pmesh.coords.tp * chunk))
+
+    def _split_logits(self, local: torch.Tensor) -> torch.Tensor:
+        """The last stage's slice of the logits as the vocabulary-sharded DTensor the
+        loss reduces (:func:`~agentgym.trainers.algorithm.selected_logprobs`)."""
+        from torch.distributed.tensor import DTensor, Shard
+
+        shape = torch.Size([*local.shape[:-1], self._vocab_slice()[0]])
+        stride = torch.empty(shape, device="meta").stride()
+        return DTensor.from_local(
+            local, self.pmesh.tp, [Shard(-1)], run_check=False, shape=shape, stride=stride
+        )
 
     # ------------------------------------------------------------------ the step
     def _grad_norm(self, params: list[nn.Parameter]) -> torch.Tensor:

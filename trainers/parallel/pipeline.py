@@ -7,7 +7,9 @@ replaces the others by empty placeholders, so a rank holds only its stage's weig
 position_ids)`` embeds (first stage) or takes the previous stage's hidden states, builds
 the causal mask and the rotary embeddings the way the model's own ``forward`` does, runs
 its layers and returns ``(hidden, attention_mask, position_ids)`` for the next stage (the
-integer masks travel along and get no gradient) or the logits (last stage). With
+integer masks travel along and get no gradient) or the logits (last stage; under tensor
+parallelism this rank's slice of the vocabulary, a plain tensor the learner wraps again
+as the split DTensor the loss reduces). With
 ``values_out`` set, the last stage returns the critic's values instead (``[rows, cols,
 1]``: the value head of PPO/VAPO on the final normed hidden states, which it holds as a
 submodule so that a sharding wrapper of the stage covers it).
@@ -112,7 +114,10 @@ class StageModule(nn.Module):
             hidden = self.norm(hidden)
             return self.value_head(hidden.to(self.value_head.weight.dtype))
         if self.last:
-            return self.head(self.norm(hidden))
+            logits = self.head(self.norm(hidden))
+            # split over the vocabulary (loss parallelism): this rank's slice travels as a
+            # plain tensor; the learner wraps it again for the loss
+            return logits.to_local() if hasattr(logits, "to_local") else logits
         return hidden, attention_mask, position_ids
 
 
@@ -147,13 +152,22 @@ class PipelineRunner:
         module: this rank's :class:`StageModule` (possibly sharded further).
         stage: its index; stages: the pipeline's length.
         group: the pipeline's process group; device: this rank's device.
+        vocab_width: the last stage's logits width on this rank (its slice of the
+            vocabulary under loss parallelism); None: the whole vocabulary.
     """
 
     def __init__(
-        self, module: nn.Module, stage: int, stages: int, group: Any, device: torch.device
+        self,
+        module: nn.Module,
+        stage: int,
+        stages: int,
+        group: Any,
+        device: torch.device,
+        vocab_width: int | None = None,
     ) -> None:
         self.module, self.stage, self.stages = module, stage, stages
         self.group, self.device = group, device
+        self.vocab_width = vocab_width
 
     @property
     def is_last(self) -> bool:
@@ -174,7 +188,7 @@ class PipelineRunner:
         # requires_grad marks what the backward pass sends between stages
         hidden = (empty(rows, cols, cfg.hidden_size, dt=dtype).requires_grad_(), *masks)
         inputs = (empty(rows, cols, dt=torch.long), *masks) if self.stage == 0 else hidden
-        width = 1 if values else cfg.vocab_size
+        width = 1 if values else (self.vocab_width or cfg.vocab_size)
         outputs = (empty(rows, cols, width, dt=dtype),) if self.is_last else hidden
         # gradients flow through the hidden states only (the masks are integers)
         grads = (empty(rows, cols, cfg.hidden_size, dt=dtype), None, None)
