@@ -465,8 +465,9 @@ def build_on_meta(
     device = resolve_device(cfg.device, backend)
     dtype = resolve_dtype(cfg.dtype, device)
     source = CheckpointSource(str(cfg.path), dtype, device, keep_fp8_experts=cfg.quantize == "fp8")
-    if lora is not None:
-        model = apply_lora_on_meta(model, lora, seed=lora_seed, device=device)
+    if lora is not None:  # on the host: moved with the rank's share (to_empty), so a GPU
+        # never holds the whole adapter (twice: the generation model's and its copy)
+        model = apply_lora_on_meta(model, lora, seed=lora_seed, device=torch.device("cpu"))
     if mesh:
         setattr(model, SOURCE_ATTR, source)
         return model, tokenizer
