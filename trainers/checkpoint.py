@@ -30,6 +30,7 @@ import json
 import os
 import random
 import shutil
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -308,9 +309,48 @@ def latest_checkpoint(ckpt_dir: str | Path) -> Path | None:
     return done[-1] if done else None
 
 
+class LazyTensors(Mapping[str, torch.Tensor]):
+    """The tensors of a safetensors file, each read from disk when it is asked for (a
+    rank of a device mesh then holds one whole tensor at a time, and reads only those of
+    its stage). A tensor that cannot be read raises :class:`CheckpointError`, naming it."""
+
+    def __init__(self, path: Path, label: str) -> None:
+        from safetensors import safe_open
+
+        self.path, self.label = path, label
+        with safe_open(str(path), "pt") as f:
+            self._keys = list(f.keys())
+        self._known = set(self._keys)
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        if key not in self._known:
+            raise KeyError(key)
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(self.path), "pt") as f:
+                return f.get_tensor(key)
+        except Exception as e:
+            raise CheckpointError(
+                f"{self.label}: tensor {key} cannot be read ({type(e).__name__}: {e}). Resume "
+                "from an earlier checkpoint (remove this folder) or start a new run."
+            ) from e
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
 def read_checkpoint(
-    path: str | Path, *, lora: bool, dist: DistInfo = SINGLE, optimizer: str = "all"
-) -> tuple[dict[str, torch.Tensor], list[dict[str, Any] | None], dict[str, Any]]:
+    path: str | Path,
+    *,
+    lora: bool,
+    dist: DistInfo = SINGLE,
+    optimizer: str = "all",
+    lazy_adapter: bool = False,
+) -> tuple[Mapping[str, torch.Tensor], list[dict[str, Any] | None], dict[str, Any]]:
     """The weights (adapter or full model), the ranks' optimizer states, the trainer state.
 
     Restores the RNG states as a side effect. A sharded checkpoint must be resumed with
@@ -320,6 +360,8 @@ def read_checkpoint(
         optimizer: ``all`` (every rank's file, in rank order: ZeRO-2 merges them) or
             ``own`` (this rank's file alone, at its index, None at the others': a rank
             of a sharded learner needs no other rank's shard).
+        lazy_adapter: the adapter as :class:`LazyTensors` (read tensor by tensor when the
+            learner puts it into its shares) instead of read whole.
     """
     path = Path(path)
     if not (path / "trainer_state.json").is_file():
@@ -346,7 +388,9 @@ def read_checkpoint(
         return torch.load(f, weights_only=False, map_location="cpu")
 
     if lora:
-        weights = read("adapter/adapter_model.safetensors", lambda f: load_file(str(f)))
+        rel = "adapter/adapter_model.safetensors"
+        load = (lambda f: LazyTensors(f, f"checkpoint {path}: {rel}")) if lazy_adapter else None
+        weights = read(rel, load or (lambda f: load_file(str(f))))
     else:
         weights = {}
         for f in sorted((path / "model").glob("*.safetensors")):

@@ -271,6 +271,7 @@ class DAPOTrainer:
             lora=cfg.lora.enabled,
             dist=self.dist,
             optimizer=self.learner.optimizer_shards_read,
+            lazy_adapter=self.dist.layout is not None,  # a mesh rank reads its stage's
         )
         if not cfg.lora.enabled:
             missing, unexpected = self.model.load_state_dict(weights, strict=False)

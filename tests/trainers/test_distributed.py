@@ -219,6 +219,33 @@ def test_a_rank_reads_only_its_own_optimizer_shard(tmp_path):
     assert DeepSpeedLearner.optimizer_shards_read == "all"
 
 
+def test_a_mesh_rank_reads_the_adapter_tensor_by_tensor(tmp_path):
+    """``lazy_adapter``: the checkpoint's adapter as LazyTensors, each tensor read when
+    asked for; a damaged file is named with its checkpoint."""
+    from safetensors.torch import save_file
+
+    from agentgym import CheckpointError
+    from agentgym.trainers.checkpoint import LazyTensors, read_checkpoint, rng_state
+
+    ckpt = tmp_path / "step_000001"
+    (ckpt / "adapter").mkdir(parents=True)
+    tensors = {"a.lora_A.weight": torch.arange(6.0).view(2, 3), "b.lora_B.weight": torch.ones(4)}
+    save_file(tensors, str(ckpt / "adapter" / "adapter_model.safetensors"))
+    torch.save(rng_state(), ckpt / "rng.pt")
+    torch.save({}, ckpt / "optimizer.pt")
+    (ckpt / "trainer_state.json").write_text(json.dumps({"step": 1, "world_size": 1}))
+    weights, _, _ = read_checkpoint(ckpt, lora=True, lazy_adapter=True)
+    assert isinstance(weights, LazyTensors)
+    assert sorted(weights) == sorted(tensors) and len(weights) == 2
+    assert all(torch.equal(weights[k], v) for k, v in tensors.items())
+    with pytest.raises(KeyError):
+        weights["missing"]
+    f = ckpt / "adapter" / "adapter_model.safetensors"
+    f.write_bytes(f.read_bytes()[:-8])  # the last tensor's data cut short: found at opening
+    with pytest.raises(CheckpointError, match=r"step_000001: adapter/adapter_model\.safetensors"):
+        read_checkpoint(ckpt, lora=True, lazy_adapter=True)
+
+
 # ----------------------------------------------------------------------------- units
 
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -73,6 +73,22 @@ from agentgym.trainers.parallel.tensor_parallel import apply_tensor_parallel, de
 
 #: the key of the layout in a rank's saved optimizer state
 _LAYOUT_KEY = "agentgym_layout"
+
+
+class _Renamed(Mapping[str, torch.Tensor]):
+    """``state`` (peft keys) seen under the learner's parameter names, read on access."""
+
+    def __init__(self, state: Mapping[str, torch.Tensor], rename: dict[str, str]) -> None:
+        self.state, self.rename = state, rename
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.state[self.rename[name]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.rename)
+
+    def __len__(self) -> int:
+        return len(self.rename)
 
 
 class ParallelLearner(Learner):
@@ -479,4 +495,5 @@ class ParallelLearner(Learner):
             raise ConfigError(
                 f"the saved adapter lacks {missing[:5]}: it was written by another model."
             )
-        self.params.load({n: state[k] for n, k in rename.items()})
+        # read tensor by tensor (a checkpoint's LazyTensors): this rank's stage's only
+        self.params.load(_Renamed(state, rename))
