@@ -63,14 +63,16 @@ ASSUMPTIONS: tuple[str, ...] = (
     "over the data-parallel replicas of each weight (experts: TP*DP/EP replicas).",
     "Activations: full activation checkpointing; each stage keeps one layer-input tensor per "
     "layer per micro-batch in flight (1F1B: stage s has PP-s in flight), split over TP by "
-    "sequence parallelism; on top of that the larger of one recomputed layer (what autograd "
+    "sequence parallelism when plan.parallel.sequence_parallel is true (the trainer's mesh "
+    "does not split them yet: set it to false to plan what it runs); on top of that the larger of one recomputed layer (what autograd "
     "saves in it plus the gradients of its MLP or attention block; frozen Linears save "
     "nothing, adapted ones their input and rank-r intermediate) and, on the last stage, the "
     "loss head's fp32 logits (3 copies: logits, log-softmax, gradient). The head and the "
     "recomputed layer are not live at the same time.",
-    "Routed experts with LoRA run unmerged (x W + x A B per expert, a LoRA-aware grouped "
-    "GEMM); peft's fused-expert path materialises W + BA per layer, which at 671B scale "
-    "would add about one layer of expert weights in bf16 per GPU (not counted).",
+    "Routed experts with LoRA run unmerged (x W + x A B per expert), as the trainer's "
+    "expert-parallel path computes them; peft's fused-expert path (one process, no expert "
+    "parallelism) materialises W + BA per layer, which at 671B scale would add about one "
+    "layer of expert weights in bf16 per GPU (not counted).",
     "MoE routing is balanced: each EP rank processes top-k x its own tokens.",
     "Attention uses a fused kernel (FlashAttention/FlashMLA): no seq x seq score matrix, "
     "unless plan.flash_attention is false.",
