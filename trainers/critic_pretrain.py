@@ -5,6 +5,7 @@ policy's first update, so that its first advantages are not those of a critic th
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -28,6 +29,7 @@ def pretrain_critic(
     log: JsonlWriter,
     say: Callable[[str], None],
     progress: bool = False,
+    weights: Callable[[], AbstractContextManager[Any]] | None = None,
 ) -> list[dict[str, float]]:
     """VAPO's value pretraining, before the first policy update: up to
     ``critic.pretrain_steps`` rounds of rollouts from the warm-start policy, each training
@@ -38,7 +40,9 @@ def pretrain_critic(
     (the run's ``critic_pretrain.jsonl``), says why it stopped, and returns the rows.
 
     The rounds draw tasks from the run's task stream (the policy then trains on the tasks
-    after them) and leave the policy and its learning-rate warm-up untouched.
+    after them) and leave the policy and its learning-rate warm-up untouched. ``weights``
+    gives what a rollout holds (:func:`~.learner.weights_for`; default: the learner's
+    generation model).
     """
     rows: list[dict[str, float]] = []
     say(
@@ -49,7 +53,8 @@ def pretrain_critic(
     bar = Progress(cfg.critic.pretrain_steps, desc="value pretraining", unit="round",
                    enabled=progress)  # fmt: skip
     try:
-        _pretrain_rounds(cfg, learner, rollouts, policy, tokenizer, log, bar, rows)
+        hold = weights or learner.generation
+        _pretrain_rounds(cfg, learner, rollouts, policy, tokenizer, log, bar, rows, hold)
     finally:
         bar.close()
     ev = rows[-1]["critic/explained_variance"] if rows else float("nan")
@@ -74,10 +79,11 @@ def _pretrain_rounds(
     log: JsonlWriter,
     bar: Progress,
     rows: list[dict[str, float]],
+    hold: Callable[[], AbstractContextManager[Any]],
 ) -> None:
     """The rounds of :func:`pretrain_critic`, each row appended to ``rows`` and ``log``."""
     for i in range(cfg.critic.pretrain_steps):
-        with learner.generation():
+        with hold():
             got = rollouts.collect(policy, 0)
         episodes = [ep for g in group_episodes(got.episodes) for ep in g]
         if not episodes:

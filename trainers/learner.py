@@ -80,6 +80,15 @@ def combine_metrics(parts: Sequence[dict[str, float]]) -> dict[str, float]:
     return out
 
 
+def weights_for(engine: Any, learner: Learner) -> contextlib.AbstractContextManager[Any]:
+    """What a rollout holds while ``engine`` generates: the learner's generation model
+    (:meth:`Learner.generation`) for an engine that generates with it (the HF engine,
+    ``shares_weights``), nothing for one that holds its own weights (vLLM loads the base
+    itself and gets the adapter at each sync): gathering the whole model on every rank
+    for it would be wasted, and at 671B would not fit."""
+    return learner.generation() if engine.shares_weights else contextlib.nullcontext()
+
+
 class Learner:
     """The one-process learner (see the module docstring for the interface).
 

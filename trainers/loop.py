@@ -86,6 +86,7 @@ from agentgym.trainers.distributed import all_gather_objects, start_distributed
 from agentgym.trainers.engines import RolloutEngine, make_engine
 from agentgym.trainers.env_setup import env_corpus, env_kwargs, resolve_envs
 from agentgym.trainers.evaluation import eval_metrics, evaluate_async
+from agentgym.trainers.learner import weights_for
 from agentgym.trainers.logging import (
     JsonlWriter,
     SampleLog,
@@ -395,6 +396,7 @@ class DAPOTrainer:
             log=log,
             say=self._say,
             progress=self.cfg.run.progress and self.dist.is_main,
+            weights=lambda: weights_for(self.engine, self.learner),
         )
 
     def train_step(self) -> dict[str, Any]:
@@ -407,7 +409,7 @@ class DAPOTrainer:
             self.heartbeat.step_started()
         with tl.phase("wake"):
             self.engine.wake()  # a colocated engine (vLLM) takes its memory back
-        with tl.phase("rollout"), tl.watch(self.engine), self.learner.generation():
+        with tl.phase("rollout"), tl.watch(self.engine), weights_for(self.engine, self.learner):
             rollout = self.steps.rollout(self.step)
         with tl.phase("reward"):
             scored = self.steps.score(rollout)
@@ -452,7 +454,7 @@ class DAPOTrainer:
         seeds = list(range(e.seed_start, e.seed_start + e.num_tasks))
         self._phase("eval")
         self.engine.wake()
-        with self.learner.generation():
+        with weights_for(self.engine, self.learner):
             _, per_env = asyncio.run(
                 evaluate_async(
                     self.policy,

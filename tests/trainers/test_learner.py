@@ -152,3 +152,26 @@ def test_lora_layers_with_dropout_keep_peft_forward(tokenizer):
     )
     with fused_lora_forward(model) as n_fused:
         assert n_fused == 0
+
+
+@pytest.mark.parametrize("shares", [True, False])
+def test_a_rollout_holds_the_generation_model_only_for_an_engine_that_uses_it(tokenizer, shares):
+    """``weights_for``: the HF engine generates with the learner's model, so a rollout
+    holds it (on a mesh: gathered on every rank); an engine with its own weights (vLLM)
+    gets nothing gathered for it."""
+    from agentgym.trainers.engines import HFEngine
+    from agentgym.trainers.learner import weights_for
+
+    learner = _learner("tiny-qwen2", TINY_QWEN, tokenizer, share=True)
+    entered = []
+    real = learner.generation
+
+    def counted():
+        entered.append(1)
+        return real()
+
+    learner.generation = counted
+    engine = HFEngine(learner.model, tokenizer, shares_weights=shares)
+    with weights_for(engine, learner) as held:
+        assert (held is learner.model) == shares
+    assert entered == ([1] if shares else [])
