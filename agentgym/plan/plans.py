@@ -64,7 +64,7 @@ ASSUMPTIONS: tuple[str, ...] = (
     "Activations: full activation checkpointing; each stage keeps one layer-input tensor per "
     "layer per micro-batch in flight (1F1B: stage s has PP-s in flight), split over TP by "
     "sequence parallelism when plan.parallel.sequence_parallel is true (the trainer's mesh "
-    "does not split them yet: set it to false to plan what it runs); on top of that the larger of one recomputed layer (what autograd "
+    "splits them so with distributed.activation_checkpointing); on top of that the larger of one recomputed layer (what autograd "
     "saves in it plus the gradients of its MLP or attention block; frozen Linears save "
     "nothing, adapted ones their input and rank-r intermediate) and, on the last stage, the "
     "loss head's fp32 logits (3 copies: logits, log-softmax, gradient). The head and the "

@@ -2,8 +2,9 @@
 
 * ``distributed.activation_checkpointing`` under tensor and pipeline parallelism gives the
   one-process update (``tests/helpers/parallel_activations.py`` under torchrun, gloo),
-  each layer keeping only its input; under ``pp=2`` the mini-batch has one micro-batch,
-  fewer than the stages, which the pipeline pads with a zero-loss copy;
+  each layer keeping only its input (under ``tp=2`` each rank half of it, as the planner's
+  sequence-parallel layer inputs count); under ``pp=2`` the mini-batch has one
+  micro-batch, fewer than the stages, which the pipeline pads with a zero-loss copy;
 * the routed experts' LoRA computed as ``x W + (x A) B`` equals peft's fold ``W + B A``
   and keeps no merged weight for the backward pass;
 * the setting's checks.
@@ -18,7 +19,7 @@ import json
 import pytest
 import torch
 from parallel_activations import build_model, loss_fn, make_samples
-from test_parallel_plan import torchrun_rows
+from test_parallel_plan import _planned, torchrun_rows
 
 from agentgym import ConfigError
 from agentgym.trainers.batch import make_microbatches
@@ -47,11 +48,15 @@ def test_checkpointed_layers_give_the_one_process_update(tmp_path, sizes):
     rows = torchrun_rows("parallel_activations.py", json.dumps(spec), 2, tmp_path)
     expected = _one_process_grad_norm()
     layer_input = SPEC["batch"] * SPEC["seq_len"] * 64 * 4  # tokens x hidden x fp32
-    # pp=2 runs two micro-batches through 1F1B: the real one and its zero-loss copy
-    kept = layer_input * (2 if "pp" in sizes else 1)
+    # pp=2 runs two micro-batches through 1F1B: the real one and its zero-loss copy;
+    # tp=2: each rank keeps half of each layer's input
+    kept = layer_input * (2 if "pp" in sizes else 1) // sizes.get("tp", 1)
     for r in rows:
         assert r["grad_norm"] == pytest.approx(expected, rel=1e-6)
         assert r["layers"] and all(v == kept for v in r["layers"].values()), r["layers"]
+    if "tp" in sizes:  # the planner's layer inputs, split over tp by sequence parallelism
+        _, items = _planned(sizes, batch=SPEC["batch"], sequence_parallel=True)
+        assert items["activations: layer inputs"] == sum(rows[0]["layers"].values())
 
 
 def _lora_experts():

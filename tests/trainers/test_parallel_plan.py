@@ -64,6 +64,7 @@ def _planned(
     batch: int = 1,
     seq_len: int = 64,
     checkpointing: bool = True,
+    sequence_parallel: bool = False,
 ) -> tuple[int, dict[str, float]]:
     from agentgym.trainers import build_preset, build_tokenizer
 
@@ -73,7 +74,10 @@ def _planned(
         arch,
         lora=LoraSpec(r=8),  # apply_lora's defaults: every attention projection + experts
         parallel=ParallelSpec(
-            **layout.planner_sizes(), zero_stage=3, sequence_parallel=False, shard_base=True
+            **layout.planner_sizes(),
+            zero_stage=3,
+            sequence_parallel=sequence_parallel,
+            shard_base=True,
         ),
         base_dtype="fp32",
         train=TrainSpec(

@@ -8,7 +8,9 @@ unsplit peft model (:class:`~.state.ParamMap` reads them), and FSDP2's hooks on 
 stay outside the recomputed region (its parameters are gathered before the recompute,
 as around any backward). Early stopping of the recompute is off: the recompute runs the
 whole layer on every rank, so the collectives inside it (tensor-parallel, the experts'
-all-to-all) line up across ranks.
+all-to-all) line up across ranks. Under tensor parallelism the ``tp`` ranks hold the same
+layer inputs: each keeps only its ``1 / tp`` slice of them, all-gathered when the
+recompute reads them (:func:`_split_saved`).
 
 :class:`SavedBytes` counts what autograd keeps for the backward pass, layer by layer
 (``torch.autograd.graph.saved_tensors_hooks``): the bytes of each distinct storage saved
@@ -28,20 +30,62 @@ from typing import Any
 import torch
 from torch import nn
 
+#: :class:`SavedBytes` counters recording now (the split inputs are counted by them)
+_RECORDING: list[SavedBytes] = []
 
-def checkpoint_layers(layers: list[nn.Module]) -> None:
-    """Recompute each of ``layers`` in the backward pass (see the module docstring)."""
+
+def checkpoint_layers(layers: list[nn.Module], tp_group: Any = None) -> None:
+    """Recompute each of ``layers`` in the backward pass (see the module docstring).
+
+    ``tp_group``: the tensor-parallel group, whose ranks hold the same layer inputs: each
+    keeps only its ``1 / tp`` slice of them (:func:`_split_saved`), all-gathered when the
+    backward pass recomputes the layer."""
     from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
     for layer in layers:
         inner = layer.forward
 
         def forward(self: nn.Module, *args: Any, _inner: Any = inner, **kwargs: Any) -> Any:
-            with set_checkpoint_early_stop(False):
+            split = _split_saved(tp_group) if tp_group is not None else contextlib.nullcontext()
+            with set_checkpoint_early_stop(False), split:
                 return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
 
         layer.forward = types.MethodType(forward, layer)
         layer._agentgym_checkpointed = True
+
+
+def _split_saved(group: Any) -> Any:
+    """Saved-tensor hooks that keep this rank's ``1 / n`` slice of each floating tensor a
+    checkpoint saves (its layer's inputs, the same on the ``n`` ranks of ``group``) and
+    all-gather the slices when the recompute reads them: the checkpointed inputs split
+    over the tensor-parallel ranks (Megatron's distributed saved activations; what the
+    planner's sequence-parallel layer inputs count)."""
+    import torch.distributed as dist
+
+    n, rank = dist.get_world_size(group), dist.get_rank(group)
+
+    def pack(t: torch.Tensor) -> Any:
+        if not t.is_floating_point() or t.numel() < n or hasattr(t, "device_mesh"):
+            return t
+        flat = t.detach().reshape(-1)
+        width = -(-flat.numel() // n)
+        part = torch.zeros(width, dtype=flat.dtype, device=flat.device)
+        mine = flat[rank * width : (rank + 1) * width]
+        part[: mine.numel()] = mine
+        for counter in _RECORDING:
+            counter.count(part)
+        return (part, t.shape, t.requires_grad)
+
+    def unpack(packed: Any) -> torch.Tensor:
+        if isinstance(packed, torch.Tensor):
+            return packed
+        part, shape, grad = packed
+        parts = [torch.empty_like(part) for _ in range(n)]
+        dist.all_gather(parts, part, group=group)
+        numel = torch.Size(shape).numel()
+        return torch.cat(parts)[:numel].view(shape).requires_grad_(grad)
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
 
 
 def is_checkpointed(layer: nn.Module) -> bool:
@@ -84,6 +128,13 @@ class SavedBytes:
         self._seen: set[tuple[Any, ...]] = set()
         self._current: list[int] = []
 
+    def count(self, t: torch.Tensor) -> None:
+        """Count ``t`` (a slice a checkpoint keeps instead of its whole input)."""
+        key = _storage_key(t)
+        if key is not None and key not in self._seen and self._current:
+            self._seen.add(key)
+            self.per_layer[self._current[-1]] += key[2]
+
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
         # a parameter, or a view of one (a transposed weight, an expert's slice): FSDP2's
         # gathered parameters are not the sharded ones ``model.parameters()`` lists
@@ -106,10 +157,12 @@ class SavedBytes:
         for i, layer in self.layers.items():
             handles.append(layer.register_forward_pre_hook(lambda *_a, _i=i: self._enter(_i)))
             handles.append(layer.register_forward_hook(lambda *_a: self._leave()))
+        _RECORDING.append(self)
         try:
             with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
                 yield self
         finally:
+            _RECORDING.remove(self)
             for h in handles:
                 h.remove()
 

@@ -179,7 +179,8 @@ class ParallelLearner(Learner):
             # loss parallelism: the logits stay split over the vocabulary
             apply_tensor_parallel(lm, self.pmesh.tp, layers, loss_parallel=True)
         if self.activation_checkpointing:  # inside FSDP2's units, as torchtitan's order
-            checkpoint_layers(layers)
+            # under tp each rank keeps its slice of a layer's input
+            checkpoint_layers(layers, self.pmesh.tp.get_group() if layout.tp > 1 else None)
         self.stage_module = StageModule(lm, stage) if layout.pp > 1 else None
         self._apply_fsdp(lm, layers)
         if source is not None:  # allocate and read this rank's share (no whole copy)
