@@ -107,6 +107,10 @@ def recording_vllm(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", module)
     monkeypatch.setitem(sys.modules, "vllm.lora", SimpleNamespace(request=request))
     monkeypatch.setitem(sys.modules, "vllm.lora.request", request)
+    platform = SimpleNamespace(
+        is_sleep_mode_available=lambda: True, is_cpu=lambda: False, device_type="cuda"
+    )
+    monkeypatch.setitem(sys.modules, "vllm.platforms", SimpleNamespace(current_platform=platform))
     return requests
 
 

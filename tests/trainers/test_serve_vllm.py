@@ -27,6 +27,9 @@ from agentgym.serve import (
     vllm_server_command,
 )
 
+#: one vLLM server per worker: with ``pytest -n N --dist loadgroup`` the module stays on one
+pytestmark = pytest.mark.xdist_group("serve_vllm")
+
 
 def _adapter(path, r):
     """A peft adapter folder of rank ``r`` (its config, as peft writes it)."""

@@ -400,7 +400,9 @@ def fake_vllm(monkeypatch, tokenizer):
     monkeypatch.setitem(sys.modules, "vllm.lora", SimpleNamespace(request=request))
     monkeypatch.setitem(sys.modules, "vllm.lora.request", request)
     # a platform with sleep mode (CUDA's): the calls the engine makes there are recorded
-    platform = SimpleNamespace(is_sleep_mode_available=lambda: True, device_type="cuda")
+    platform = SimpleNamespace(
+        is_sleep_mode_available=lambda: True, is_cpu=lambda: False, device_type="cuda"
+    )
     monkeypatch.setitem(sys.modules, "vllm.platforms", SimpleNamespace(current_platform=platform))
     return module
 

