@@ -168,6 +168,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _serve_vllm(args: argparse.Namespace, loras: list[tuple[str, str]]) -> int:
     """Replace this process with vLLM's OpenAI server for the same model and adapters."""
+    import torch
+
     from agentgym.serve import exec_vllm_server, vllm_server_command
 
     given = [flag for flag, attr in HF_ONLY.items() if getattr(args, attr) is not None]
@@ -187,6 +189,7 @@ def _serve_vllm(args: argparse.Namespace, loras: list[tuple[str, str]]) -> int:
             dtype=args.dtype,
             seed=args.seed,
             runtime_lora=not args.no_runtime_lora,
+            cpu=not torch.cuda.is_available(),
         )
     )
     return 0  # not reached: exec replaces the process

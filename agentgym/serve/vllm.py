@@ -121,10 +121,13 @@ def vllm_server_command(
     seed: int = 0,
     runtime_lora: bool = True,
     python: str | None = None,
+    cpu: bool = False,
 ) -> VLLMServerCommand:
     """The vLLM server command that serves what ``agentgym serve`` was asked to serve.
 
     Pure apart from reading each adapter's rank; see the module docstring for the mapping.
+    ``cpu`` (vLLM's CPU build) turns chunked prefill off, as the vLLM rollout engine does
+    there (``agentgym.trainers.engines.vllm.cpu_defaults`` says why).
     """
     from agentgym.trainers import vllm_lora_rank
 
@@ -141,6 +144,8 @@ def vllm_server_command(
         argv += ["--max-model-len", str(max_model_len)]
     if dtype != "auto":
         argv += ["--dtype", dtype]
+    if cpu:  # vLLM's CPU build: a seeded request cut by chunked prefill kills its engine core
+        argv += ["--no-enable-chunked-prefill"]
     env: dict[str, str] = {}
     if loras or runtime_lora:
         ranks = [adapter_rank(path) for _, path in loras]

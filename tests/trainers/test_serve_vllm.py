@@ -99,6 +99,9 @@ def test_without_adapters_or_runtime_loading_vllm_serves_the_base_alone(tmp_path
     assert bf16.argv[bf16.argv.index("--dtype") + 1] == "bfloat16"
     assert cmd.argv[cmd.argv.index("--served-model-name") + 1] == model
     assert cmd.env == {}
+    assert "--no-enable-chunked-prefill" not in cmd.argv
+    on_cpu = vllm_server_command(model, runtime_lora=False, cpu=True)
+    assert on_cpu.argv[-1] == "--no-enable-chunked-prefill"  # as the rollout engine on CPU
     # runtime loading alone still needs LoRA switched on, at vLLM's default rank
     rt = vllm_server_command(model)
     assert "--enable-lora" in rt.argv and rt.argv[rt.argv.index("--max-lora-rank") + 1] == "16"
