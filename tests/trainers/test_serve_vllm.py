@@ -120,11 +120,10 @@ def test_vllm_refuses_presets_and_folders_that_are_not_adapters(tmp_path):
         vllm_server_command(str(tmp_path / "model"), loras=[("big", str(big))])
 
 
-@pytest.mark.skipif(
-    __import__("importlib").util.find_spec("vllm") is not None,
-    reason="vLLM is installed here: --engine vllm would start it",
-)
-def test_the_cli_says_what_to_install_for_vllm(tmp_path, capsys):
+def test_the_cli_says_what_to_install_for_vllm(tmp_path, capsys, monkeypatch):
+    import agentgym.serve.vllm as serve_vllm
+
+    monkeypatch.setattr(serve_vllm, "vllm_installed", lambda: False)  # as without vLLM
     rc = main(["serve", "--engine", "vllm", "--model", _model_dir(tmp_path)])
     assert rc == 2
     assert "agentgym[vllm]" in capsys.readouterr().err
