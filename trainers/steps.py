@@ -31,6 +31,7 @@ from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.evaluation import episode_summary
 from agentgym.trainers.learner import Learner
 from agentgym.trainers.rollout_phase import Collected, RolloutPhase, shaped_rewards
+from agentgym.trainers.turn_kinds import kind_counts
 from agentgym.trainers.update import update_policy
 
 
@@ -208,6 +209,7 @@ class GroupSteps:
         m["charts/hit_round_cap"] = int(got.capped)
         m["charts/update_skipped"] = int(scored.skip)
         m["charts/masked_episodes"] = scored.masked
+        m.update(kind_counts(scored.samples))  # act vs summary turns and tokens trained
         sizes = self.policy.batch_sizes[self._batches_before :]
         m["charts/engine_batches"] = len(sizes)
         m["charts/engine_batch_mean"] = float(np.mean(sizes)) if sizes else 0.0

@@ -40,7 +40,7 @@ from agentgym.trainers.config import AlgorithmConfig
 from agentgym.trainers.critic import CriticConfig, attach_advantages
 from agentgym.trainers.distributed import all_reduce_sum
 from agentgym.trainers.learner import Learner, combine_metrics
-from agentgym.trainers.turn_kinds import kind_counts, logprob_gain
+from agentgym.trainers.turn_kinds import logprob_gain
 
 
 @dataclass(frozen=True)
@@ -185,10 +185,10 @@ def update_policy(
             critic_norms.append(steps[-1].get("critic_grad_norm", float("nan")))
     total = combine_metrics(sums)
     value = {"losses/value": total.get("value_loss", 0.0) / max(len(steps), 1)}
-    kinds = kind_counts(samples)
+    kinds = {}
     if before is not None and steps:
         after = _logprobs(learner, full, temperature)
-        kinds.update(_kind_gain(samples, minis, full, before, after))
+        kinds = _kind_gain(samples, minis, full, before, after)
     return {
         **_policy_metrics(total, steps, algo),
         **kinds,

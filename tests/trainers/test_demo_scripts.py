@@ -1,12 +1,15 @@
-"""The README's demo scripts run to their end (issue 34, finding 2): the MemoryRecall demo
-in its smoke form (few steps, few held-out tasks), in a scratch run folder, through the
-final table that imports the trainers' public names."""
+"""The README's demo scripts run to their end (issue 34, finding 2; issue 33): the
+MemoryRecall demo in its smoke form (few steps, few tasks), in a scratch run folder,
+through the final table that reads the run's metrics."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -15,7 +18,8 @@ def test_the_memory_recall_demo_runs_to_its_table(tmp_path):
     env = {
         **os.environ,
         "RUN_DIR": str(tmp_path / "demo"),
-        "SFT_ARGS": "train.max_steps=3",
+        "SEED": "1",
+        "SFT_ARGS": "train.max_steps=3 data.num_tasks=40",
         "DAPO_ARGS": "run.max_steps=1 eval.num_tasks=2 rollout.batch_tasks=2 rollout.group_size=2",
     }
     r = subprocess.run(
@@ -27,4 +31,15 @@ def test_the_memory_recall_demo_runs_to_its_table(tmp_path):
         cwd=tmp_path,
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "recall (share of codes right)" in r.stdout and "target (after" in r.stdout
+    out = r.stdout
+    for line in ("recall (share of codes right)", "target (after", "credit by turn kind"):
+        assert line in out, out[-3000:]
+    assert "summary tokens per episode" in out and "overlong episodes" in out
+    # both stages ran with the demo's seed; the step row has the turn-kind breakdown
+    dapo = tmp_path / "demo" / "dapo"
+    sft = yaml.safe_load((tmp_path / "demo" / "sft" / "config.yaml").read_text())
+    assert sft["run"]["seed"] == 1 and sft["model"]["init_seed"] == 1
+    assert yaml.safe_load((dapo / "config.yaml").read_text())["run"]["seed"] == 1
+    rows = [json.loads(x) for x in (dapo / "metrics.jsonl").read_text().splitlines() if x]
+    step = next(r for r in rows if "charts/env_reward" in r)
+    assert "kinds/summary_turns" in step and step["charts/conversations_mean"] == 4.0
