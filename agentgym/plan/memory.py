@@ -111,9 +111,11 @@ def _layer_terms(
     an adapted one saves its input and the rank-r intermediate; with ``lora=None`` (full
     fine-tuning) every Linear saves its input. A norm with a frozen weight saves its input
     and 1/rms (MLA's key/value norm: the whole down-projection output its input is a slice
-    of), and with activations narrower than fp32 (``act_bytes`` < 4) also the fp32 copy of
-    its input it computes in (Hugging Face's RMSNorm upcasts); attention saves q, k, v, the output and the log-sum-exp (plus the probabilities
-    without a fused kernel); SwiGLU saves gate, up and act. A MoE layer saves its router
+    of); with activations narrower than fp32 (``act_bytes`` < 4) it saves the fp32 copies
+    of both instead, not its input (Hugging Face's RMSNorm computes in fp32; measured on
+    an H200 in bf16, tests/trainers/test_parallel_activations.py). Attention saves q, k,
+    v, the output and the log-sum-exp (plus the probabilities without a fused kernel);
+    SwiGLU saves gate, up and act. A MoE layer saves its router
     scores and, per routed copy of a token, the dispatched input, gate/up/act/product, the
     expert output as it comes back and once weighted, and the routing weight (the
     unmerged adapter: ``x W + (x A) B``, no merged weight). The layer's input tensor is a
@@ -126,9 +128,15 @@ def _layer_terms(
     def saves_input(*names: str) -> bool:
         return adapted is None or any(n in adapted for n in names)
 
-    up = 4.0 / act_bytes if act_bytes < 4.0 else 0.0  # a norm's fp32 copy, in act units
-    # attention block
-    att = 1.0 + up * h  # 1/rms of the norm (and its fp32 input)
+    up = 4.0 / act_bytes  # an fp32 value in activation units
+
+    def norm(width: int) -> float:
+        """An RMSNorm: its input and 1/rms; narrower activations: their fp32 copies
+        instead (the norm computes in fp32 and keeps only those; measured on an H200)."""
+        return width + 1.0 if act_bytes >= 4.0 else up * (width + 1.0)
+
+    # attention block (the layer's input itself is counted as the boundary)
+    att = norm(h) - h
     if arch.attention == "gqa":
         q, kv = nh * arch.head_dim, arch.num_key_value_heads * arch.head_dim
         att += h * saves_input("q_proj", "k_proj", "v_proj")
@@ -138,8 +146,8 @@ def _layer_terms(
         qk, v = nh * arch.qk_head_dim, nh * arch.v_head_dim
         att += h * saves_input("q_a_proj", "q_proj", "kv_a_proj_with_mqa")
         if arch.q_lora_rank:
-            att += arch.q_lora_rank * (1 + up) + 1 + arch.q_lora_rank * saves_input("q_b_proj")
-        att += arch.kv_lora_rank * (1 + up) + arch.qk_rope_head_dim + 1
+            att += norm(arch.q_lora_rank) + arch.q_lora_rank * saves_input("q_b_proj")
+        att += norm(arch.kv_lora_rank) + arch.qk_rope_head_dim
         att += arch.kv_lora_rank * saves_input("kv_b_proj")
         att += 2 * qk + 2 * v + nh  # q, k (rope included), v, output, log-sum-exp
         att_grad = 2 * qk + 2 * v
@@ -147,7 +155,7 @@ def _layer_terms(
         att += nh * seq_len  # softmax probabilities
         att_grad += 2 * nh * seq_len  # their gradient and the softmax backward temporary
     # MLP block
-    mlp = h * (1 + up) + 1.0  # norm input (attention residual sum) and 1/rms
+    mlp = norm(h)  # the norm of the attention's residual sum
     mlp += h * saves_input("gate_proj", "up_proj")
     if arch.is_moe_layer(index):
         k, i, e = arch.num_experts_per_tok, arch.moe_intermediate_size, arch.n_routed_experts
