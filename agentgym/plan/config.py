@@ -321,7 +321,12 @@ def trainer_layout(cfg: TrainConfig, spec: ParallelSpec) -> ParallelSpec:
             f"{layout.describe()} is {sizes} in the planner's terms. Remove plan.parallel's "
             "sizes (the planner reads distributed), or make them agree."
         )
-    return replace(spec, **sizes, shard_base=cfg.distributed.strategy == "fsdp2")
+    return replace(
+        spec,
+        **sizes,
+        shard_base=cfg.distributed.strategy == "fsdp2",
+        experts_only_quantized=cfg.model.quantize != "none",
+    )
 
 
 def plan_inputs(

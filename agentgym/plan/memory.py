@@ -69,11 +69,16 @@ def stage_weight_bytes(
     ep: int,
     linear_bytes: float,
     other_bytes: float,
+    dense_linear_bytes: float | None = None,
 ) -> float:
-    """Bytes of base weights one GPU of a stage holds."""
+    """Bytes of base weights one GPU of a stage holds (``dense_linear_bytes``: of the
+    Linears other than the routed experts, where they differ)."""
     total = 0.0
     for index in layers:
         for lin in layer_linears(arch, index):
+            lin_bytes = linear_bytes
+            if dense_linear_bytes is not None and lin.group != "experts":
+                lin_bytes = dense_linear_bytes
             elems = weight_elems(lin, tp, ep)
             if (
                 arch.attention == "gqa"
@@ -81,7 +86,7 @@ def stage_weight_bytes(
                 and tp > arch.num_key_value_heads
             ):
                 elems = lin.params / arch.num_key_value_heads  # one whole KV head per rank
-            total += elems * linear_bytes
+            total += elems * lin_bytes
         total += layer_small_params(arch, index) * other_bytes
     emb = arch.vocab_size * arch.hidden_size / tp
     if first:

@@ -175,6 +175,7 @@ class _LoraRun:
     base_dtype: str
     train: TrainSpec
     lin_b: float
+    dense_b: float
     other_b: float
     act_b: float
     lora_b: float
@@ -203,6 +204,7 @@ def _lora_run(
         base_dtype=base_dtype,
         train=train,
         lin_b=DTYPE_BYTES[base_dtype],
+        dense_b=DTYPE_BYTES["bf16" if _experts_only(parallel, base_dtype) else base_dtype],
         other_b=DTYPE_BYTES["fp32" if base_dtype == "fp32" else "bf16"],
         act_b=act_b,
         lora_b=lora_b,
@@ -212,6 +214,11 @@ def _lora_run(
         sp=parallel.tp if parallel.sequence_parallel else 1,
         expert_replicas=parallel.tp * parallel.dp // parallel.ep,
     )
+
+
+def _experts_only(parallel: ParallelSpec, base_dtype: str) -> bool:
+    """Whether a quantized base applies to the routed experts alone (the trainer's mesh)."""
+    return parallel.experts_only_quantized and base_dtype not in ("fp32", "bf16", "fp16")
 
 
 def _sharded_base(run: _LoraRun, layers: range, base: float, *, first: bool, last: bool) -> float:
@@ -231,6 +238,8 @@ def _sharded_base(run: _LoraRun, layers: range, base: float, *, first: bool, las
         other_bytes=run.other_b,
     )  # fmt: skip
     dense = base - experts - other
+    if _experts_only(parallel, run.base_dtype):  # quantized experts whole, bf16 rest sharded
+        return (dense + other) / dp + experts
     if run.base_dtype not in ("fp32", "bf16", "fp16"):  # quantized Linear weights
         return dense + experts + other / dp
     return (dense + other) / dp + experts / run.expert_replicas
@@ -249,6 +258,7 @@ def _state_items(run: _LoraRun, s: int, layers: range) -> list[LineItem]:
         ep=ep,
         linear_bytes=run.lin_b,
         other_bytes=run.other_b,
+        dense_linear_bytes=run.dense_b,
     )
     if parallel.shard_base:
         base = _sharded_base(run, layers, base, first=s == 0, last=s == pp - 1)
@@ -266,7 +276,7 @@ def _state_items(run: _LoraRun, s: int, layers: range) -> list[LineItem]:
     grads_bytes = zero(dense_lora, expert_lora, 2) * run.grad_b
     opt_bytes = zero(dense_lora, expert_lora, 1) * (run.master_b + 8.0)
     return [
-        LineItem("base weights", base / GIB, "both", f"{run.base_dtype} Linear weights, bf16 rest"),
+        LineItem("base weights", base / GIB, "both", _base_note(run)),
         LineItem(
             "LoRA params",
             params_bytes / GIB,
@@ -283,6 +293,12 @@ def _state_items(run: _LoraRun, s: int, layers: range) -> list[LineItem]:
             "fp32 master + 2 moments" if run.master_b else "2 fp32 moments",
         ),
     ]
+
+
+def _base_note(run: _LoraRun) -> str:
+    if _experts_only(run.parallel, run.base_dtype):
+        return f"{run.base_dtype} routed experts (model.quantize), bf16 rest"
+    return f"{run.base_dtype} Linear weights, bf16 rest"
 
 
 def _activation_items(run: _LoraRun, s: int, layers: range) -> list[LineItem]:

@@ -42,6 +42,9 @@ class ParallelSpec:
             weights over the ``dp`` replicas, routed experts over their ``tp * dp / ep``
             replicas; a quantized base's Linear weights stay whole (FSDP2 does not shard
             torchao's tensors). Set from the trainer's ``distributed`` mesh.
+        experts_only_quantized: a quantized ``base_weights`` dtype applies to the routed
+            experts alone, the dense decoder Linears stay bf16 (the trainer's mesh with
+            ``model.quantize``: it keeps the experts quantized and dequantizes the rest).
     """
 
     tp: int = 1
@@ -51,6 +54,7 @@ class ParallelSpec:
     zero_stage: int = 1
     sequence_parallel: bool = True
     shard_base: bool = False
+    experts_only_quantized: bool = False
 
     def __post_init__(self) -> None:
         for name in ("tp", "ep", "pp", "dp"):

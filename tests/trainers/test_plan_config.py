@@ -29,7 +29,10 @@ CONFIG_671B = ROOT / "configs" / "deepseek_v3_671b_48xh100.yaml"
 #: since the config stopped adapting kv_b_proj (vLLM folds it into its MLA decode) and
 #: since FSDP2's sharding of the frozen base's bf16 tensors over dp is counted (issue 32)
 BEFORE = {
-    "lora": {"train": 26.197812724113465, "rollout": 61.02901853919029, "peak": 61.02901853919029},
+    # the dense decoder Linears in bf16 sharded over dp=2 (model.quantize keeps only the
+    # routed experts fp8 on the mesh), where fp8 replicated was counted: the same bytes
+    # but for the rounding of the small tensors
+    "lora": {"train": 26.19763979613781, "rollout": 61.028845611214635, "peak": 61.028845611214635},
     "full": {"train": 274.8276040712992, "rollout": 260.63516757488253, "peak": 274.8276040712992},
 }
 
@@ -250,3 +253,25 @@ def test_agentgym_train_refuses_the_short_timeout_at_start(tmp_path, capsys) -> 
     assert main(args) == 2
     assert "distributed.timeout_s=" in capsys.readouterr().err
     assert not out.exists()  # refused before anything started
+
+
+def test_the_plan_counts_the_base_precision_the_trainer_keeps() -> None:
+    """model.quantize on the trainer's mesh keeps the routed experts quantized and the
+    dense decoder Linears in bf16: the plan of the 671B config counts that, and says so."""
+    from dataclasses import replace
+
+    inputs = plan_inputs(load_config(PlanConfig, CONFIG_671B))
+    assert inputs.parallel.experts_only_quantized and inputs.base_dtype == "fp8"
+    lora, _ = plan_both(inputs)
+    (base,) = [i for i in lora.items if i.name == "base weights"]
+    assert "routed experts" in base.note
+    unsharded = replace(inputs.parallel, shard_base=False)
+    all_fp8, _ = plan_both(
+        replace(inputs, parallel=replace(unsharded, experts_only_quantized=False))
+    )
+    experts_fp8, _ = plan_both(replace(inputs, parallel=unsharded))
+
+    def base_gib(plan) -> float:
+        return next(i.gib for i in plan.items if i.name == "base weights")
+
+    assert base_gib(experts_fp8) > base_gib(all_fp8)  # bf16 dense Linears, unsharded
