@@ -51,8 +51,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from agentgym import (
     CheckpointError,
     ConfigError,
@@ -81,10 +79,9 @@ from agentgym.trainers.checkpoint import (
 )
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.critic_pretrain import pretrain_critic
-from agentgym.trainers.device import place_model
 from agentgym.trainers.distributed import all_gather_objects, start_distributed
 from agentgym.trainers.engines import RolloutEngine, make_engine
-from agentgym.trainers.env_setup import env_corpus, env_kwargs, resolve_envs
+from agentgym.trainers.env_setup import env_kwargs, resolve_envs
 from agentgym.trainers.evaluation import eval_metrics, evaluate_async
 from agentgym.trainers.learner import weights_for
 from agentgym.trainers.logging import (
@@ -95,12 +92,7 @@ from agentgym.trainers.logging import (
     start_tracking,
     write_summary,
 )
-from agentgym.trainers.models import (
-    apply_lora,
-    build_model_and_tokenizer,
-    build_on_meta,
-    loads_on_meta,
-)
+from agentgym.trainers.model_setup import build_policy_model
 from agentgym.trainers.rollout_phase import RolloutPhase
 from agentgym.trainers.runtime import setup_torch
 from agentgym.trainers.steps import GroupSteps, StepKind
@@ -175,7 +167,8 @@ class DAPOTrainer:
             else None
         )
 
-        self.model = model = self._build_model(cfg)
+        model, self.tokenizer = build_policy_model(cfg, self.dist, self._say)
+        self.model = model
         pad = (
             self.tokenizer.pad_token_id
             if self.tokenizer.pad_token_id is not None
@@ -221,31 +214,6 @@ class DAPOTrainer:
             self.engine.load_adapter(self.learner.state_dict(optimizer=False)["adapter"])
         self._open_logs(resume)
         self.initial_adapter_digest = self.adapter_digest() if cfg.lora.enabled else None
-
-    def _build_model(self, cfg: TrainConfig) -> torch.nn.Module:
-        """The ``model`` section: read or build the model and its tokenizer
-        (:attr:`tokenizer`), place it (device, dtype), add the LoRA adapter, quantize
-        the frozen base (``model.quantize``)."""
-        mesh, seed = self.dist.layout is not None, derive_seed("lora", cfg.run.seed)
-        meta = loads_on_meta(cfg.model, mesh=mesh)  # read per rank, fp8 scales applied
-        if meta:
-            lora = cfg.lora if cfg.lora.enabled else None
-            model, self.tokenizer = build_on_meta(
-                cfg.model, lora, lora_seed=seed, backend=self.dist.backend, mesh=mesh
-            )
-        else:
-            model, self.tokenizer = build_model_and_tokenizer(
-                cfg.model, corpus=lambda: env_corpus(cfg.envs, seed_start=cfg.train_seed_start)
-            )
-            model = place_model(model, cfg.model, backend=self.dist.backend)  # device, dtype
-            if cfg.lora.enabled:
-                model = apply_lora(model, cfg.lora, seed=seed)
-        if cfg.model.quantize != "none" and not (meta and mesh):  # torchao under the LoRA
-            from agentgym.trainers.parallel import quantize_base
-
-            dense = not meta and cfg.distributed.tp == 1  # tp splits dense weights
-            self._say(quantize_base(model, cfg.model.quantize, dense=dense).describe())
-        return model
 
     def _resume(self) -> Path | None:
         """Continue from the run folder's latest checkpoint: the learner's state, the
