@@ -20,9 +20,10 @@ echo "[vllm-gpu] 1/4 gpu-marked tests (sleep/wake, GPU paths) and the vLLM tests
   tests/trainers/test_vllm_train.py tests/trainers/test_serve_vllm.py \
   tests/trainers/test_gpu_paths_vllm.py
 echo "[vllm-gpu] 2/4 expert LoRA through vLLM (tiny-deepseek-v3, two steps): read the mismatch"
+# (MLA at DeepSeek's head size, 512 + 64: vLLM's MLA takes no other below 320)
 "$PY" -m agentgym train configs/quickstart_dapo.yaml "run.output_dir=$OUT/moe" model.path=null \
-  model.preset=tiny-deepseek-v3 rollout.engine=vllm run.max_steps=2 run.save_every=0 \
-  eval.at_ends=false --overwrite
+  model.preset=tiny-deepseek-v3 'model.preset_overrides={kv_lora_rank: 512, qk_rope_head_dim: 64}' \
+  rollout.engine=vllm run.max_steps=2 run.save_every=0 eval.at_ends=false --overwrite
 "$PY" - "$OUT/moe/metrics.jsonl" <<'PY'
 import json, sys
 for row in map(json.loads, open(sys.argv[1])):

@@ -114,8 +114,13 @@ def recording_vllm(monkeypatch):
     return requests
 
 
+#: tiny-deepseek-v3 with MLA at DeepSeek's head size (512 + 64), the sizes vLLM's MLA takes
+MLA_576 = {"kv_lora_rank": 512, "qk_rope_head_dim": 64}
+
+
 @pytest.mark.parametrize(
-    ("preset", "overrides", "is_3d"), [(*PRESETS[0], False), (*PRESETS[1], True)]
+    ("preset", "overrides", "is_3d"),
+    [(*PRESETS[0], False), ("tiny-deepseek-v3", MLA_576, True)],
 )
 def test_vllm_engine_gets_the_trainers_dtype_and_the_3d_declaration(
     recording_vllm, tokenizer, preset, overrides, is_3d

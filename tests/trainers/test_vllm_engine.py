@@ -182,6 +182,12 @@ def test_save_base_model_strips_lora_and_keeps_base_weights(tmp_path, tokenizer,
     assert all(torch.equal(after[k], before[k]) for k in before)
     assert tok.chat_template == tokenizer.chat_template
     assert not (path / "adapter_config.json").exists()
+    config = json.loads((path / "config.json").read_text())
+    if preset == "tiny-deepseek-v3":  # the routing as vLLM must read it: transformers' own
+        assert (config["topk_method"], config["scoring_func"]) == ("noaux_tc", "sigmoid")
+        assert any(k.endswith("mlp.gate.e_score_correction_bias") for k in after)
+    else:
+        assert "topk_method" not in config
 
 
 def test_sampling_params_translation():
@@ -471,4 +477,20 @@ def test_a_script_without_a_main_guard_gets_the_fix_not_a_bootstrapping_error(
     assert not (tmp_path / "w").exists()  # refused before anything was written
     path = save_model(_tiny(tokenizer), tokenizer, tmp_path / "m")
     with pytest.raises(ConfigError, match="spawn"):
+        VLLMEngine(path, tokenizer)
+
+
+def test_models_vllm_cannot_serve_are_refused_before_it_starts(tmp_path, tokenizer):
+    from agentgym.trainers.engines import vllm_refusal
+
+    mla = {"model_type": "deepseek_v3", "kv_lora_rank": 16, "qk_rope_head_dim": 8}
+    assert "kv_lora_rank: 512" in vllm_refusal(mla, cpu=False, lora=False)
+    real = {**mla, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "n_routed_experts": 4}
+    assert vllm_refusal(real, cpu=False, lora=True) is None  # a GPU serves it
+    assert "Triton" in vllm_refusal(real, cpu=True, lora=True)  # the CPU build cannot
+    assert vllm_refusal(real, cpu=True, lora=False) is None
+    assert vllm_refusal({"model_type": "qwen2"}, cpu=True, lora=True) is None
+    pytest.importorskip("vllm")  # the engine asks vLLM which platform this is
+    path = save_model(build_preset("tiny-deepseek-v3", tokenizer), tokenizer, tmp_path / "moe")
+    with pytest.raises(ConfigError, match="MLA"):
         VLLMEngine(path, tokenizer)

@@ -34,6 +34,7 @@ _LAZY = {
     "adapter_config_dict": "agentgym.trainers.engines.adapters",
     "infer_adapter_config": "agentgym.trainers.engines.adapters",
     "is_3d_moe_adapter": "agentgym.trainers.engines.adapters",
+    "vllm_refusal": "agentgym.trainers.engines.adapters",
     "save_base_model": "agentgym.trainers.engines.adapters",
     "vllm_lora_rank": "agentgym.trainers.engines.adapters",
     "write_peft_adapter": "agentgym.trainers.engines.adapters",

@@ -190,13 +190,60 @@ def vllm_lora_rank(r: int) -> int:
     raise ConfigError(f"LoRA rank {r} is above vLLM's largest max_lora_rank {VLLM_LORA_RANKS[-1]}.")
 
 
+#: config keys vLLM reads that transformers' config class does not keep, per model type:
+#: DeepSeek-V3's routing as transformers computes it (sigmoid scores with the
+#: ``e_score_correction_bias`` of "noaux_tc"), as DeepSeek's own config.json states it.
+#: Without them vLLM does not create the bias (its weight fails to load) and would route
+#: with softmax.
+VLLM_CONFIG_KEYS: dict[str, dict[str, Any]] = {
+    "deepseek_v3": {"topk_method": "noaux_tc", "scoring_func": "sigmoid"},
+}
+
+
+def vllm_config_additions(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of :data:`VLLM_CONFIG_KEYS` that the ``config.json`` mapping ``config``
+    lacks (empty when vLLM reads it as transformers does)."""
+    want = VLLM_CONFIG_KEYS.get(str(config.get("model_type")), {})
+    return {k: v for k, v in want.items() if k not in config}
+
+
+#: the MLA head sizes (latent ``kv_lora_rank`` + ``qk_rope_head_dim``) vLLM 0.32's MLA
+#: attention takes, on every platform (DeepSeek-V3's own: 512 + 64 = 576)
+VLLM_MLA_HEAD_SIZES = (320, 512, 576)
+
+
+def vllm_refusal(config: Mapping[str, Any], *, cpu: bool, lora: bool) -> str | None:
+    """Why vLLM 0.32 cannot serve the model of this ``config.json`` mapping here, or
+    ``None``. Known from running it: MLA takes only the head sizes of
+    :data:`VLLM_MLA_HEAD_SIZES`; on the CPU build a mixture-of-experts model with LoRA
+    serving on goes through the fused-MoE Triton kernels, which that build lacks."""
+    rank, rope = config.get("kv_lora_rank"), config.get("qk_rope_head_dim")
+    if isinstance(rank, int) and isinstance(rope, int) and rank + rope not in VLLM_MLA_HEAD_SIZES:
+        return (
+            f"vLLM's MLA attention takes kv_lora_rank + qk_rope_head_dim in "
+            f"{VLLM_MLA_HEAD_SIZES}; this model has {rank} + {rope}. For a small DeepSeek-V3 "
+            "use model.preset_overrides {kv_lora_rank: 512, qk_rope_head_dim: 64}, or "
+            "rollout.engine: hf."
+        )
+    experts = config.get("n_routed_experts") or config.get("num_local_experts")
+    if cpu and lora and experts:
+        return (
+            "vLLM's CPU build cannot serve LoRA on a mixture-of-experts model (its fused-MoE "
+            "LoRA path is Triton only, even for an adapter on attention alone): use "
+            "rollout.engine: hf on CPU, or vLLM on a GPU."
+        )
+    return None
+
+
 def save_base_model(model: nn.Module, tokenizer: Any, path: str | Path) -> Path:
     """Save the base weights of ``model`` (a plain or a peft model) for vLLM to load.
 
     peft wraps each adapted Linear (``q_proj.base_layer.weight``) and adds ``lora_*``
     tensors; those are stripped, so the directory holds the original architecture's
     weights under their original names, with the model's config and ``tokenizer``. The
-    adapter is *not* merged: the base weights are written exactly as they are.
+    adapter is *not* merged: the base weights are written exactly as they are. The
+    config gets the keys vLLM needs to compute as transformers does
+    (:func:`vllm_config_additions`).
     """
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     state: dict[str, torch.Tensor] = {}
@@ -210,4 +257,9 @@ def save_base_model(model: nn.Module, tokenizer: Any, path: str | Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     base.save_pretrained(str(path), state_dict=state, safe_serialization=True)
     tokenizer.save_pretrained(str(path))
+    config_file = path / "config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    added = vllm_config_additions(config)
+    if added:
+        config_file.write_text(json.dumps({**config, **added}, indent=2), encoding="utf-8")
     return path

@@ -6,7 +6,8 @@ take the trainer's model object; they differ in what they do with it:
 * ``hf``: :class:`~agentgym.trainers.engines.hf.HFEngine` generates with that very object
   (``shares_weights``: adapter syncs are no-ops).
 * ``vllm``: :class:`~agentgym.trainers.engines.vllm.VLLMEngine` loads the model's *base*
-  weights into vLLM once (from ``model_path``, or from a copy written to ``workdir``),
+  weights into vLLM once (from ``model_path``, or from a copy written to ``workdir``:
+  also when ``model_path``'s config lacks keys vLLM needs, such as DeepSeek-V3's routing),
   takes the adapter config from the peft model, and is handed the current adapter at
   once, so its first rollout already uses the trainer's weights (this matters after a
   resume). After that the loop's ``load_adapter`` calls keep it in step. A temporary
@@ -22,8 +23,10 @@ Each engine takes its settings as one typed options object
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -95,7 +98,7 @@ def _make_vllm(
     workdir: str | Path | None,
     options: VLLMEngineOptions,
 ) -> RolloutEngine:
-    from agentgym.trainers.engines.adapters import save_base_model
+    from agentgym.trainers.engines.adapters import save_base_model, vllm_config_additions
     from agentgym.trainers.engines.vllm import (
         VLLMEngine,
         import_vllm,
@@ -126,6 +129,19 @@ def _make_vllm(
         owned = Path(tempfile.mkdtemp(prefix="agentgym-vllm-"))
         workdir = owned
     workdir = Path(workdir)
+    if model_path is not None:
+        config_file = Path(model_path) / "config.json"
+        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+        missing = vllm_config_additions(config)
+        if missing:  # vLLM would compute otherwise than transformers: a copy that says how
+            print(
+                f"[agentgym] vLLM engine: {config_file} lacks {sorted(missing)}, which vLLM "
+                "needs to route as transformers does; writing a copy of the base weights "
+                "with them.",
+                file=sys.stderr,
+                flush=True,
+            )
+            model_path = None
     try:
         if model_path is None:
             model_path = save_base_model(model, tokenizer, workdir / "vllm_base")

@@ -114,6 +114,7 @@ from agentgym.trainers.engines.adapters import (
     infer_adapter_config,
     is_3d_moe_adapter,
     vllm_lora_rank,
+    vllm_refusal,
     write_peft_adapter,
 )
 from agentgym.trainers.engines.base import GenerationRequest, RolloutEngine
@@ -158,6 +159,17 @@ def cpu_defaults() -> dict[str, Any]:
     from vllm.platforms import current_platform
 
     return {"enable_chunked_prefill": False} if current_platform.is_cpu() else {}
+
+
+def refuse_unservable(model_path: Path, *, lora: bool) -> None:
+    """Raise a :class:`ConfigError` before vLLM starts when it cannot serve this model
+    here (:func:`~agentgym.trainers.engines.adapters.vllm_refusal`)."""
+    from vllm.platforms import current_platform
+
+    config = json.loads((model_path / "config.json").read_text(encoding="utf-8"))
+    why = vllm_refusal(config, cpu=current_platform.is_cpu(), lora=lora)
+    if why is not None:
+        raise ConfigError(why)
 
 
 def resolve_sleep_mode(asked: bool | None, colocated: bool) -> bool:
@@ -310,6 +322,7 @@ class VLLMEngine(RolloutEngine):
                 f"vLLM model path {str(model_path)!r} has no config.json; point it at a local "
                 "Hugging Face directory with the base weights (save_base_model writes one)."
             )
+        refuse_unservable(model_path, lora=enable_lora)
         self.options = options
         self.tokenizer = tokenizer
         self.model_path = model_path
