@@ -267,3 +267,45 @@ def test_vllms_own_argument_classes_take_what_the_engine_passes(monkeypatch):
     above = SamplingParams(max_tokens=4, temperature=VLLM_MAX_TEMPERATURE + 0.5)
     with pytest.raises(VLLMValidationError, match=r"temperature must be in \[0, 2\]"):
         VLLMSamplingParams(**vllm_sampling_kwargs(above, seed=1))
+
+
+def test_a_deepseek_model_path_without_vllms_routing_keys_gets_a_copy_that_has_them(
+    recording_vllm, tmp_path, tokenizer, capsys
+):
+    """A DeepSeek-V3 folder saved by transformers lacks ``topk_method`` and
+    ``scoring_func``; vLLM would not load it as transformers computes it, so the engine
+    loads a copy of the base weights whose config states them."""
+    from agentgym.trainers.models import save_model
+
+    base = build_preset("tiny-deepseek-v3", tokenizer, overrides=MLA_576)
+    folder = save_model(base, tokenizer, tmp_path / "model")
+    assert "topk_method" not in json.loads((folder / "config.json").read_text())
+    peft = apply_lora(base, LoraSettings(r=4))
+    engine = make_engine(
+        "vllm",
+        model=peft,
+        tokenizer=tokenizer,
+        model_path=folder,
+        workdir=tmp_path / "work",
+        options={"colocated": False},
+    )
+    try:
+        used = Path(engine.llm.kwargs["model"])
+        assert used == tmp_path / "work" / "vllm_base"
+        config = json.loads((used / "config.json").read_text())
+        assert (config["topk_method"], config["scoring_func"]) == ("noaux_tc", "sigmoid")
+        assert "lacks ['scoring_func', 'topk_method']" in capsys.readouterr().err
+    finally:
+        engine.close()
+    dense = apply_lora(build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), LoraSettings())
+    plain = build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN)
+    dense_folder = save_model(plain, tokenizer, tmp_path / "dense")
+    kept = make_engine(
+        "vllm",
+        model=dense,
+        tokenizer=tokenizer,
+        model_path=dense_folder,
+        options={"colocated": False},
+    )
+    assert kept.llm.kwargs["model"] == str(dense_folder)  # nothing missing: used as given
+    kept.close()
