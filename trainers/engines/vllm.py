@@ -75,7 +75,10 @@ MemoryRecall). What vLLM's CPU build lacks: sleep mode (CUDA and ROCm only: on C
 default is off, with a line saying so, and ``enable_sleep_mode: true`` is an error; the
 sleep/wake test is ``gpu``-marked), the fused MoE LoRA kernels (Triton only: expert
 adapters are loaded and converted by vLLM's own code on CPU, generation with them is
-GPU-only), and MLA decoding below DeepSeek's real latent size. See ``docs/vllm.md``.
+GPU-only; a MoE model with LoRA serving takes that path even for an attention-only
+adapter, so the engine refuses it on CPU). On every platform vLLM 0.32's MLA takes only
+head sizes 320, 512 and 576 (refused otherwise, before vLLM starts). See
+``docs/vllm.md``.
 
 **LoRA on routed experts.** peft's ``target_parameters`` adapter of the fused experts
 (``tiny-deepseek-v3``, DeepSeek-V3) is stored in the 3-D layout (``experts.base_layer``
