@@ -9,6 +9,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 export PYTHONDONTWRITEBYTECODE=1
+export VLLM_NO_USAGE_STATS=1  # the tests' vLLM engines report nothing anywhere
 
 bash scripts/setup.sh
 
@@ -25,7 +26,9 @@ echo "[test] ruff"
 echo "[test] pytest"
 WORKERS="${PYTEST_WORKERS:-2}"
 set +e
-.venv/bin/python -m pytest -n "$WORKERS" --timeout=900 "$@"
+# loadgroup: the tests of one xdist_group (a vLLM engine or server each) stay on one worker,
+# which starts that engine once
+.venv/bin/python -m pytest -n "$WORKERS" --dist loadgroup --timeout=900 "$@"
 rc=$?
 set -e
 if [[ $rc -eq 5 ]]; then
