@@ -16,10 +16,12 @@
 # overlong masking on; the table shows what the update did to act and summary turns.
 # Target: held-out recall after DAPO >= warm start + 0.15.
 #
-# Measured on this code (seed 0, 2-core VM shared with other jobs, load average 3-15):
-# warm start 31.2% held-out greedy recall (128 tasks), after 40 DAPO steps 32.8%: the
-# target is NOT reached (issue 33). Stage 1 took 605 s, stage 2 535 s. Why, and the
-# figures of each stage: the headers of configs/memory_recall_sft.yaml and _dapo.yaml.
+# Measured on this code (2-core VM shared with other jobs, load average 3-15): the
+# target is NOT reached on any of three seeds (issue 33). SEED=0: warm start 31.2%
+# held-out greedy recall (128 tasks), 32.8% after 40 DAPO steps (stage 1 605 s, stage 2
+# 535 s). SEED=1 and SEED=2: warm start 0.0% (128 tasks), so every DAPO group is all
+# zeros and no update is made (stage 1 519 s and 379 s). Why, and the figures of each
+# stage: the headers of configs/memory_recall_sft.yaml and configs/memory_recall_dapo.yaml.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
