@@ -28,7 +28,8 @@ cd "$ROOT"
 RUN_DIR="${RUN_DIR:-runs/memory_recall_demo}"
 THREADS="${THREADS:-1}"
 SEED="${SEED:-0}"
-"$ROOT/scripts/setup.sh"
+# agentgym alone: the demo needs none of the extras (vLLM's CPU build comes with the tests')
+AGENTGYM_EXTRAS="${AGENTGYM_EXTRAS-}" "$ROOT/scripts/setup.sh"
 AG="$ROOT/.venv/bin/agentgym"
 START=$(date +%s)
 
