@@ -171,7 +171,10 @@ class CheckpointReader:
         k = len(shape)
         while k > 0 and box[k - 1] == (0, shape[k - 1]):
             k -= 1
-        buf = memoryview(out.view(torch.uint8).numpy().reshape(-1))
+        host = out.view(torch.uint8)
+        if host.device.type != "cpu":  # .cpu() below must be the tensor itself, not a copy
+            raise ValueError(f"the reader fills host tensors; got one on {host.device}")
+        buf = memoryview(host.cpu().numpy().reshape(-1))
         if k == 0:
             self._pread(info.file, buf, info.offset)
             return out

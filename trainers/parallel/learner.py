@@ -483,7 +483,7 @@ class ParallelLearner(Learner):
         h = hashlib.sha256()
         for key, t in self.adapter_pieces(dst=0):
             h.update(key.encode())
-            h.update(t.to(torch.float32).contiguous().numpy().tobytes())
+            h.update(t.to(torch.float32).cpu().contiguous().numpy().tobytes())
         digest = [h.hexdigest() if self.dist.rank == 0 else None]
         dist.broadcast_object_list(digest, src=0)
         return str(digest[0])
