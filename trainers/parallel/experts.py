@@ -36,6 +36,7 @@ its full (peft) layout and a rank's share, for checkpoints, generation and resum
 from __future__ import annotations
 
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -223,25 +224,38 @@ def expert_weight(
     instead of the whole stack (peft's layout of the factors: ``lora_A: [r E, in]``,
     expert ``e`` in rows ``e r .. (e + 1) r``; ``lora_B: [out, r E]``, expert ``e`` in
     columns ``e, E + e, ...``). ``whole``: the stacks already dequantized."""
+    w = _expert_base(experts, name, e, whole)
+    for a_e, b_e, scale in _expert_factors(wrappers.get(name), e):
+        w = w + (b_e @ a_e).to(w.dtype) * scale
+    return w
+
+
+def _expert_base(
+    experts: nn.Module, name: str, e: int, whole: dict[str, torch.Tensor] | None
+) -> torch.Tensor:
+    """Expert ``e``'s frozen weight ``name`` (a view of its stack), dequantized."""
     if whole is not None:
-        w = whole[name][e]
-    else:
-        w = getattr(experts, name)[e]
-        if type(w) is not torch.Tensor:
-            w = w.dequantize()
-    wrapper = wrappers.get(name)
+        return whole[name][e]
+    w = getattr(experts, name)[e]
+    return w if type(w) is torch.Tensor else w.dequantize()
+
+
+def _expert_factors(wrapper: Any, e: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, float]]:
+    """Expert ``e``'s slices ``(A_e, B_e, scaling)`` of each active adapter of ``wrapper``
+    (views of the adapter's columns ``e, E + e, ...``); none when it adds nothing."""
     if wrapper is None or wrapper.disable_adapters or wrapper.merged:
-        return w
+        return
     for adapter in wrapper.active_adapters:
         if adapter not in wrapper.lora_A:
             continue
         n = wrapper.num_experts
         a = wrapper.lora_A[adapter].weight
         b = wrapper.lora_B[adapter].weight
-        a_e = a.reshape(n, -1, a.shape[-1])[e]
-        b_e = b.reshape(b.shape[0], -1, n)[:, :, e]
-        w = w + (b_e @ a_e).to(w.dtype) * wrapper.scaling[adapter]
-    return w
+        yield (
+            a.reshape(n, -1, a.shape[-1])[e],
+            b.reshape(b.shape[0], -1, n)[:, :, e],
+            wrapper.scaling[adapter],
+        )
 
 
 def expert_linear(
@@ -257,27 +271,11 @@ def expert_linear(
     without a merged ``[out, in]`` weight that autograd would keep for the backward pass
     (the base slice is a view of the frozen stack; the factors' slices are views of the
     adapter). ``whole``: the stacks already dequantized (:func:`dequantized_stacks`)."""
-    if whole is not None:
-        w = whole[name][e]
-    else:
-        w = getattr(experts, name)[e]
-        if type(w) is not torch.Tensor:
-            w = w.dequantize()
-    y = F.linear(x, w)
-    wrapper = wrappers.get(name)
-    if wrapper is None or wrapper.disable_adapters or wrapper.merged:
-        return y
-    for adapter in wrapper.active_adapters:
-        if adapter not in wrapper.lora_A:
-            continue
-        n = wrapper.num_experts
-        a = wrapper.lora_A[adapter].weight
-        b = wrapper.lora_B[adapter].weight
-        a_e = a.reshape(n, -1, a.shape[-1])[e]
-        b_e = b.reshape(b.shape[0], -1, n)[:, :, e]
+    y = F.linear(x, _expert_base(experts, name, e, whole))
+    for a_e, b_e, scale in _expert_factors(wrappers.get(name), e):
         cast = x.dtype != a_e.dtype and not torch.is_autocast_enabled(x.device.type)
         delta = F.linear(F.linear(x.to(a_e.dtype) if cast else x, a_e), b_e)
-        y = y + (delta * wrapper.scaling[adapter]).to(y.dtype)
+        y = y + (delta * scale).to(y.dtype)
     return y
 
 
