@@ -1,4 +1,5 @@
-"""Shared pytest configuration: markers that skip what this machine cannot run."""
+"""Shared pytest configuration: markers that skip what this machine cannot run, and the
+``xdist_group`` marks that ``--dist loadgroup`` (scripts/test.sh) keeps on one worker."""
 
 from __future__ import annotations
 
@@ -18,6 +19,32 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(skip_gpu)
+    if getattr(config.option, "loadgroup", False):
+        _group_suffixes(items)
+
+
+def _group_suffixes(items) -> None:
+    """On an xdist worker under ``--dist loadgroup``: each ``xdist_group`` test's node id
+    ends in ``@GROUP``, which is how the controller learns the group (it sees ids only).
+
+    pytest-xdist 3.8 writes that suffix into ``item._nodeid``, which pytest 9.2 no longer
+    reads (its ids are structured, ``item._id``), so every test was dealt out on its own
+    and each vLLM module started its engine on both workers (pytest-xdist issue 1386).
+    Here the suffix goes where this pytest reads it, the way xdist names it (the group
+    names sorted, joined by ``_``); where xdist's own suffix took effect, nothing changes.
+    """
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        names = sorted(
+            {
+                str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                for m in item.iter_markers("xdist_group")
+            }
+        )
+        if not names or "@" in item.nodeid or not isinstance(getattr(item, "_id", None), NodeId):
+            continue
+        item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
 
 
 @pytest.fixture
