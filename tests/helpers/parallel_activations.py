@@ -8,6 +8,11 @@ runs one forward and backward of ``B`` sequences of ``S`` tokens (no padding) un
 :class:`~agentgym.trainers.parallel.activations.SavedBytes`, and writes
 ``OUT/rank<r>.json``: ``{"rank", "layers": {index: bytes}, "outside", "tokens",
 "grad_norm"}``.
+
+``SPEC`` may be a JSON list of such specs with the same ``sizes``: one start-up (the
+imports and the process group are most of a launch's time) measures each in turn, on a
+model, adapter and learner of its own, and ``OUT/rank<r>.json`` is ``{"rank", "runs":
+[row, ...]}``, a row per spec in order.
 """
 
 from __future__ import annotations
@@ -59,8 +64,20 @@ def build_model():
 
 
 def main() -> None:
-    spec = json.loads(sys.argv[1])
-    info = start_distributed(DistributedConfig(strategy="fsdp2", **spec["sizes"]), lora=True)
+    arg = json.loads(sys.argv[1])
+    specs = arg if isinstance(arg, list) else [arg]
+    sizes = specs[0]["sizes"]
+    assert all(spec["sizes"] == sizes for spec in specs), "one launch, one mesh"
+    info = start_distributed(DistributedConfig(strategy="fsdp2", **sizes), lora=True)
+    kept: list[object] = []  # every learner lives to the end: no id() is reused
+    rows = [measure(spec, info, kept) for spec in specs]
+    row = {"rank": info.rank, "runs": rows} if isinstance(arg, list) else rows[0]
+    (Path(sys.argv[2]) / f"rank{info.rank}.json").write_text(json.dumps(row))
+    shutdown(info)
+
+
+def measure(spec: dict, info, kept: list[object]) -> dict:
+    """One spec's forward and backward on a fresh model: its row."""
     model, tokenizer = build_model()
     algo = AlgorithmConfig(micro_batch_size=spec["batch"], share_prompts=False)
     learner = ParallelLearner(
@@ -76,15 +93,14 @@ def main() -> None:
         learner.forward_backward(mbs, loss_fn)
     tokens = int(mbs[0].sequences()[0].numel())
     norm = learner.step()["grad_norm"]
-    row = {
+    kept.append(learner)
+    return {
         "rank": info.rank,
         "layers": counter.per_layer,
         "outside": counter.outside,
         "tokens": tokens,
         "grad_norm": norm,
     }
-    (Path(sys.argv[2]) / f"rank{info.rank}.json").write_text(json.dumps(row))
-    shutdown(info)
 
 
 if __name__ == "__main__":

@@ -120,9 +120,11 @@ def test_the_planner_counts_the_activations_each_layer_saves(tmp_path):
     sizes, batch, seq_len = {"ep": 2}, 2, 64
     hidden = 64  # tiny-deepseek-v3
     measured: dict[bool, list[dict]] = {}
-    for ckpt in (False, True):
-        spec = {"sizes": sizes, "checkpointing": ckpt, "batch": batch, "seq_len": seq_len}
-        rows = torchrun_rows("parallel_activations.py", json.dumps(spec), 2, tmp_path / str(ckpt))
+    both = (False, True)  # one launch measures both, each on a model of its own
+    specs = [{"sizes": sizes, "checkpointing": c, "batch": batch, "seq_len": seq_len} for c in both]
+    ranks = torchrun_rows("parallel_activations.py", json.dumps(specs), 2, tmp_path)
+    for i, ckpt in enumerate(both):
+        rows = [r["runs"][i] for r in ranks]
         _, items = _planned(sizes, batch=batch, seq_len=seq_len, checkpointing=ckpt)
         planned = items["activations: layer inputs"]
         for r in rows:
