@@ -54,8 +54,18 @@ def torchrun_rows(script: str, arg: str, nproc: int, out: Path) -> list[dict]:
     return rows
 
 
-def _rank_bytes(sizes: dict[str, int], out: Path) -> list[dict[str, int]]:
-    return torchrun_rows("parallel_bytes.py", json.dumps(sizes), Layout(**sizes).world_size, out)
+#: the layouts whose per-rank bytes are checked, all of two processes
+LAYOUTS = {"tp2": {"tp": 2}, "pp2": {"pp": 2}, "ep2": {"ep": 2}}
+
+
+@pytest.fixture(scope="module")
+def rank_bytes(tmp_path_factory) -> dict[str, list[dict[str, int]]]:
+    """Each layout's rows (rank order), from one launch that builds each layout in turn
+    (a start-up is most of a launch's time; each layout gets a model and mesh of its own)."""
+    nproc = {Layout(**sizes).world_size for sizes in LAYOUTS.values()}.pop()
+    out = tmp_path_factory.mktemp("rank_bytes")
+    ranks = torchrun_rows("parallel_bytes.py", json.dumps(list(LAYOUTS.values())), nproc, out)
+    return {name: [r["runs"][i] for r in ranks] for i, name in enumerate(LAYOUTS)}
 
 
 def _planned(
@@ -97,9 +107,10 @@ def _planned(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sizes", [{"tp": 2}, {"pp": 2}, {"ep": 2}], ids=["tp2", "pp2", "ep2"])
-def test_the_planner_sizes_each_ranks_weights_and_adapter(tmp_path, sizes):
-    rows = _rank_bytes(sizes, tmp_path)
+@pytest.mark.xdist_group("parallel_plan_bytes")  # the layouts' one launch, on one worker
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_the_planner_sizes_each_ranks_weights_and_adapter(rank_bytes, layout):
+    sizes, rows = LAYOUTS[layout], rank_bytes[layout]
     stage, items = _planned(sizes)
     worst = [r for r in rows if r["stage"] == stage]
     assert worst
