@@ -9,10 +9,10 @@ runs one forward and backward of ``B`` sequences of ``S`` tokens (no padding) un
 ``OUT/rank<r>.json``: ``{"rank", "layers": {index: bytes}, "outside", "tokens",
 "grad_norm"}``.
 
-``SPEC`` may be a JSON list of such specs with the same ``sizes``: one start-up (the
-imports and the process group are most of a launch's time) measures each in turn, on a
-model, adapter and learner of its own, and ``OUT/rank<r>.json`` is ``{"rank", "runs":
-[row, ...]}``, a row per spec in order.
+``SPEC`` may be a JSON list of such specs (layouts of the same number of processes): one
+start-up (the imports and the process group are most of a launch's time) measures each in
+turn, on a model, adapter, mesh and learner of its own, and ``OUT/rank<r>.json`` is
+``{"rank", "runs": [row, ...]}``, a row per spec in order.
 """
 
 from __future__ import annotations
@@ -66,18 +66,18 @@ def build_model():
 def main() -> None:
     arg = json.loads(sys.argv[1])
     specs = arg if isinstance(arg, list) else [arg]
-    sizes = specs[0]["sizes"]
-    assert all(spec["sizes"] == sizes for spec in specs), "one launch, one mesh"
-    info = start_distributed(DistributedConfig(strategy="fsdp2", **sizes), lora=True)
     kept: list[object] = []  # every learner lives to the end: no id() is reused
-    rows = [measure(spec, info, kept) for spec in specs]
+    rows = [measure(spec, kept) for spec in specs]
+    info = start_distributed(DistributedConfig(strategy="fsdp2", **specs[0]["sizes"]), lora=True)
     row = {"rank": info.rank, "runs": rows} if isinstance(arg, list) else rows[0]
     (Path(sys.argv[2]) / f"rank{info.rank}.json").write_text(json.dumps(row))
     shutdown(info)
 
 
-def measure(spec: dict, info, kept: list[object]) -> dict:
-    """One spec's forward and backward on a fresh model: its row."""
+def measure(spec: dict, kept: list[object]) -> dict:
+    """One spec's forward and backward on a fresh model: its row (the process group is
+    joined once: start_distributed is idempotent, the layout is this spec's)."""
+    info = start_distributed(DistributedConfig(strategy="fsdp2", **spec["sizes"]), lora=True)
     model, tokenizer = build_model()
     algo = AlgorithmConfig(micro_batch_size=spec["batch"], share_prompts=False)
     learner = ParallelLearner(

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+from functools import cache
 
 import pytest
 import torch
@@ -30,6 +31,7 @@ from agentgym.trainers.parallel.experts import expert_linear, expert_weight, fin
 SPEC = {"batch": 2, "seq_len": 64, "micro_batches": 1}
 
 
+@cache  # the same model and batch each time
 def _one_process_grad_norm() -> float:
     model, tokenizer = build_model()
     algo = AlgorithmConfig(micro_batch_size=SPEC["batch"], share_prompts=False)
@@ -41,11 +43,25 @@ def _one_process_grad_norm() -> float:
     return learner.step()["grad_norm"]
 
 
+#: the layouts checked with activation checkpointing, both of two processes
+LAYOUTS = {"tp2": {"tp": 2}, "pp2-one-micro-batch": {"pp": 2}}
+
+
+@pytest.fixture(scope="module")
+def checkpointed_rows(tmp_path_factory) -> dict[str, list[dict]]:
+    """Each layout's rows (rank order), from one launch that runs each layout in turn (a
+    start-up is most of a launch's time; each layout gets a model and mesh of its own)."""
+    specs = [{**SPEC, "sizes": sizes, "checkpointing": True} for sizes in LAYOUTS.values()]
+    out = tmp_path_factory.mktemp("checkpointed")
+    ranks = torchrun_rows("parallel_activations.py", json.dumps(specs), 2, out)
+    return {name: [r["runs"][i] for r in ranks] for i, name in enumerate(LAYOUTS)}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("sizes", [{"tp": 2}, {"pp": 2}], ids=["tp2", "pp2-one-micro-batch"])
-def test_checkpointed_layers_give_the_one_process_update(tmp_path, sizes):
-    spec = {**SPEC, "sizes": sizes, "checkpointing": True}
-    rows = torchrun_rows("parallel_activations.py", json.dumps(spec), 2, tmp_path)
+@pytest.mark.xdist_group("parallel_activations")  # the layouts' one launch, on one worker
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_checkpointed_layers_give_the_one_process_update(checkpointed_rows, layout):
+    sizes, rows = LAYOUTS[layout], checkpointed_rows[layout]
     expected = _one_process_grad_norm()
     layer_input = SPEC["batch"] * SPEC["seq_len"] * 64 * 4  # tokens x hidden x fp32
     # pp=2 runs two micro-batches through 1F1B: the real one and its zero-loss copy;
