@@ -1,11 +1,19 @@
-"""Shared pytest configuration: markers that skip what this machine cannot run, and the
-``xdist_group`` marks that ``--dist loadgroup`` (scripts/test.sh) keeps on one worker."""
+"""Shared pytest configuration: markers that skip what this machine cannot run, the
+``xdist_group`` marks that ``--dist loadgroup`` (scripts/test.sh) keeps on one worker, and
+OpenMP's passive waiting for torch's threads."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+
+# torch's CPU threads wait for each other by spinning (OpenMP's default): with two xdist
+# workers on two cores, and the commands they start (the README's configs ask for two
+# threads), a spinning thread holds a core that its partner or the other worker needs.
+# Passive waiting sleeps instead, as scripts/quickstart.sh does; set OMP_WAIT_POLICY to
+# choose otherwise. Set here, before anything imports torch; every child inherits it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def pytest_collection_modifyitems(config, items):
