@@ -156,14 +156,17 @@ def passed_tests(result: GradeResult) -> set[str]:
     return {t for t, outcome in result.per_test.items() if outcome == "passed"}
 
 
-#: families whose gradings start Chromium (10 to 40 s each here): their cases are ``slow``
+#: families whose gradings start Chromium (10 to 40 s each here): their cases are ``slow``,
+#: and on one worker under --dist loadgroup, which grades their honest projects (~12 s
+#: each) and starts their sandbox once instead of once per worker
 SLOW_FAMILIES = ("full-stack",)
+SLOW_CASES = [pytest.mark.slow, pytest.mark.xdist_group("appgen_attacks_slow")]
 CASES = [
     pytest.param(
         family,
         attack,
         id=f"{family}-{attack.name}",
-        marks=[pytest.mark.slow] if family in SLOW_FAMILIES else [],
+        marks=SLOW_CASES if family in SLOW_FAMILIES else [],
     )
     for attack in ATTACKS
     for family in FAMILIES
