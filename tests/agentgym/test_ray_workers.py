@@ -30,6 +30,10 @@ from agentgym.workers import (
     default_temp_dir,
 )
 
+#: one worker under --dist loadgroup: the module's Ray (the ``workers`` fixture, ~6 s to
+#: start and stop) starts once, not once per worker
+pytestmark = pytest.mark.xdist_group("ray_workers")
+
 REPO = Path(__file__).resolve().parents[2]
 RECALL = "agentgym/MemoryRecall-v0"
 MATH = "agentgym/BalancedMath-v0"
