@@ -29,6 +29,10 @@ pytest.importorskip("aiohttp", reason="agentgym serve needs aiohttp: pip install
 from agentgym import ConfigError  # noqa: E402
 from agentgym.cli import main  # noqa: E402
 
+#: one worker under --dist loadgroup: the module's trained adapter and server (~4 s) are
+#: made once, not once per worker
+pytestmark = pytest.mark.xdist_group("serve")
+
 ADAPTER = "trained"
 HI = [{"role": "user", "content": "Say something."}]
 
