@@ -14,6 +14,7 @@ SYSTEM_PROMPT = (
 )
 
 _FACT_RE = re.compile(r"The code of locker (\d+) is (\d{4})\.")
+PROMPT_STYLES = ("full", "brief")
 _NOTE_RE = re.compile(r"locker (\d+)\s*(?:=|:|is)\s*(\d{4})", re.IGNORECASE)
 
 
@@ -55,6 +56,10 @@ class MemoryRecallEnv(ConversationEnv):
     * ``num_distractors`` (9): other facts.
     * ``chunk_size`` (2): facts per part.
     * ``early_fraction`` (0.5): asked facts appear in the first this-share of the parts.
+    * ``prompt_style`` (``"full"``): ``"brief"`` drops the system prompt and states the
+      task, the parts and the question in a few words, with facts written as
+      ``locker 17: 4821`` (the answer's own form), so a conversation is ~3x shorter: for
+      tiny models trained on a CPU. The document, the memory and the reward are the same.
     * ``oracle_forget`` (0.0): a lossy teacher: each of the oracle's memory summaries
       leaves the codes out with this probability (drawn per task seed and summary, apart
       from the task's own draws, so the tasks do not change). The env and its reward do
@@ -84,6 +89,7 @@ class MemoryRecallEnv(ConversationEnv):
         chunk_size: int = 2,
         early_fraction: float = 0.5,
         oracle_forget: float = 0.0,
+        prompt_style: str = "full",
         **kwargs: Any,
     ) -> None:
         if num_facts < 1 or num_distractors < 0 or chunk_size < 1:
@@ -95,6 +101,8 @@ class MemoryRecallEnv(ConversationEnv):
             raise ConfigError(f"early_fraction must be in (0, 1], got {early_fraction}.")
         if not 0 <= oracle_forget <= 1:
             raise ConfigError(f"oracle_forget must be in [0, 1], got {oracle_forget}.")
+        if prompt_style not in PROMPT_STYLES:
+            raise ConfigError(f"prompt_style must be one of {PROMPT_STYLES}, got {prompt_style!r}.")
         if num_facts + num_distractors > 900:
             raise ConfigError(
                 "num_facts + num_distractors must be <= 900 (locker numbers are 3 digits)."
@@ -104,6 +112,7 @@ class MemoryRecallEnv(ConversationEnv):
         self.chunk_size = chunk_size
         self.early_fraction = early_fraction
         self.oracle_forget = oracle_forget
+        self.brief = prompt_style == "brief"
         self.num_parts = -(-(num_facts + num_distractors) // chunk_size)
         kwargs.setdefault("max_turns", self.num_parts + 2)
         super().__init__(**kwargs)
@@ -139,6 +148,10 @@ class MemoryRecallEnv(ConversationEnv):
         self._shown = 1
         self._seed = seed
         asked_text = ", ".join(f"locker {k}" for k in self._asked)
+        task_id = f"memory-recall/{self.num_facts}-{self.num_distractors}-{self.chunk_size}/{seed}"
+        if self.brief:
+            prompt = f"Keep the code of {asked_text} for the question at the end."
+            return Task(task_id=task_id, prompt=prompt, first_message=self._part_text(0))
         prompt = (
             f"You will read a document in {self.num_parts} parts, one per turn. At the end "
             f"you will be asked for the codes of {asked_text}. Reply to each part with short "
@@ -146,17 +159,22 @@ class MemoryRecallEnv(ConversationEnv):
             "each code on its own line as `locker N: CODE`."
         )
         return Task(
-            task_id=f"memory-recall/{self.num_facts}-{self.num_distractors}-{self.chunk_size}/{seed}",
+            task_id=task_id,
             prompt=prompt,
             system=SYSTEM_PROMPT,
             first_message=self._part_text(0),
         )
 
     def _part_text(self, i: int) -> str:
+        if self.brief:
+            facts = "; ".join(f"locker {lk}: {code}" for lk, code in self._parts[i])
+            return f"Part {i + 1}/{self.num_parts}: {facts}"
         facts = " ".join(f"The code of locker {lk} is {code}." for lk, code in self._parts[i])
         return f"Part {i + 1}/{self.num_parts}: {facts}"
 
     def _question(self) -> str:
+        if self.brief:  # the task line names the lockers
+            return "Question: give the codes now."
         asked = ", ".join(str(k) for k in self._asked)
         return (
             f"That was the whole document. Question: what are the codes of lockers {asked}? "

@@ -172,3 +172,34 @@ def test_too_few_conversations_cut_the_episode_off_before_its_answer():
             approx_tokens(t.completion.text) for t in e.turns if t.kind == "summary"
         )
         assert 0 < summary_tokens(e) < episode_tokens(e) and summary_tokens(one) == 0
+
+
+def test_the_brief_style_shortens_every_conversation_and_keeps_the_task():
+    memory = {**DEMO_KWARGS["memory"], "token_budget": 200}
+    kwargs = {**DEMO_KWARGS, "num_distractors": 5, "chunk_size": 2, "memory": memory}
+    brief_kwargs = {
+        **kwargs,
+        "prompt_style": "brief",
+        "memory": {**memory, "token_budget": 80},
+    }
+    seeds = range(20)
+    full = rollout("agentgym/MemoryRecall-v0", OraclePolicy(), seeds=seeds, env_kwargs=kwargs)
+    brief = rollout("agentgym/MemoryRecall-v0", OraclePolicy(), seeds=seeds, env_kwargs=brief_kwargs)
+    assert [e.reward for e in brief] == [1.0] * len(seeds)
+    assert [e.num_conversations for e in brief] == [e.num_conversations for e in full]
+    # the same document: every code of the full text appears in the brief one
+    for f, b in zip(full, brief, strict=True):
+        assert b.turns[0].messages[0].role == "user"  # no system prompt
+        expected = f.reward_breakdown["expected"]
+        assert expected == b.reward_breakdown["expected"]
+        locker, code = next(iter(expected.items()))
+        seen = " ".join(m.content for t in b.turns for m in t.messages if m.role == "user")
+        assert f"locker {locker}: {code}" in seen
+    chars = [sum(len(m.content) for m in t.messages) for e in full for t in e.turns]
+    brief_chars = [sum(len(m.content) for m in t.messages) for e in brief for t in e.turns]
+    assert sum(brief_chars) < 0.5 * sum(chars)
+
+
+def test_an_unknown_prompt_style_is_rejected():
+    with pytest.raises(ConfigError, match="prompt_style"):
+        gym.make("agentgym/MemoryRecall-v0", prompt_style="terse")
