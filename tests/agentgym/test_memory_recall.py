@@ -184,7 +184,9 @@ def test_the_brief_style_shortens_every_conversation_and_keeps_the_task():
     }
     seeds = range(20)
     full = rollout("agentgym/MemoryRecall-v0", OraclePolicy(), seeds=seeds, env_kwargs=kwargs)
-    brief = rollout("agentgym/MemoryRecall-v0", OraclePolicy(), seeds=seeds, env_kwargs=brief_kwargs)
+    brief = rollout(
+        "agentgym/MemoryRecall-v0", OraclePolicy(), seeds=seeds, env_kwargs=brief_kwargs
+    )
     assert [e.reward for e in brief] == [1.0] * len(seeds)
     assert [e.num_conversations for e in brief] == [e.num_conversations for e in full]
     # the same document: every code of the full text appears in the brief one
