@@ -32,7 +32,12 @@ def test_the_memory_recall_demo_runs_to_its_table(tmp_path):
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = r.stdout
-    for line in ("recall (share of codes right)", "target (after", "credit by turn kind"):
+    for line in (
+        "recall, sampled at temperature 1",
+        "recall, greedy",
+        "target (after",
+        "credit by turn kind",
+    ):
         assert line in out, out[-3000:]
     assert "summary tokens per episode" in out and "overlong episodes" in out
     # both stages ran with the demo's seed; the step row has the turn-kind breakdown

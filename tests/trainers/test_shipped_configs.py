@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import TINY_QWEN
 
 from agentgym import load_config
@@ -21,6 +22,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 EXPECTED = {
     "quickstart_dapo.yaml": ("losses/total",),
     "memory_recall_dapo.yaml": ("losses/total",),
+    "memory_recall_multi_dapo.yaml": ("losses/total",),
     "vapo_balanced_math.yaml": ("losses/value", "critic/explained_variance"),
     "tppo_longtail.yaml": ("losses/value", "critic/explained_variance"),
     "apo_balanced_math.yaml": ("losses/total",),
@@ -38,10 +40,11 @@ def tiny_model(tmp_path_factory) -> Path:
     from agentgym.trainers.tokenizer import build_tokenizer
 
     texts = []
-    for env_id in ("agentgym/BalancedMath-v0", "agentgym/MemoryRecall-v0"):
-        env = gym.make(env_id)
-        texts += [str(env.reset(seed=seed)[0]) for seed in range(20)]
-        env.close()
+    for name in sorted(EXPECTED):  # each config's envs with its own arguments
+        for spec in yaml.safe_load((CONFIGS / name).read_text())["envs"]:
+            env = gym.make(spec["id"], **spec.get("kwargs", {}))
+            texts += [str(env.reset(seed=seed)[0]) for seed in range(20)]
+            env.close()
     tok = build_tokenizer(texts, 512)
     model = build_preset("tiny-qwen2", tok, overrides=TINY_QWEN)
     return Path(save_model(model, tok, tmp_path_factory.mktemp("tiny") / "model"))
