@@ -72,7 +72,9 @@ class MemoryRecallEnv(ConversationEnv):
       :class:`~agentgym.env.ConversationEnv`.
 
     ## Version history
-    * v0: first version; ``oracle_forget`` added later (default 0: the oracle as before).
+    * v0: first version; ``oracle_forget`` and ``prompt_style`` added later (defaults:
+      the env and the oracle as before); the oracle lists codes in the order it first saw
+      them (it sorted them by locker number: the rewards are the same).
     """
 
     memory_defaults: ClassVar[dict[str, Any]] = {
@@ -225,8 +227,9 @@ class MemoryRecallEnv(ConversationEnv):
                 known[int(lk)] = code
             for lk, code in _NOTE_RE.findall(m.content):
                 known[int(lk)] = code
+        # in the order first seen: a summary is the memory it had, then what is new
         keep = {k: v for k, v in known.items() if k in self._asked}
-        lines = "\n".join(f"locker {k}: {keep[k]}" for k in sorted(keep))
+        lines = "\n".join(f"locker {k}: {code}" for k, code in keep.items())
         if self.next_turn_kind == "summary":
             if self._oracle_forgets():
                 lines = ""
