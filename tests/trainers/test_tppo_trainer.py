@@ -132,7 +132,8 @@ def test_two_processes_equal_one(tmp_path, toy_envs_registered, preset, layout):
     processes: the same episodes, value losses and gradient norms as one process. (ZeRO-3
     trains T-PPO equal to one process too, but one CI run of it aborted at exit after
     its last step, "terminate called without an active exception", not reproduced in
-    four runs since: it is left out until that is understood.)"""
+    four runs since: it is left out until that is understood. The same abort at exit hit
+    the mesh-pp2 case once, in a full-suite run on a loaded machine, not in 8 runs since.)"""
 
     args = [
         a
