@@ -36,7 +36,8 @@ class SandboxLimits:
             included, tmpfs pages count against it; local: address space per process).
         cpus: CPU share (Docker: ``nano_cpus``; ignored by the local backend).
         pids: most processes and threads at once (Docker: pids cgroup; local:
-            ``RLIMIT_NPROC`` on top of what the sandbox user already runs).
+            ``RLIMIT_NPROC``, counted inside the command's user namespace, or at the
+            ``rlimits`` level on top of what the sandbox user already runs).
         workspace_mb: size of the writable workspace (Docker: tmpfs size; local:
             largest single file, ``RLIMIT_FSIZE``, since a directory cannot be bounded).
         tmp_mb: size of ``/tmp`` (Docker tmpfs); ignored by the local backend.

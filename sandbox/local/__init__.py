@@ -14,8 +14,10 @@ Every level, always:
     * an empty environment apart from ``PATH``, ``HOME``, ``TMPDIR``, ``LANG`` and what
       the caller passes;
     * rlimits on every process: address space (``memory_mb``), CPU seconds, open files,
-      file size (``workspace_mb``), no core dumps, and processes (``pids`` more than the
-      sandbox user already runs);
+      file size (``workspace_mb``), no core dumps, and processes: at ``bwrap`` and
+      ``unshare`` ``pids`` tasks counted inside the command's user namespace (util-linux
+      ``prlimit`` sets the limit there), at ``rlimits`` ``pids`` more than the sandbox user
+      already runs (a bound that moves with the user's other processes);
     * when agentgym itself runs as root, commands run as ``nobody`` (65534), never root;
     * the timeout kills the command's whole process group with SIGKILL, so processes that
       ignore SIGTERM die too; output is capped per stream, the rest drained and dropped.

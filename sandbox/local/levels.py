@@ -20,6 +20,7 @@ __all__ = [
     "best_level",
     "drop_uid",
     "hidden_dirs",
+    "nproc_helper",
     "probe",
     "wrapper_argv",
 ]
@@ -102,6 +103,24 @@ def _try_tool(level: str, uid: int | None) -> str | None:
 
 
 @functools.cache
+def nproc_helper() -> str | None:
+    """util-linux ``prlimit``, when it is installed where a namespaced command can run it.
+
+    Inside a new user namespace the kernel counts ``RLIMIT_NPROC`` against the tasks of
+    that namespace only, so a limit set there by ``prlimit`` bounds what the command
+    starts, whatever else the sandbox user runs on the host. Set before the namespace
+    exists, the limit would count every task of the user, and a busy host could leave
+    the wrapper itself unable to fork.
+    """
+    path = shutil.which("prlimit")
+    if path is None:
+        return None
+    real = os.path.realpath(path)
+    bound = ("/usr/", "/bin/", "/sbin/")
+    return path if real.startswith(bound) and path.startswith(bound) else None
+
+
+@functools.cache
 def hidden_dirs() -> tuple[str, ...]:
     """agentgym's own installed directories that a bound system directory would show to
     commands (a wheel in ``/usr/.../site-packages``): its code and its environments' data,
@@ -135,6 +154,7 @@ def wrapper_argv(
     inner: str,
     cwd: str | None = None,
     info_fd: int | None = None,
+    nproc: int | None = None,
 ) -> list[str]:
     """The argv that wraps a command at ``level`` (empty at ``rlimits``).
 
@@ -145,7 +165,10 @@ def wrapper_argv(
         inner: where the workspace appears to the command.
         cwd: the command's working directory as it sees it (bwrap; default ``inner``).
         info_fd: a file descriptor bwrap writes its namespace init's pid to.
+        nproc: the ``RLIMIT_NPROC`` to set inside the namespace (with :func:`nproc_helper`;
+            the caller checks that it is there).
     """
+    inside = [nproc_helper() or "prlimit", f"--nproc={nproc}:{nproc}", "--"] if nproc else []
     if level == "bwrap":
         argv = [
             "bwrap",
@@ -179,7 +202,7 @@ def wrapper_argv(
         argv += ["--proc", "/proc", "--dev", "/dev"]
         argv += ["--bind", workspace, inner, "--bind", tmp, "/tmp"]
         argv += ["--chdir", cwd or inner, "--"]
-        return argv
+        return argv + inside
     if level == "unshare":
         return [
             "unshare",
@@ -195,5 +218,6 @@ def wrapper_argv(
             "--uts",
             "--cgroup",
             "--",
+            *inside,
         ]
     return []

@@ -19,18 +19,26 @@ from agentgym.sandbox.procfs import process_start_ticks
 __all__ = ["Killer", "exited", "read_child_pid", "rlimits_for", "start_process"]
 
 
-def rlimits_for(limits: SandboxLimits, seconds: float, uid: int) -> list[tuple[int, int]]:
-    """The rlimits every process of a run gets (``uid`` runs it; ``seconds`` is its timeout)."""
+def rlimits_for(
+    limits: SandboxLimits, seconds: float, uid: int, *, nproc_inside: bool = False
+) -> list[tuple[int, int]]:
+    """The rlimits every process of a run gets (``uid`` runs it; ``seconds`` is its timeout).
+
+    With ``nproc_inside`` the process limit is left out: the wrapper sets it inside the
+    command's user namespace, where only the namespace's tasks count. Otherwise it is
+    ``pids`` on top of the tasks ``uid`` runs now, a bound that moves when the user's
+    other processes come and go.
+    """
     cpu = limits.cpu_seconds or math.ceil(seconds) + 5
-    nproc = _user_tasks(uid) + limits.pids
     mib = 1024 * 1024
+    nproc = [] if nproc_inside else [(resource.RLIMIT_NPROC, _user_tasks(uid) + limits.pids)]
     return [
         (resource.RLIMIT_AS, limits.memory_mb * mib),
         (resource.RLIMIT_CPU, cpu),
         (resource.RLIMIT_NOFILE, limits.nofile),
         (resource.RLIMIT_FSIZE, limits.workspace_mb * mib),
         (resource.RLIMIT_CORE, 0),
-        (resource.RLIMIT_NPROC, nproc),
+        *nproc,
     ]
 
 

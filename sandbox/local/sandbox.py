@@ -20,6 +20,7 @@ from agentgym.sandbox.local.levels import (
     LEVELS,
     best_level,
     drop_uid,
+    nproc_helper,
     probe,
     wrapper_argv,
 )
@@ -128,8 +129,14 @@ class LocalSandbox(Sandbox):
         err: CappedBuffer,
     ) -> ExecStatus:
         """Start ``argv`` inside the level's wrapper and stream it to the end."""
+        # in a user namespace the process limit counts the namespace's tasks only: the
+        # command's own, plus the namespace's init
+        inside = self.isolation != "rlimits" and nproc_helper() is not None
         limits = rlimits_for(
-            self.limits, seconds, self._uid if self._uid is not None else os.getuid()
+            self.limits,
+            seconds,
+            self._uid if self._uid is not None else os.getuid(),
+            nproc_inside=inside,
         )
         # bwrap reports the pid of its namespace's init on this pipe
         info_r, info_w = os.pipe() if self.isolation == "bwrap" else (-1, -1)
@@ -140,6 +147,7 @@ class LocalSandbox(Sandbox):
             inner,
             inner_cwd,
             info_fd=info_w if info_w >= 0 else None,
+            nproc=self.limits.pids + 1 if inside else None,
         )
         start = time.monotonic()
         try:

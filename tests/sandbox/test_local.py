@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import threading
 import uuid
 
 import pytest
@@ -161,6 +162,49 @@ def test_fork_bomb_is_contained(lsb):
         assert subprocess.run(["true"], check=False).returncode == 0
         assert marked_processes(m) == 0
         assert sb.run("echo ok").stdout == "ok\n"
+
+
+FORK_COUNTER = """
+import os, sys, time
+time.sleep(float(sys.argv[1]))
+n = 0
+while True:
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    n += 1
+print(n)
+"""
+
+
+@pytest.mark.parametrize("level", NAMESPACED)
+def test_process_limit_ignores_what_the_user_starts_elsewhere(level):
+    """In a user namespace the limit counts the command's own tasks: ``pids`` of them, even
+    when the sandbox user starts more processes on the host than ``pids`` while the
+    command runs (a limit counted on the host would leave it none)."""
+    uid = 65534 if os.geteuid() == 0 else None  # the user the sandbox runs commands as
+    outside, result = [], {}
+    with open_sandbox("local", level=level, pids=16) as sb:
+        sb.write_files({"forks.py": FORK_COUNTER})
+        # the command waits 1.5 s before it forks; meanwhile its user starts 48 processes
+        cmd = threading.Thread(
+            target=lambda: result.update(r=sb.run(["python3", "forks.py", "1.5"]))
+        )
+        cmd.start()
+        try:
+            outside += [subprocess.Popen(["sleep", "30"], user=uid) for _ in range(48)]
+            cmd.join()
+        finally:
+            for p in outside:
+                p.kill()
+                p.wait()
+    r = result["r"]
+    assert r.exit_code == 0, r.stderr
+    assert int(r.stdout) == 16 - 1  # the command itself is one of its 16 tasks
 
 
 def test_file_size_limit(lsb):
