@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import faulthandler
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -146,6 +148,8 @@ def init_distributed(timeout_s: float = DEFAULT_TIMEOUT_S, backend: str = "auto"
         torch.cuda.set_device(local)
     if not dist.is_initialized():
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    if not faulthandler.is_enabled():  # a rank that crashes shows its threads' stacks
+        faulthandler.enable(all_threads=True)
     return DistInfo(rank=rank, world_size=world, local_rank=local, backend=backend)
 
 
@@ -191,6 +195,13 @@ def shutdown(info: DistInfo, *, wait_for_all: bool = True) -> None:
     With ``wait_for_all`` every rank first meets the others at a barrier, so no rank
     tears its connections down while a peer still talks to it (seen on gloo as an abort
     at exit); after an error the barrier is skipped, since a peer may never arrive.
+
+    ``destroy_process_group`` only unregisters the groups: each lives, with its gloo
+    threads, until the last Python reference to it goes. The caller drops its own (the
+    trainer) first; a garbage collection here then frees the groups held in reference
+    cycles, so their threads are joined now. Left to the interpreter's exit, a gloo thread
+    that drops a tensor as Python shuts down aborts the process ("terminate called
+    without an active exception") after a run that succeeded.
     """
     if info.distributed:
         import torch.distributed as dist
@@ -199,6 +210,7 @@ def shutdown(info: DistInfo, *, wait_for_all: bool = True) -> None:
             if wait_for_all:
                 dist.barrier()
             dist.destroy_process_group()
+        gc.collect()
 
 
 def torchrun_command(

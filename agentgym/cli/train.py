@@ -187,19 +187,20 @@ def cmd_train(args: argparse.Namespace) -> int:
         if not under_torchrun() and clean_failed_start(cfg.run.output_dir, existed):
             print(f"[agentgym train] removed {cfg.run.output_dir}: the run did not start")
         raise
-    ok = False
+    ok, info = False, trainer.dist
     try:
-        if trainer.resumed_from is not None and trainer.dist.is_main:
+        if trainer.resumed_from is not None and info.is_main:
             print(f"[agentgym train] resumed from {trainer.resumed_from} (step {trainer.step})")
         trainer.train()
         ok = True
     except RunStopped as e:
-        if trainer.dist.is_main:
+        if info.is_main:
             print(f"[agentgym train] {e}", file=sys.stderr)
         return e.exit_code
     finally:
-        shutdown(trainer.dist, wait_for_all=ok)
-    if trainer.dist.is_main:
+        del trainer  # its process groups must go with the process group (see shutdown)
+        shutdown(info, wait_for_all=ok)
+    if info.is_main:
         print(f"[agentgym train] done: {_written(cfg.run.output_dir)}")
     return 0
 

@@ -267,6 +267,18 @@ def test_micro_batches_are_dealt_to_ranks_and_padded_to_equal_counts():
     assert float(pad.advantages.abs().sum()) == 0.0
 
 
+def test_shutdown_joins_the_gloo_threads_of_groups_held_in_cycles(tmp_path):
+    """After ``shutdown`` no gloo worker thread of a group the run held is left for the
+    interpreter's exit, where one that frees a tensor aborts the process ("terminate
+    called without an active exception", seen at the end of runs that succeeded)."""
+    cmd = [*torchrun_command([], nproc=2)[:-2], str(HELPERS / "shutdown_probe.py")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    left = [line for line in proc.stdout.splitlines() if "gloo threads left" in line]
+    assert sorted(left) == ["rank 0 gloo threads left: 0", "rank 1 gloo threads left: 0"]
+
+
 def test_torchrun_command_single_and_multi_node():
     one = torchrun_command(["train", "c.yaml"], nproc=2)
     assert "--standalone" in one and "--nproc-per-node=2" in one
