@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from functools import cache
+from typing import Any
 
 import pytest
 import torch
@@ -125,19 +126,28 @@ def _activation_figures(device: str, batch: int, seq_len: int) -> dict[str, dict
 
     import torch.distributed as dist
 
+    made = not dist.is_initialized()
+    if made:
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29533")
+        dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=0, world_size=1)
+    try:
+        return _measure(device, batch, seq_len, dist.group.WORLD)
+    finally:  # the test process goes on to other tests: no group left behind
+        if made:
+            dist.destroy_process_group()
+
+
+def _measure(device: str, batch: int, seq_len: int, group: Any) -> dict[str, dict]:
     from agentgym.trainers.parallel.activations import SavedBytes, checkpoint_layers
     from agentgym.trainers.parallel.experts import ExpertGroup, shard_experts
     from agentgym.trainers.parallel.tensor_parallel import decoder_layers
 
-    if not dist.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", "29533")
-        dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=0, world_size=1)
     out: dict[str, dict] = {}
     for ckpt in (False, True):
         model, _ = build_model()
         model = model.to(device=device, dtype=torch.bfloat16)
-        shard_experts(model, ExpertGroup(group=dist.group.WORLD, size=1, index=0))
+        shard_experts(model, ExpertGroup(group=group, size=1, index=0))
         g = torch.Generator().manual_seed(0)
         ids = torch.randint(4, model.config.vocab_size, (batch, seq_len), generator=g)
         ids = ids.to(device)
