@@ -110,7 +110,8 @@ def run_visible(task: AppTask, files: dict[str, bytes], pool: SandboxPool) -> di
     return out
 
 
-def _prefixes(task: AppTask) -> list[tuple[str, dict[str, bytes]]]:
+def _prefixes(task: AppTask) -> list[tuple[int, str, dict[str, bytes]]]:
+    """The scaffold plus the first k reference files, for k = 0, half and all but one."""
     order = task.oracle_order
     picks = sorted({0, len(order) // 2, len(order) - 1})
     out = []
@@ -118,7 +119,7 @@ def _prefixes(task: AppTask) -> list[tuple[str, dict[str, bytes]]]:
         files = task.initial_files()
         for p in order[:k]:
             files[p] = task.solution[p]
-        out.append((f"scaffold + first {k} of {len(order)} files", files))
+        out.append((k, f"scaffold + first {k} of {len(order)} files", files))
     return out
 
 
@@ -230,7 +231,7 @@ def check_task(
                 f"{len(visible)} visible test(s)" + (f"; failing: {failing}" if failing else ""),
             )
         )
-        add(_covered(task, pool))
+        add(_covered(task, pool, bare.per_test))
         if task.services:
             add(_service_probe(task, pool))
         if task.forgetful:
@@ -239,13 +240,18 @@ def check_task(
     return report
 
 
-def _covered(task: AppTask, pool: SandboxPool) -> Check:
+def _covered(task: AppTask, pool: SandboxPool, scaffold: dict[str, str]) -> Check:
+    """Every visible test that fails on a partial solution has a failing hidden test that
+    covers it (``scaffold``: the hidden outcomes of the bare scaffold, graded already)."""
     covers = dict(task.visible_covers)
     problems = []
-    for label, files in _prefixes(task):
+    for k, label, files in _prefixes(task):
         vis = run_visible(task, files, pool)
-        with pool.sandbox() as sb:
-            hidden = _grade(task, files, sb).per_test
+        if k == 0:
+            hidden = scaffold
+        else:
+            with pool.sandbox() as sb:
+                hidden = _grade(task, files, sb).per_test
         failing_hidden = {t for t, o in hidden.items() if o != "passed"}
         for test_id, outcome in vis.items():
             if outcome == "passed":

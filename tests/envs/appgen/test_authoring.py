@@ -157,10 +157,21 @@ def test_tasks_from_an_installed_task_set(tmp_path, monkeypatch):
 
 
 @pytest.mark.docker
-def test_check_task_proves_the_starter_sound(tmp_path, capsys):
+def test_check_task_proves_the_starter_sound(tmp_path, capsys, monkeypatch):
     need_docker()
     root = new_task("quote_notes", tmp_path)
+    from agentgym.envs.appgen import checktask
+
+    graded: list[tuple] = []
+    grade = checktask._grade
+
+    def counted(task, files, sb, **kw):
+        graded.append((task.task_id, tuple(sorted(files.items()))))
+        return grade(task, files, sb, **kw)
+
+    monkeypatch.setattr(checktask, "_grade", counted)
     assert main(["appgen", "check-task", str(root), "--json"]) == 0
+    assert len(graded) == len(set(graded)), "one set of files was graded twice"
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["ok"] and report["task"] == "quote_notes"
     assert [c["name"] for c in report["checks"]] == [
