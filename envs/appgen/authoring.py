@@ -90,6 +90,7 @@ def test_add_note(tmp_path):
     try:
         url = f"http://127.0.0.1:{port}/api/notes"
         for _ in range(100):
+            assert proc.poll() is None, f"the app exited ({proc.returncode}) before it served"
             try:
                 urllib.request.urlopen(url, timeout=1).close()
                 break
