@@ -278,6 +278,7 @@ def test_every_readme_command_runs_in_order(tmp_path):
     readme = (REPO / "README.md").read_text()
     blocks = readme_blocks(readme)
     scratch = Scratch(tmp_path)
+    headers: Scratch | None = None
     ran, skipped = [], []
     try:
         for lang, commands in blocks:
@@ -314,8 +315,10 @@ def test_every_readme_command_runs_in_order(tmp_path):
                 else:
                     headers.run(shrink(cmd, headers.port))
                     ran.append(cmd)
-    finally:
-        scratch.stop()
+    finally:  # a server either folder started dies with the test
+        for folder in (scratch, headers):
+            if folder is not None:
+                folder.stop()
         print("\n".join(scratch.log))
     for key in NOT_RUN_HERE:  # each stated exception still names a command that exists
         assert any(key in c for c in skipped), f"NOT_RUN_HERE names {key!r}: no such command"
