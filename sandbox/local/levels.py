@@ -110,7 +110,8 @@ def nproc_helper() -> str | None:
     that namespace only, so a limit set there by ``prlimit`` bounds what the command
     starts, whatever else the sandbox user runs on the host. Set before the namespace
     exists, the limit would count every task of the user, and a busy host could leave
-    the wrapper itself unable to fork.
+    the wrapper itself unable to fork. Without ``prlimit`` the limit is set that way, as
+    at the ``rlimits`` level.
     """
     path = shutil.which("prlimit")
     if path is None:
@@ -168,7 +169,8 @@ def wrapper_argv(
         nproc: the ``RLIMIT_NPROC`` to set inside the namespace (with :func:`nproc_helper`;
             the caller checks that it is there).
     """
-    inside = [nproc_helper() or "prlimit", f"--nproc={nproc}:{nproc}", "--"] if nproc else []
+    helper = nproc_helper()
+    inside = [helper, f"--nproc={nproc}:{nproc}", "--"] if nproc and helper else []
     if level == "bwrap":
         argv = [
             "bwrap",
