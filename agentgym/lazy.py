@@ -4,12 +4,12 @@ A package whose public names live in heavy modules (torch, transformers, aiohttp
 them in a table, name -> the module that defines it, and hands the table to
 :func:`lazy_exports`::
 
-    _LAZY = {"HFEngine": "agentgym.trainers.engines.hf", ...}
+    _LAZY = {"HFEngine": "agentgym.generation.hf", ...}
     __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
     __all__ = sorted(_LAZY)
 
 ``import package`` then imports none of those modules; ``package.HFEngine`` (or
-``from package import HFEngine``) imports ``agentgym.trainers.engines.hf`` on first use
+``from package import HFEngine``) imports ``agentgym.generation.hf`` on first use
 (PEP 562 module ``__getattr__``), and ``dir(package)`` lists the lazy names with the
 module's own. Nothing is cached on the package: each access asks the defining module, so
 a name patched there (in a test) is what the package gives. Standard library only.

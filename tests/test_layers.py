@@ -1,10 +1,11 @@
 """The layer rules of docs/architecture.md, checked on every import in the source tree.
 
 Layers, lowest first: the core ``agentgym`` (with its process-health package
-``agentgym.health``) -> ``agentgym.sandbox`` -> ``agentgym.envs`` -> ``agentgym.trainers``
+``agentgym.health``) -> ``agentgym.sandbox`` -> ``agentgym.envs`` -> the models and engines
+``agentgym.generation`` -> ``agentgym.trainers``
 -> the planner ``agentgym.plan`` -> the server ``agentgym.serve`` -> ``agentgym.benchmarks``
--> the CLI (``agentgym.cli`` and ``agentgym.__main__``). The planner, the server, the health
-package and the CLI are folders of ``agentgym/`` whose layer is not the core's: a module
+-> the CLI (``agentgym.cli`` and ``agentgym.__main__``). The generation layer, the planner, the
+server, the health package and the CLI are folders of ``agentgym/`` whose layer is not the core's: a module
 belongs to the layer of the longest prefix that names it. Every ``import`` statement is read with :mod:`ast`, those inside
 functions and methods included (only ``if TYPE_CHECKING:`` blocks are skipped: they
 never run), and checked against three rules:
@@ -44,6 +45,7 @@ LAYERS = (
     ("core", ("agentgym",)),
     ("sandbox", ("agentgym.sandbox",)),
     ("envs", ("agentgym.envs",)),
+    ("generation", ("agentgym.generation",)),
     ("trainers", ("agentgym.trainers",)),
     ("plan", ("agentgym.plan",)),
     ("serve", ("agentgym.serve",)),

@@ -7,15 +7,15 @@ attribute access, so ``import agentgym.trainers`` is cheap.
 * the DAPO run: :class:`DAPOTrainer` and its config :class:`TrainConfig` (sections in
   :mod:`.config`);
 * the SFT warm start: :func:`run_sft`, :class:`SFTConfig` (the :mod:`.sft` package);
-* models: :data:`PRESETS`, :func:`build_preset`, :func:`load_model`, :func:`save_model`,
-  :func:`apply_lora` and the adapter state helpers; the in-process tokenizer
-  (:func:`build_tokenizer`);
+* LoRA on a model (:func:`apply_lora`, :func:`resolve_lora_targets`) and the model of a
+  config's ``model:`` section (:func:`build_model_and_tokenizer`); models, tokenizers and
+  engines themselves are the generation layer's (:mod:`agentgym.generation`);
 * multi-process runs: :func:`under_torchrun`, :func:`torchrun_command`, :func:`shutdown`;
 * what the tools beside the trainer take from it: the planner (:mod:`agentgym.plan`: the
   policy losses, the device-mesh :class:`Layout`, the pipeline split :func:`stage_ranges`)
-  and the server (:mod:`agentgym.serve`: the batching engine, models on their device);
-* sub-packages with their own public names: :mod:`.engines` (rollout engines),
-  :mod:`.sft`.
+  and the server (:mod:`agentgym.serve`: a model from a ``model:`` section);
+* measuring an engine against the learner: :func:`logprob_mismatch`;
+* sub-packages with their own public names: :mod:`.sft`.
 """
 
 from __future__ import annotations
@@ -57,33 +57,17 @@ _LAZY = {
     # the SFT stage
     "SFTConfig": "agentgym.trainers.sft",
     "run_sft": "agentgym.trainers.sft",
-    # models, LoRA, tokenizer
-    "PRESETS": "agentgym.trainers.models",
-    "build_preset": "agentgym.trainers.models",
-    "load_model": "agentgym.trainers.models",
-    "save_model": "agentgym.trainers.models",
+    # LoRA on a model, and a model from the `model:` section
     "apply_lora": "agentgym.trainers.models",
     "build_model_and_tokenizer": "agentgym.trainers.models",
-    "place_model": "agentgym.trainers.device",
     "resolve_lora_targets": "agentgym.trainers.models",
-    "adapter_state_dict": "agentgym.trainers.models",
-    "load_adapter_state_dict": "agentgym.trainers.models",
-    "build_tokenizer": "agentgym.trainers.tokenizer",
-    "encode_prompt": "agentgym.trainers.tokenizer",
     # training batches and MoE router replay (benchmarks measure them)
     "Sample": "agentgym.trainers.batch",
     "make_microbatches": "agentgym.trainers.batch",
     "RoutingReplay": "agentgym.trainers.router_replay",
-    "moe_routers": "agentgym.trainers.router_replay",
+    "logprob_mismatch": "agentgym.trainers.mismatch",
     "flat": "agentgym.trainers.router_replay",
-    # engines (also in agentgym.trainers.engines)
-    "BatchingPolicy": "agentgym.trainers.engines",
-    "HFEngine": "agentgym.trainers.engines",
-    "HFEngineOptions": "agentgym.trainers.engines",
-    "vllm_lora_rank": "agentgym.trainers.engines",
-    "RolloutEngine": "agentgym.trainers.engines",
-    "make_engine": "agentgym.trainers.engines",
-    "resolve_adapter": "agentgym.trainers.engines",
+    # engines (also in agentgym.generation)
     # the policy losses by name and the device mesh (the planner sizes the same runs)
     "POLICY_LOSSES": "agentgym.trainers.algorithm",
     "Layout": "agentgym.trainers.parallel",

@@ -137,8 +137,7 @@ def compute_apo_values(
     samples per prompt. An episode that fails (infrastructure) leaves its prompt out; the
     next run of the stage tries it again.
     """
-    from agentgym.trainers.device import place_model
-    from agentgym.trainers.engines import make_engine
+    from agentgym.generation import make_engine, place_model
     from agentgym.trainers.models import build_model_and_tokenizer
     from agentgym.trainers.runtime import setup_torch
 

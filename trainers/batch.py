@@ -27,8 +27,8 @@ from typing import Any
 import torch
 
 from agentgym import DataError, Episode
+from agentgym.generation import encode_prompt
 from agentgym.trainers.router_replay import pad_routing
-from agentgym.trainers.tokenizer import encode_prompt
 
 
 @dataclass(frozen=True)

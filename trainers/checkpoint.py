@@ -38,9 +38,10 @@ import numpy as np
 import torch
 
 from agentgym import CheckpointError, ConfigError
+from agentgym.generation import latest_checkpoint
 from agentgym.trainers.distributed import SINGLE, DistInfo, barrier
 
-LATEST = "latest"
+LATEST = "latest"  # the pointer file (agentgym.generation.latest_checkpoint reads it)
 CHECKSUMS = "checksums.json"
 
 
@@ -297,18 +298,6 @@ def read_extra_tensors(path: str | Path, name: str) -> dict[str, torch.Tensor]:
     return load_file(str(f))
 
 
-def latest_checkpoint(ckpt_dir: str | Path) -> Path | None:
-    """The checkpoint ``latest`` names, or the newest complete one, or None."""
-    root = Path(ckpt_dir)
-    pointer = root / LATEST
-    if pointer.is_file():
-        cand = root / pointer.read_text().strip()
-        if (cand / "trainer_state.json").is_file():
-            return cand
-    done = sorted(p for p in root.glob("step_*") if (p / "trainer_state.json").is_file())
-    return done[-1] if done else None
-
-
 class LazyTensors(Mapping[str, torch.Tensor]):
     """The tensors of a safetensors file, each read from disk when it is asked for (a
     rank of a device mesh then holds one whole tensor at a time, and reads only those of
@@ -414,7 +403,7 @@ def load_checkpoint(
     """
     weights, optim, state = read_checkpoint(path, lora=lora)
     if lora:
-        from agentgym.trainers.models import load_adapter_state_dict
+        from agentgym.generation import load_adapter_state_dict
 
         load_adapter_state_dict(model, weights)
     else:

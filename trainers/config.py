@@ -21,10 +21,10 @@ from typing import Any
 
 from agentgym import UnknownNameError
 from agentgym import config_check as _check
+from agentgym.generation import HFEngineOptions, VLLMEngineOptions, engine_options
 from agentgym.health import DetectorSettings
 from agentgym.trainers.algorithm import AlgorithmConfig
 from agentgym.trainers.critic import CriticConfig
-from agentgym.trainers.engines import HFEngineOptions, VLLMEngineOptions, engine_options
 from agentgym.trainers.tracking import check_report_to
 
 # ----------------------------------------------------------------------------- sections
@@ -131,7 +131,7 @@ class ModelConfig:
             "would need loss scaling, which the trainer does not do).",
         )
         if self.path is None and self.preset is not None:
-            from agentgym.trainers.models import PRESETS
+            from agentgym.generation import PRESETS
 
             if self.preset not in PRESETS:
                 raise UnknownNameError("model preset", self.preset, PRESETS)
@@ -201,9 +201,9 @@ class RolloutConfig:
             see docs/vllm.md).
         engine_options: the engine's options, written as a mapping, checked when the
             config loads and read typed as :attr:`engine_settings`
-            (:class:`~agentgym.trainers.engines.HFEngineOptions`: ``decode``,
+            (:class:`~agentgym.generation.HFEngineOptions`: ``decode``,
             ``merge_lora``, ``fast_attention``, ``fused``;
-            :class:`~agentgym.trainers.engines.VLLMEngineOptions`:
+            :class:`~agentgym.generation.VLLMEngineOptions`:
             ``gpu_memory_utilization``, ``max_model_len``, ``tensor_parallel_size``, ...).
         rollout_workers: ``0``: env work (make, reset, step, grading, sandboxes) in
             this process's thread pool. ``N``: in ``N`` Ray actors (docs/ray.md); the

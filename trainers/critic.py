@@ -247,7 +247,7 @@ def load_critic_model(path: str, *, like: nn.Module) -> nn.Module:
     """The separate critic model (``critic.path``): a causal LM read from a local
     directory in the policy's dtype, all of its weights trainable. Its vocabulary must
     be the policy's, since it reads the policy's token ids."""
-    from agentgym.trainers.models import load_model
+    from agentgym.generation import load_model
 
     dtype = next(like.parameters()).dtype
     backbone, _ = load_model(path, dtype=dtype)

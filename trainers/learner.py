@@ -221,7 +221,7 @@ class Learner:
     def adapter_digest(self) -> str:
         """SHA-256 of the whole adapter, the same on every rank of a healthy run (all
         ranks call it)."""
-        from agentgym.trainers.models import tensors_digest
+        from agentgym.generation import tensors_digest
 
         return tensors_digest(self._adapter_state())
 
@@ -324,12 +324,12 @@ class Learner:
         return [fn(mb, self._outputs(mb, output)) for mb in mbs]
 
     def _adapter_state(self) -> dict[str, torch.Tensor]:
-        from agentgym.trainers.models import adapter_state_dict
+        from agentgym.generation import adapter_state_dict
 
         return host_copy(adapter_state_dict(self.model))
 
     def _load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
-        from agentgym.trainers.models import load_adapter_state_dict
+        from agentgym.generation import load_adapter_state_dict
 
         load_adapter_state_dict(self.model, state)
 

@@ -89,7 +89,7 @@ def source_of(model: nn.Module) -> CheckpointSource | None:
 # ----------------------------------------------------------------------------- building
 def meta_model_and_tokenizer(path: str | Path) -> tuple[nn.Module, Any]:
     """The causal LM of ``path``'s ``config.json`` with every parameter and persistent
-    buffer on the meta device (float32, as :func:`~.models.load_model` reads it before
+    buffer on the meta device (float32, as :func:`~agentgym.generation.load_model` reads it before
     ``model.dtype`` is applied), its non-persistent buffers computed on the host, and
     the tokenizer."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -353,7 +353,7 @@ def load_whole_model(model: nn.Module, source: CheckpointSource) -> nn.Module:
 
 
 def load_dequantized(path: str | Path) -> tuple[nn.Module, Any]:
-    """A block-fp8 checkpoint as :func:`~.models.load_model` gives any other: the whole
+    """A block-fp8 checkpoint as :func:`~agentgym.generation.load_model` gives any other: the whole
     model in float32 on the host (every weight times its block scales), and the
     tokenizer; ``place_model`` then casts and moves it like any other."""
     model, tokenizer = meta_model_and_tokenizer(path)

@@ -61,6 +61,7 @@ from agentgym import (
     failed_attempts,
     save_config,
 )
+from agentgym.generation import RolloutEngine, make_engine
 from agentgym.health import (
     LAUNCHER_ENV,
     IntervalTotal,
@@ -80,7 +81,6 @@ from agentgym.trainers.checkpoint import (
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.critic_pretrain import pretrain_critic
 from agentgym.trainers.distributed import all_gather_objects, start_distributed
-from agentgym.trainers.engines import RolloutEngine, make_engine
 from agentgym.trainers.env_setup import env_kwargs, resolve_envs
 from agentgym.trainers.evaluation import eval_metrics, evaluate_async
 from agentgym.trainers.learner import weights_for
@@ -121,7 +121,7 @@ class DAPOTrainer:
         resume: continue from the run directory's latest checkpoint.
         engine: a rollout engine; default the one ``rollout.engine`` names (the HF
             engine sharing the model, or vLLM), built by
-            :func:`~agentgym.trainers.engines.make_engine`.
+            :func:`~agentgym.generation.make_engine`.
     """
 
     def __init__(

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 
 from agentgym import derive_seed
+from agentgym.generation import place_model
 from agentgym.trainers.config import TrainConfig
-from agentgym.trainers.device import place_model
 from agentgym.trainers.distributed import DistInfo
 from agentgym.trainers.env_setup import env_corpus
 from agentgym.trainers.models import (

@@ -1,13 +1,11 @@
-"""Models: tiny built-in presets, loading from a local path, and LoRA through peft.
+"""The trainer's model: the ``model:`` section's model, and LoRA through peft.
 
-* :func:`build_preset` builds a randomly initialised model from a config, in process
-  (no download): ``tiny-qwen2`` (dense, Qwen2-style: grouped-query attention, SwiGLU)
-  and ``tiny-deepseek-v3`` (DeepSeek-V3-style MoE: multi-head latent attention, a dense
-  first layer, then routed experts plus a shared expert). The init is seeded inside a fork
-  of the RNG, so the same preset and seed give the same weights
-  whatever happened before.
-* :func:`load_model` loads any causal LM saved in Hugging Face format from a local
-  directory (``save_pretrained`` output), tokenizer included.
+Presets, loading a local folder and adapter state are the generation layer's
+(``agentgym.generation``); here, what training adds:
+
+* :func:`build_model_and_tokenizer`: ``model.path`` (block-fp8 checkpoints dequantized by
+  :mod:`.loading`) or ``model.preset`` (its tokenizer learned from the envs' corpus when
+  sized), and :func:`build_on_meta`, the same on the meta device for rank-by-rank loading;
 * :func:`apply_lora` wraps a model with a LoRA adapter on the attention projections
   and, for MoE models, on the routed experts. In transformers 5 the experts are fused
   3-D parameters (``experts.gate_up_proj``: ``[E, 2I, H]``) rather than modules, so
@@ -20,7 +18,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,143 +27,15 @@ import torch
 from torch import nn
 
 from agentgym import ConfigError, UnknownNameError
+from agentgym.generation import FLOAT8, build_preset, build_tokenizer, load_model
 
 if TYPE_CHECKING:
     from agentgym.trainers.config import LoraSettings, ModelConfig
-
-PRESETS: dict[str, dict[str, Any]] = {
-    "tiny-qwen2": {
-        "hidden_size": 128,
-        "intermediate_size": 352,
-        "num_hidden_layers": 4,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 2048,
-        "tie_word_embeddings": True,
-        "rope_theta": 10000.0,
-    },
-    "tiny-deepseek-v3": {
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "moe_intermediate_size": 32,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 4,
-        "n_shared_experts": 1,
-        "n_routed_experts": 4,
-        "num_experts_per_tok": 2,
-        "n_group": 1,
-        "topk_group": 1,
-        "first_k_dense_replace": 1,
-        "q_lora_rank": 32,
-        "kv_lora_rank": 16,
-        "qk_rope_head_dim": 8,
-        "qk_nope_head_dim": 8,
-        "v_head_dim": 8,
-        "max_position_embeddings": 2048,
-        "tie_word_embeddings": False,
-    },
-}
-
-
-def build_preset(
-    name: str,
-    tokenizer: Any,
-    *,
-    seed: int = 0,
-    overrides: Mapping[str, Any] | None = None,
-) -> nn.Module:
-    """A randomly initialised tiny model sized for ``tokenizer``'s vocabulary.
-
-    Args:
-        name: one of :data:`PRESETS`.
-        tokenizer: gives the vocabulary size and the special token ids.
-        seed: weight initialisation seed (the global RNG is left untouched).
-        overrides: config fields replacing the preset's (for example ``hidden_size``).
-    """
-    if name not in PRESETS:
-        raise UnknownNameError("model preset", name, PRESETS)
-    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, Qwen2Config, Qwen2ForCausalLM
-
-    kwargs = {**PRESETS[name], **dict(overrides or {})}
-    kwargs.update(
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
-    )
-    config_cls, model_cls = (
-        (Qwen2Config, Qwen2ForCausalLM)
-        if name == "tiny-qwen2"
-        else (DeepseekV3Config, DeepseekV3ForCausalLM)
-    )
-    try:
-        config = config_cls(**kwargs)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(
-            f"model preset {name!r} with overrides {dict(overrides or {})}: {e}"
-        ) from e
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = model_cls(config)
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    return model.float()
-
-
-@contextlib.contextmanager
-def _no_hf_progress_bars() -> Iterator[None]:
-    """Hide transformers' weight-loading bar (a local load takes a moment; the bar is
-    noise in the run's console), restoring the user's setting after."""
-    from transformers.utils import logging as hf_logging
-
-    was = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was:
-            hf_logging.enable_progress_bar()
-
-
-def load_model(path: str | Path, *, dtype: torch.dtype = torch.float32) -> tuple[nn.Module, Any]:
-    """Load a causal LM and its tokenizer from a local Hugging Face directory."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise ConfigError(
-            f"model path {str(path)!r} has no config.json; point model.path at a directory "
-            "written by save_pretrained (for example the output of `agentgym sft`)."
-        )
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
-    with _no_hf_progress_bars():
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "left"
-    return model, tokenizer
-
-
-def save_model(model: nn.Module, tokenizer: Any, path: str | Path) -> Path:
-    """Save a full model and its tokenizer (safetensors) so :func:`load_model` reads it."""
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    with _no_hf_progress_bars():
-        model.save_pretrained(str(path), safe_serialization=True)
-    tokenizer.save_pretrained(str(path))
-    return path
-
-
-def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
-    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
 
 # ---------------------------------------------------------------------------- LoRA
 
 ATTENTION_HINTS = ("attn", "attention")
-#: float8 storage dtypes (values that mean nothing without their scales)
-FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 #: attention Linears the default targets leave out: vLLM folds MLA's ``kv_b_proj`` into
 #: its decode matrices (``W_UK_T``, ``W_UV``) when it loads the model, so an adapter there
 #: would act in vLLM's prefill only and the rollouts would not be the trained policy's
@@ -363,31 +233,10 @@ def lora_ranks(peft_model: Any) -> dict[str, int]:
     return out
 
 
-def adapter_state_dict(model: Any) -> dict[str, torch.Tensor]:
-    """The adapter weights (peft naming), detached copies."""
-    from peft import get_peft_model_state_dict
-
-    return {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
-
-
-def load_adapter_state_dict(model: Any, state: Mapping[str, torch.Tensor]) -> None:
-    """Load adapter weights produced by :func:`adapter_state_dict` (strict)."""
-    from peft import set_peft_model_state_dict
-
-    result = set_peft_model_state_dict(model, dict(state))
-    unexpected = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
-    if unexpected:
-        raise ConfigError(
-            f"adapter weights do not fit this model: unexpected keys {unexpected[:5]}"
-        )
-
-
 def build_model_and_tokenizer(
     cfg: ModelConfig, corpus: Callable[[], Iterable[str]] | None = None
 ) -> tuple[torch.nn.Module, Any]:
     """Load ``cfg.path`` or build ``cfg.preset`` (tokenizer from ``corpus`` if sized)."""
-    from agentgym.trainers.tokenizer import build_tokenizer
-
     if cfg.path is not None:
         if not Path(cfg.path).exists():
             made = (
@@ -442,7 +291,7 @@ def build_on_meta(
             under a mesh on an unquantized one (not wired: the rank's share would have to
             be quantized after reading).
     """
-    from agentgym.trainers.device import place_model, resolve_device, resolve_dtype
+    from agentgym.generation import place_model, resolve_device, resolve_dtype
     from agentgym.trainers.loading import (
         SOURCE_ATTR,
         CheckpointSource,
@@ -473,15 +322,3 @@ def build_on_meta(
         return model, tokenizer
     load_whole_model(model, source)  # then quantize_base(dense=False) wraps fp8 experts
     return model, tokenizer
-
-
-def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
-    """SHA-256 of named tensors (names and float32 values, in name order): equal for
-    equal weights on any device or rank."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for k, v in sorted(tensors.items()):
-        h.update(k.encode())
-        h.update(v.detach().to(torch.float32).cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()

@@ -402,7 +402,7 @@ class FSDP2Learner(Learner):
                 u.set_reshard_after_forward(True)
 
     def _adapter_state(self) -> dict[str, torch.Tensor]:
-        from agentgym.trainers.models import adapter_state_dict
+        from agentgym.generation import adapter_state_dict
 
         shards = adapter_state_dict(self.model)
         full = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in shards.items()}
@@ -411,7 +411,7 @@ class FSDP2Learner(Learner):
     def _load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
         from torch.distributed.tensor import distribute_tensor
 
-        from agentgym.trainers.models import adapter_state_dict, load_adapter_state_dict
+        from agentgym.generation import adapter_state_dict, load_adapter_state_dict
 
         current = adapter_state_dict(self.model)
         sharded = {}

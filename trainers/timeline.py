@@ -11,7 +11,7 @@ model sat idle waiting for environments (resets, steps, graders) or for rewards.
 The bubble does not see the other waste of an all-sync rollout: the engine is busy, but
 with a batch that shrinks as replies end, so the longest reply holds the step while most
 rows sit finished. Its companions come from the engine's decode statistics over the
-step (:attr:`Timeline.decode`, a :class:`~agentgym.trainers.engines.DecodeStats`):
+step (:attr:`Timeline.decode`, a :class:`~agentgym.generation.DecodeStats`):
 
 * ``decode utilization = tokens decoded / (decode steps x rows each call started with)``;
 * ``tail share = seconds decoding with fewer than half of a call's rows still

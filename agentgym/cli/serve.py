@@ -92,7 +92,7 @@ def parse_lora(specs: list[str]) -> list[tuple[str, str]]:
     """``NAME=PATH`` pairs, checked; each PATH resolved to its adapter folder the way
     ``hf:MODEL@ADAPTER`` resolves one (a checkpoint, ``RUN/checkpoints/latest`` or a run
     folder: its latest checkpoint's ``adapter/``)."""
-    from agentgym.trainers import resolve_adapter
+    from agentgym.generation import resolve_adapter
 
     out = []
     for spec in specs:

@@ -4,7 +4,7 @@ What others take from here (the CLI, the perf benchmark, tests):
 
 * :class:`ServedModels` / :func:`load_served_models`: a base model and its LoRA adapters
   served by name, generating on one engine thread through the trainer's
-  :class:`~agentgym.trainers.engines.BatchingPolicy` (:mod:`.models`);
+  :class:`~agentgym.generation.BatchingPolicy` (:mod:`.models`);
 * :class:`ServerApp`, :class:`ServerThread`, :func:`start_site`: the aiohttp routes and
   ways to run them (:mod:`.app`); :func:`import_aiohttp` says which extra to install
   when aiohttp is missing;

@@ -7,8 +7,8 @@ adapter. Adapters can be added and removed while the server runs.
 
 Generation goes through the trainer's own machinery: per served name (and per prompt
 kind: chat, or raw text for ``/v1/completions``) an
-:class:`~agentgym.trainers.engines.HFEngine` over the shared model and a
-:class:`~agentgym.trainers.engines.BatchingPolicy` that gathers concurrent requests into
+:class:`~agentgym.generation.HFEngine` over the shared model and a
+:class:`~agentgym.generation.BatchingPolicy` that gathers concurrent requests into
 one ``generate`` call, exactly as the trainer's rollouts are batched. All of that runs on
 one *engine thread* with its own asyncio loop: every torch operation of the server
 happens on that thread (two threads running torch compete for the same cores with two
@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agentgym import Completion, ConfigError, Message, SamplingParams
+from agentgym.generation import BatchingPolicy, HFEngine, HFEngineOptions, encode_prompt
 from agentgym.serve.protocol import APIError, TokenLogprob
-from agentgym.trainers import BatchingPolicy, HFEngine, HFEngineOptions, encode_prompt
 
 T = TypeVar("T")
 
@@ -408,7 +408,8 @@ def load_served_models(
     A preset (``tiny-qwen2``, ``tiny-deepseek-v3``) is built in process with a byte-level
     tokenizer and random weights: for trying the server, not for answers.
     """
-    from agentgym.trainers import PRESETS, ModelConfig, build_model_and_tokenizer, place_model
+    from agentgym.generation import PRESETS, place_model
+    from agentgym.trainers import ModelConfig, build_model_and_tokenizer
 
     if Path(model).is_dir():
         cfg = ModelConfig(path=model, device=device, dtype=dtype)

@@ -14,7 +14,7 @@ superset of the HF server's (:mod:`.app`). The translation:
   ``--served-model-name`` -> the same (default: ``--model`` as written, as the HF server);
 * each ``--lora NAME=PATH`` -> ``--lora-modules NAME=PATH`` with ``--enable-lora``,
   ``--max-loras`` (at least the adapters given) and ``--max-lora-rank`` (the largest rank
-  among them, rounded up to one vLLM accepts: ``agentgym.trainers.engines.vllm_lora_rank``);
+  among them, rounded up to one vLLM accepts: ``agentgym.generation.vllm_lora_rank``);
 * run-time adapters (``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter``, the same
   routes and bodies as the HF server's) -> ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` in the
   environment and ``--enable-lora`` even without a ``--lora``; ``--no-runtime-lora``
@@ -127,9 +127,9 @@ def vllm_server_command(
 
     Pure apart from reading each adapter's rank; see the module docstring for the mapping.
     ``cpu`` (vLLM's CPU build) turns chunked prefill off, as the vLLM rollout engine does
-    there (``agentgym.trainers.engines.vllm.cpu_defaults`` says why).
+    there (``agentgym.generation.vllm.cpu_defaults`` says why).
     """
-    from agentgym.trainers import vllm_lora_rank
+    from agentgym.generation import vllm_lora_rank
 
     if not Path(model).is_dir():
         raise ConfigError(

@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from agentgym.trainers import LoraSettings, apply_lora, build_preset, build_tokenizer
+from agentgym.generation import build_preset, build_tokenizer
+from agentgym.trainers import LoraSettings, apply_lora
 from agentgym.trainers.parallel import quantization_error
 
 

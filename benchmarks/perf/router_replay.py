@@ -36,18 +36,15 @@ def run(quick: bool = False) -> dict[str, Any]:
     import torch
 
     from agentgym import Message, SamplingParams
-    from agentgym.trainers import (
+    from agentgym.generation import (
+        GenerationRequest,
         HFEngine,
-        RoutingReplay,
-        Sample,
         build_preset,
         build_tokenizer,
         encode_prompt,
-        flat,
-        make_microbatches,
     )
+    from agentgym.trainers import RoutingReplay, Sample, flat, make_microbatches
     from agentgym.trainers.algorithm import mismatch_stats, selected_logprobs
-    from agentgym.trainers.engines import GenerationRequest
 
     s = _settings(quick or bool(os.environ.get("AGENTGYM_PERF_QUICK")))
     torch.manual_seed(0)

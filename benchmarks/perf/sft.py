@@ -63,7 +63,7 @@ def run(
     steps = steps or (6 if quick else 24)
     import torch
 
-    from agentgym.trainers import encode_prompt
+    from agentgym.generation import encode_prompt
     from agentgym.trainers.sft import (
         SFTConfig,
         batch_loss,

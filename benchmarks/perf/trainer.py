@@ -91,7 +91,8 @@ def _settings(quick: bool, measured_steps: int | None = None) -> dict[str, Any]:
 
 
 def _build_model(workdir: Path, env_id: str, env_kwargs: dict[str, Any]) -> Path:
-    from agentgym.trainers import EnvSpec, build_preset, build_tokenizer, env_corpus, save_model
+    from agentgym.generation import build_preset, build_tokenizer, save_model
+    from agentgym.trainers import EnvSpec, env_corpus
 
     corpus = env_corpus([EnvSpec(id=env_id, kwargs=env_kwargs)], num_tasks=300)
     tok = build_tokenizer(corpus, vocab_size=512)

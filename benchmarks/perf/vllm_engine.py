@@ -70,7 +70,7 @@ def unavailable() -> str | None:
 
 def _requests(w: dict[str, int], temperature: float) -> list[Any]:
     from agentgym import Message, SamplingParams
-    from agentgym.trainers.engines import GenerationRequest
+    from agentgym.generation import GenerationRequest
 
     out = []
     for p in range(w["prompts"]):
@@ -117,8 +117,7 @@ def _adapter_swap(engine: Any, trainer: Any, swaps: int) -> dict[str, float]:
     import torch
 
     from agentgym import Message, SamplingParams
-    from agentgym.trainers import adapter_state_dict
-    from agentgym.trainers.engines import GenerationRequest
+    from agentgym.generation import GenerationRequest, adapter_state_dict
 
     probe = [GenerationRequest((Message("user", "1 + 1"),), SamplingParams(max_tokens=1, seed=0))]
     load, after, plain = [], [], []
@@ -147,7 +146,7 @@ def _adapter_swap(engine: Any, trainer: Any, swaps: int) -> dict[str, float]:
 def _engines(trainer: Any, tok: Any, workdir: Path, cuda: bool) -> tuple[Any, Any, float]:
     """The HF engine (sharing the trainer's model, as in training) and a vLLM engine on
     the same weights; the vLLM engine's start-up seconds."""
-    from agentgym.trainers.engines import make_engine
+    from agentgym.generation import make_engine
 
     hf = make_engine("hf", model=trainer, tokenizer=tok, seed=0)
     options: dict[str, Any] = {"max_model_len": 1024, "enable_prefix_caching": True}
@@ -168,8 +167,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         return {"title": TITLE, "ratios": {}, "figures": {}, "notes": f"Skipped: {why}."}
     import torch
 
-    from agentgym.trainers import LoraSettings, apply_lora, build_preset, build_tokenizer
-    from agentgym.trainers.engines import logprob_mismatch
+    from agentgym.generation import build_preset, build_tokenizer
+    from agentgym.trainers import LoraSettings, apply_lora, logprob_mismatch
 
     s = _settings(quick)
     torch.set_num_threads(s["threads"])

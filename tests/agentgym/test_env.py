@@ -166,8 +166,8 @@ def test_render_ansi_returns_the_transcript():
 
 
 def test_tokenizer_counter_counts_like_encode_and_compares_by_tokenizer():
+    from agentgym.generation import build_tokenizer
     from agentgym.tokens import counter_from_tokenizer
-    from agentgym.trainers.tokenizer import build_tokenizer
 
     tok = build_tokenizer()
     count = counter_from_tokenizer(tok)

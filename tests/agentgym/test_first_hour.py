@@ -150,7 +150,7 @@ def test_eval_defaults_to_held_out_seeds_and_takes_a_runs_envs(tmp_path):
 
 
 def test_an_hf_adapter_can_be_named_by_its_run_checkpoint_or_latest(tmp_path):
-    from agentgym.trainers.engines.spec import resolve_adapter
+    from agentgym.generation import resolve_adapter
 
     ckpts = tmp_path / "run" / "checkpoints"
     for step in (1, 2):

@@ -15,7 +15,7 @@ from agentgym import lazy_exports
 LAZY_PACKAGES = (
     "agentgym",
     "agentgym.trainers",
-    "agentgym.trainers.engines",
+    "agentgym.generation",
     "agentgym.trainers.parallel",
     "agentgym.trainers.tppo",
     "agentgym.trainers.integrations",

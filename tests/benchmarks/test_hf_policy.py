@@ -1,6 +1,6 @@
 """``hf:`` policies: the spec maps to the trainers' engine factory; a run on a tiny model.
 
-The factory (``agentgym.trainers.engines:policy_from_spec``) belongs to the trainers
+The factory (``agentgym.generation:policy_from_spec``) belongs to the trainers
 package. Until it exists the end-to-end test skips and says so; the mapping and the
 result's description of an ``hf:`` policy are tested regardless.
 """
@@ -18,12 +18,12 @@ from agentgym.policies import policy_schemes, register_policy_scheme
 
 def hf_factory_or_skip():
     try:
-        engines = importlib.import_module("agentgym.trainers.engines")
+        engines = importlib.import_module("agentgym.generation")
     except ImportError as e:
-        pytest.skip(f"agentgym.trainers.engines cannot be imported yet ({e}); hf: needs it")
+        pytest.skip(f"agentgym.generation cannot be imported yet ({e}); hf: needs it")
     if not hasattr(engines, "policy_from_spec"):
         pytest.skip(
-            "agentgym.trainers.engines.policy_from_spec does not exist yet: the hf: policy "
+            "agentgym.generation.policy_from_spec does not exist yet: the hf: policy "
             "scheme maps to it (entry-point group agentgym.policies) and the trainers provide it"
         )
     return engines.policy_from_spec
@@ -31,7 +31,7 @@ def hf_factory_or_skip():
 
 def test_hf_scheme_points_at_the_trainers_factory():
     # the trainers declare it (pyproject.toml's entry points); the core names no trainer module
-    assert policy_schemes()["hf"] == "agentgym.trainers.engines:policy_from_spec"
+    assert policy_schemes()["hf"] == "agentgym.generation:policy_from_spec"
 
 
 def test_a_package_can_register_a_policy_scheme(monkeypatch):
@@ -56,8 +56,7 @@ def test_hf_policy_description_records_model_and_adapter():
 
 def test_hf_policy_runs_a_suite_on_a_tiny_local_model(tmp_path):
     hf_factory_or_skip()
-    from agentgym.trainers.models import build_preset, save_model
-    from agentgym.trainers.tokenizer import build_tokenizer
+    from agentgym.generation import build_preset, build_tokenizer, save_model
 
     tokenizer = build_tokenizer()
     model = build_preset("tiny-qwen2", tokenizer, seed=0)

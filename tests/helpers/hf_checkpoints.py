@@ -51,7 +51,7 @@ QUANT_CONFIG = {
 
 def tiny_model(seed: int = 0, **overrides: Any) -> tuple[torch.nn.Module, Any]:
     """The tiny DeepSeek-V3 preset with ``overrides`` (default :data:`FP8_SHAPE`)."""
-    from agentgym.trainers import build_preset, build_tokenizer
+    from agentgym.generation import build_preset, build_tokenizer
 
     tokenizer = build_tokenizer()
     model = build_preset("tiny-deepseek-v3", tokenizer, seed=seed, overrides=overrides or FP8_SHAPE)
@@ -61,7 +61,7 @@ def tiny_model(seed: int = 0, **overrides: Any) -> tuple[torch.nn.Module, Any]:
 def write_sharded(model: torch.nn.Module, tokenizer: Any, path: Path, shards: int = 4) -> Path:
     """``model`` saved with ``save_pretrained`` and re-split into ``shards`` files plus
     the index (tensors dealt out in name order)."""
-    from agentgym.trainers.models import save_model
+    from agentgym.generation import save_model
 
     save_model(model, tokenizer, path)
     state = load_file(str(path / "model.safetensors"))
@@ -89,7 +89,7 @@ def write_synthetic(path: Path, shards: int = 6, **overrides: Any) -> Path:
     published per-expert names, ``shards`` files and the index."""
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
-    from agentgym.trainers import PRESETS, build_tokenizer
+    from agentgym.generation import PRESETS, build_tokenizer
 
     tokenizer = build_tokenizer()
     fields = {**PRESETS["tiny-deepseek-v3"], **(overrides or MEASURE_SHAPE)}
@@ -159,7 +159,7 @@ def write_block_fp8(
 ) -> dict[str, torch.Tensor]:
     """``model`` in DeepSeek's fp8 format at ``path``; returns the dequantized state
     dict (the weights the fp8 checkpoint stands for)."""
-    from agentgym.trainers.models import save_model
+    from agentgym.generation import save_model
 
     save_model(model, tokenizer, path)
     state = load_file(str(path / "model.safetensors"))

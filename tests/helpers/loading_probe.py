@@ -83,10 +83,10 @@ def _learner(args: Any, info: Any, ckpt: str, quantize: str) -> tuple[Any, Any]:
     """The learner of ``ckpt`` on this rank: read by :mod:`agentgym.trainers.loading`
     (a mesh: the rank's share; one process: the whole model), or with ``--old`` the way
     it was before (``from_pretrained`` on every rank, cast, a deep copy cut by the mesh)."""
+    from agentgym.generation import load_model, place_model
     from agentgym.trainers.config import AlgorithmConfig, LoraSettings, ModelConfig, OptimConfig
-    from agentgym.trainers.device import place_model
     from agentgym.trainers.learner import Learner
-    from agentgym.trainers.models import apply_lora, build_on_meta, load_model
+    from agentgym.trainers.models import apply_lora, build_on_meta
     from agentgym.trainers.parallel import ParallelLearner
 
     lora = LoraSettings(**LORA)

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from agentgym.trainers import LoraSettings, apply_lora, build_preset, build_tokenizer
+from agentgym.generation import build_preset, build_tokenizer
+from agentgym.trainers import LoraSettings, apply_lora
 from agentgym.trainers.algorithm import selected_logprobs
 from agentgym.trainers.batch import Sample, make_microbatches
 from agentgym.trainers.config import AlgorithmConfig, DistributedConfig, OptimConfig

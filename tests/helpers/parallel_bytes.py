@@ -18,7 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-from agentgym.trainers import LoraSettings, apply_lora, build_preset, build_tokenizer
+from agentgym.generation import build_preset, build_tokenizer
+from agentgym.trainers import LoraSettings, apply_lora
 from agentgym.trainers.config import AlgorithmConfig, DistributedConfig, OptimConfig
 from agentgym.trainers.distributed import shutdown, start_distributed
 from agentgym.trainers.parallel import ParallelLearner

@@ -26,10 +26,10 @@ from typing import Any
 
 import torch
 
-from agentgym.trainers import LoraSettings, apply_lora, build_preset, build_tokenizer
+from agentgym.generation import build_preset, build_tokenizer, tensors_digest
+from agentgym.trainers import LoraSettings, apply_lora
 from agentgym.trainers.config import AlgorithmConfig, DistributedConfig, OptimConfig
 from agentgym.trainers.distributed import shutdown, start_distributed
-from agentgym.trainers.models import tensors_digest
 from agentgym.trainers.parallel import ParallelLearner
 
 

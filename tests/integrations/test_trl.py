@@ -34,7 +34,7 @@ def _one_thread(monkeypatch):
 
 
 def _model():
-    from agentgym.trainers import build_preset, build_tokenizer
+    from agentgym.generation import build_preset, build_tokenizer
 
     tok = build_tokenizer()
     return build_preset("tiny-qwen2", tok, overrides=TINY), tok
@@ -128,7 +128,7 @@ def _register_two_part_even() -> str:
 
 
 def test_grpo_trains_on_a_multi_conversation_env(tmp_path):
-    from agentgym.trainers import encode_prompt
+    from agentgym.generation import encode_prompt
     from agentgym.trainers.integrations import TRLEnvAdapter
 
     model, tok = _model()
@@ -159,7 +159,7 @@ def test_an_episode_becomes_one_sequence_with_the_env_text_masked():
     """With text a tokenizer round-trips, each next prompt of a conversation extends the
     context token by token; the second conversation's prompt is a fresh context."""
     from agentgym import Completion, rollout
-    from agentgym.trainers import encode_prompt
+    from agentgym.generation import encode_prompt
     from agentgym.trainers.integrations import TRLEnvAdapter
 
     _, tok = _model()

@@ -27,7 +27,7 @@ def _one_thread():
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from agentgym.trainers.tokenizer import build_tokenizer
+    from agentgym.generation import build_tokenizer
 
     return build_tokenizer()
 

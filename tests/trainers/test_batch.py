@@ -5,12 +5,10 @@ from __future__ import annotations
 import torch
 from conftest import TINY_QWEN
 
+from agentgym.generation import HFEngine, build_preset, encode_prompt
 from agentgym.rollouts import rollout
 from agentgym.trainers.algorithm import group_advantages
 from agentgym.trainers.batch import episodes_to_samples, make_microbatches
-from agentgym.trainers.engines import HFEngine
-from agentgym.trainers.models import build_preset
-from agentgym.trainers.tokenizer import encode_prompt
 from agentgym.types import Completion, Episode, Message, SamplingParams, Turn
 
 

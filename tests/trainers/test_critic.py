@@ -299,8 +299,9 @@ def test_vapo_in_two_processes_matches_one(tmp_path, toy_envs_registered, strate
     ]
     strategy, separate, _ = strategy.partition("+model")
     if separate:
+        from agentgym.generation import save_model
         from agentgym.trainers.config import ModelConfig
-        from agentgym.trainers.models import build_model_and_tokenizer, save_model
+        from agentgym.trainers.models import build_model_and_tokenizer
 
         small = {
             **TINY_QWEN,
@@ -342,11 +343,11 @@ def test_each_conversation_is_valued_from_what_it_sees_and_the_reward_crosses_th
     """A new conversation is a new state: its turns are valued from their own context
     (the task and the memory summary), and GAE still credits the one terminal reward to
     every token of every conversation."""
+    from agentgym.generation import HFEngine
     from agentgym.rollouts import rollout
     from agentgym.trainers.algorithm import AlgorithmConfig
     from agentgym.trainers.batch import episodes_to_samples
     from agentgym.trainers.critic import attach_advantages
-    from agentgym.trainers.engines import HFEngine
     from agentgym.types import SamplingParams
 
     model = _tiny_peft(tokenizer)

@@ -24,8 +24,9 @@ CRITIC = {**TINY_QWEN, "hidden_size": 16, "intermediate_size": 32}
 @pytest.fixture(scope="module")
 def critic_dir(tmp_path_factory):
     """A separate critic model on disk, as ``save_pretrained`` writes one."""
+    from agentgym.generation import save_model
     from agentgym.trainers.config import ModelConfig
-    from agentgym.trainers.models import build_model_and_tokenizer, save_model
+    from agentgym.trainers.models import build_model_and_tokenizer
 
     model, tok = build_model_and_tokenizer(ModelConfig(preset_overrides=dict(CRITIC)))
     return save_model(model, tok, tmp_path_factory.mktemp("critic") / "model")
@@ -63,8 +64,9 @@ def test_the_config_names_a_path_for_a_separate_critic():
 
 
 def test_a_missing_or_foreign_critic_model_is_refused(tmp_path):
+    from agentgym.generation import save_model
     from agentgym.trainers.config import ModelConfig
-    from agentgym.trainers.models import build_model_and_tokenizer, save_model
+    from agentgym.trainers.models import build_model_and_tokenizer
 
     model, tok = _policy()
     with pytest.raises(ConfigError, match=r"no config\.json"):

@@ -12,12 +12,19 @@ from conftest import TINY_QWEN
 from peft.tuners.lora import LoraLayer
 
 from agentgym import ConfigError, Message, SamplingParams
+from agentgym.generation import (
+    GenerationRequest,
+    HFEngine,
+    HFEngineOptions,
+    adapter_state_dict,
+    build_preset,
+    encode_prompt,
+    merged_lora,
+)
 from agentgym.trainers.algorithm import selected_logprobs
 from agentgym.trainers.batch import Sample, make_microbatches
 from agentgym.trainers.config import LoraSettings
-from agentgym.trainers.engines import GenerationRequest, HFEngine, HFEngineOptions, merged_lora
-from agentgym.trainers.models import adapter_state_dict, apply_lora, build_preset
-from agentgym.trainers.tokenizer import encode_prompt
+from agentgym.trainers.models import apply_lora
 
 
 @pytest.fixture

@@ -9,11 +9,17 @@ import torch
 from conftest import TINY_QWEN
 
 from agentgym import Message, SamplingParams
+from agentgym.generation import (
+    GenerationRequest,
+    HFEngine,
+    HFEngineOptions,
+    build_preset,
+    merged_lora,
+)
+from agentgym.generation.fast_attention import growing_kv_layer_class
+from agentgym.generation.fused import FusedDecoder, supported
 from agentgym.trainers.config import LoraSettings
-from agentgym.trainers.engines import GenerationRequest, HFEngine, HFEngineOptions, merged_lora
-from agentgym.trainers.engines.fast_attention import growing_kv_layer_class
-from agentgym.trainers.engines.fused import FusedDecoder, supported
-from agentgym.trainers.models import apply_lora, build_preset
+from agentgym.trainers.models import apply_lora
 
 
 def _llama(tokenizer, **extra):

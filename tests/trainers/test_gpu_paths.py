@@ -23,6 +23,7 @@ import torch
 from conftest import TINY_QWEN
 
 from agentgym import ConfigError, load_config
+from agentgym.generation import build_preset, place_model, resolve_device, resolve_dtype
 from agentgym.trainers.algorithm import selected_logprobs
 from agentgym.trainers.batch import Sample
 from agentgym.trainers.config import (
@@ -33,17 +34,11 @@ from agentgym.trainers.config import (
     TrainConfig,
 )
 from agentgym.trainers.critic import CriticConfig
-from agentgym.trainers.device import (
-    compute_dtype,
-    host_copy,
-    place_model,
-    resolve_device,
-    resolve_dtype,
-)
+from agentgym.trainers.device import compute_dtype, host_copy
 from agentgym.trainers.distributed import DistInfo, all_reduce_sum
 from agentgym.trainers.learner import Learner
 from agentgym.trainers.loop import DAPOTrainer
-from agentgym.trainers.models import apply_lora, build_preset
+from agentgym.trainers.models import apply_lora
 from agentgym.trainers.update import update_policy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -460,14 +455,14 @@ def test_rng_state_restores_without_the_gpus_that_saved_it():
 
 
 def test_sampling_noise_is_drawn_on_the_scores_device():
-    from agentgym.trainers.engines.sampling import RowNoise, SeededSampler
+    from agentgym.generation.sampling import RowNoise, SeededSampler
 
     noise = RowNoise([1, 2], [True, False], vocab=11, device=torch.device("cpu"))
     assert {g.device.type for g in noise.generators if g is not None} == {"cpu"}
     sampler = SeededSampler([1], [1.0], [1.0], device="cpu")
     assert sampler.generators[0].device.type == "cpu"
     # both decode paths draw the same numbers for the same seed, on that device
-    from agentgym.trainers.engines.sampling import gumbel
+    from agentgym.generation.sampling import gumbel
 
     first = gumbel(torch.rand(11, generator=torch.Generator().manual_seed(1)))
     torch.testing.assert_close(noise.step(0, [0, 1])[0], first)
@@ -504,8 +499,8 @@ def test_gpu_single_process_trains_on_the_gpu_in_bf16(tmp_path, toy_envs_registe
 @pytest.mark.gpu
 def test_gpu_hf_engine_draws_noise_on_the_gpu_and_repeats_its_samples(tokenizer):
     from agentgym import Message, SamplingParams
-    from agentgym.trainers.engines import GenerationRequest, HFEngine
-    from agentgym.trainers.engines.sampling import RowNoise
+    from agentgym.generation import GenerationRequest, HFEngine
+    from agentgym.generation.sampling import RowNoise
 
     assert RowNoise([1], [True], 7, torch.device("cuda")).generators[0].device.type == "cuda"
     base = build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN)

@@ -22,17 +22,18 @@ import torch
 from conftest import TINY_QWEN
 
 from agentgym import ConfigError, load_config
-from agentgym.trainers.config import LoraSettings, ModelConfig, TrainConfig
-from agentgym.trainers.device import place_model
-from agentgym.trainers.engines import (
+from agentgym.generation import (
     VLLMEngineOptions,
     adapter_config_dict,
+    build_preset,
     is_3d_moe_adapter,
     lora_request_extras,
     make_engine,
+    place_model,
     vllm_llm_kwargs,
 )
-from agentgym.trainers.models import apply_lora, build_preset, resolve_lora_targets
+from agentgym.trainers.config import LoraSettings, ModelConfig, TrainConfig
+from agentgym.trainers.models import apply_lora, resolve_lora_targets
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = [("tiny-qwen2", TINY_QWEN), ("tiny-deepseek-v3", {})]
@@ -184,8 +185,7 @@ def test_vllms_own_lora_loader_reads_agentgyms_adapters(
     lora_model_cls, manager_cls, peft_helper_cls = _vllm_lora(monkeypatch)
     from vllm.config import LoRAConfig
 
-    from agentgym.trainers.engines import write_peft_adapter
-    from agentgym.trainers.models import adapter_state_dict
+    from agentgym.generation import adapter_state_dict, write_peft_adapter
 
     peft = apply_lora(build_preset(preset, tokenizer, overrides=overrides), LoraSettings(r=8))
     with torch.no_grad():  # a non-zero adapter, so that a misread shows
@@ -249,8 +249,8 @@ def test_vllms_own_argument_classes_take_what_the_engine_passes(monkeypatch):
     from vllm.lora.request import LoRARequest
 
     from agentgym import SamplingParams
+    from agentgym.generation import vllm_sampling_kwargs
     from agentgym.trainers.config import VLLM_MAX_TEMPERATURE
-    from agentgym.trainers.engines import vllm_sampling_kwargs
 
     kwargs = vllm_llm_kwargs(
         VLLMEngineOptions(max_num_seqs=8),
@@ -275,7 +275,7 @@ def test_a_deepseek_model_path_without_vllms_routing_keys_gets_a_copy_that_has_t
     """A DeepSeek-V3 folder saved by transformers lacks ``topk_method`` and
     ``scoring_func``; vLLM would not load it as transformers computes it, so the engine
     loads a copy of the base weights whose config states them."""
-    from agentgym.trainers.models import save_model
+    from agentgym.generation import save_model
 
     base = build_preset("tiny-deepseek-v3", tokenizer, overrides=MLA_576)
     folder = save_model(base, tokenizer, tmp_path / "model")

@@ -8,10 +8,11 @@ import pytest
 import torch
 from conftest import TINY_QWEN
 
+from agentgym.generation import build_preset
 from agentgym.trainers.batch import Sample, make_microbatches
 from agentgym.trainers.config import AlgorithmConfig, LoraSettings, OptimConfig
 from agentgym.trainers.learner import Learner
-from agentgym.trainers.models import apply_lora, build_preset
+from agentgym.trainers.models import apply_lora
 from agentgym.trainers.update import update_policy
 
 PRESETS = [("tiny-qwen2", TINY_QWEN), ("tiny-deepseek-v3", {})]
@@ -159,7 +160,7 @@ def test_a_rollout_holds_the_generation_model_only_for_an_engine_that_uses_it(to
     """``weights_for``: the HF engine generates with the learner's model, so a rollout
     holds it (on a mesh: gathered on every rank); an engine with its own weights (vLLM)
     gets nothing gathered for it."""
-    from agentgym.trainers.engines import HFEngine
+    from agentgym.generation import HFEngine
     from agentgym.trainers.learner import weights_for
 
     learner = _learner("tiny-qwen2", TINY_QWEN, tokenizer, share=True)

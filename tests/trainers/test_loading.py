@@ -27,8 +27,8 @@ from hf_checkpoints import (
 )
 
 from agentgym import ConfigError
+from agentgym.generation import adapter_state_dict, load_model, place_model
 from agentgym.trainers.config import LoraSettings, ModelConfig
-from agentgym.trainers.device import place_model
 from agentgym.trainers.hf_reader import CheckpointReader, dequantize_blocks
 from agentgym.trainers.loading import (
     CheckpointSource,
@@ -37,12 +37,10 @@ from agentgym.trainers.loading import (
     meta_model_and_tokenizer,
 )
 from agentgym.trainers.models import (
-    adapter_state_dict,
     apply_lora,
     apply_lora_on_meta,
     build_model_and_tokenizer,
     build_on_meta,
-    load_model,
     resolve_lora_targets,
 )
 
@@ -177,8 +175,7 @@ def test_a_meta_built_model_with_its_adapter_is_the_loaded_one(checkpoints):
 
 
 def test_tied_embeddings_stay_tied(tmp_path):
-    from agentgym.trainers import build_preset, build_tokenizer
-    from agentgym.trainers.models import save_model
+    from agentgym.generation import build_preset, build_tokenizer, save_model
 
     tok = build_tokenizer()
     save_model(build_preset("tiny-qwen2", tok), tok, tmp_path)  # lm_head is embed_tokens

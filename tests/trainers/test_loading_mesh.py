@@ -28,10 +28,11 @@ import torch
 from hf_checkpoints import SMALL_SHAPE, tiny_model, write_block_fp8, write_sharded, write_synthetic
 from loading_probe import LORA, LORA_SEED, train_two_steps
 
+from agentgym.generation import load_model
 from agentgym.trainers.config import AlgorithmConfig, LoraSettings, ModelConfig, OptimConfig
 from agentgym.trainers.learner import Learner
 from agentgym.trainers.logging import read_jsonl
-from agentgym.trainers.models import apply_lora, build_model_and_tokenizer, load_model
+from agentgym.trainers.models import apply_lora, build_model_and_tokenizer
 
 HELPERS = Path(__file__).resolve().parents[1] / "helpers"
 

@@ -143,7 +143,7 @@ def test_resume_gives_the_same_steps_as_an_uninterrupted_run(tmp_path, toy_envs_
 
 
 def test_interrupted_checkpoint_write_keeps_the_previous_one(tmp_path, toy_envs_registered):
-    from agentgym.trainers.checkpoint import latest_checkpoint
+    from agentgym.generation import latest_checkpoint
 
     trainer = DAPOTrainer(_cfg(tmp_path, "run.max_steps=1"))
     trainer.train()
@@ -264,7 +264,7 @@ def test_config_overrides_parse_yaml_values(tmp_path):
 def test_a_colocated_engine_wakes_for_the_rollout_and_sleeps_for_the_update(
     tmp_path, toy_envs_registered
 ):
-    from agentgym.trainers.engines import HFEngine
+    from agentgym.generation import HFEngine
 
     class RecordingEngine(HFEngine):
         """The HF engine plus a log of when it was asked to sleep and wake."""

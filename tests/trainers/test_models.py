@@ -9,18 +9,18 @@ import torch
 from conftest import TINY_QWEN
 
 from agentgym.errors import ConfigError, UnknownNameError
-from agentgym.trainers.config import LoraSettings
-from agentgym.trainers.models import (
+from agentgym.generation import (
     adapter_state_dict,
-    apply_lora,
     build_preset,
-    fused_expert_parameters,
+    build_tokenizer,
+    encode_completion,
+    encode_prompt,
     load_adapter_state_dict,
     load_model,
-    lora_ranks,
     save_model,
 )
-from agentgym.trainers.tokenizer import build_tokenizer, encode_completion, encode_prompt
+from agentgym.trainers.config import LoraSettings
+from agentgym.trainers.models import apply_lora, fused_expert_parameters, lora_ranks
 from agentgym.types import Message
 
 PRESETS = [("tiny-qwen2", TINY_QWEN), ("tiny-deepseek-v3", {})]

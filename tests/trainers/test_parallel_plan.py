@@ -76,7 +76,7 @@ def _planned(
     checkpointing: bool = True,
     sequence_parallel: bool = False,
 ) -> tuple[int, dict[str, float]]:
-    from agentgym.trainers import build_preset, build_tokenizer
+    from agentgym.generation import build_preset, build_tokenizer
 
     layout = Layout(**sizes)
     arch = Architecture.from_config(build_preset("tiny-deepseek-v3", build_tokenizer()).config)

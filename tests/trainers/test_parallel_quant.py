@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from agentgym import ConfigError, load_config
-from agentgym.trainers import LoraSettings, apply_lora, build_preset, build_tokenizer
+from agentgym.generation import build_preset, build_tokenizer
+from agentgym.trainers import LoraSettings, apply_lora
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.logging import read_jsonl
 from agentgym.trainers.loop import DAPOTrainer

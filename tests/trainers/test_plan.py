@@ -116,8 +116,7 @@ def test_moe_count_by_hand() -> None:
 @pytest.fixture(scope="module")
 def tiny_models():
     pytest.importorskip("transformers")
-    from agentgym.trainers.models import build_preset
-    from agentgym.trainers.tokenizer import build_tokenizer
+    from agentgym.generation import build_preset, build_tokenizer
 
     tokenizer = build_tokenizer()
     return {name: build_preset(name, tokenizer) for name in ("tiny-qwen2", "tiny-deepseek-v3")}
@@ -246,8 +245,7 @@ def measure_peak_bytes(model, *, batch: int, seq_len: int, r: int) -> int:
 )
 def test_planner_matches_measured_peak(name: str, batch: int, seq_len: int) -> None:
     pytest.importorskip("torch")
-    from agentgym.trainers.models import build_preset
-    from agentgym.trainers.tokenizer import build_tokenizer
+    from agentgym.generation import build_preset, build_tokenizer
 
     model = build_preset(name, build_tokenizer())
     arch = Architecture.from_config(model.config)

@@ -47,8 +47,7 @@ EFF = Efficiency(gemm=1.0, train_layer_overhead_us=0.0, moe_imbalance=1.0)
 
 @pytest.fixture(scope="module")
 def tiny():
-    from agentgym.trainers.models import build_preset
-    from agentgym.trainers.tokenizer import build_tokenizer
+    from agentgym.generation import build_preset, build_tokenizer
 
     model = build_preset("tiny-deepseek-v3", build_tokenizer(), overrides=OVERRIDES)
     threads = torch.get_num_threads()

@@ -10,14 +10,19 @@ import torch
 from conftest import TINY_QWEN, train_in_processes
 
 from agentgym import ConfigError, Message, SamplingParams, load_config
-from agentgym.trainers import build_preset, build_tokenizer
+from agentgym.generation import (
+    GenerationRequest,
+    HFEngine,
+    build_preset,
+    build_tokenizer,
+    encode_prompt,
+    moe_routers,
+)
 from agentgym.trainers.algorithm import selected_logprobs
 from agentgym.trainers.batch import Sample, make_microbatches
 from agentgym.trainers.config import TrainConfig
-from agentgym.trainers.engines import GenerationRequest, HFEngine
 from agentgym.trainers.loop import DAPOTrainer
-from agentgym.trainers.router_replay import RoutingReplay, flat, moe_routers
-from agentgym.trainers.tokenizer import encode_prompt
+from agentgym.trainers.router_replay import RoutingReplay, flat
 
 MOE = {"n_routed_experts": 8, "num_experts_per_tok": 2}
 

@@ -42,7 +42,7 @@ def trained(tmp_path_factory):
     """(base model dir, adapter dir): the adapter trained by ``agentgym train``."""
     import trainer_toy_envs
 
-    from agentgym.trainers import build_preset, build_tokenizer, save_model
+    from agentgym.generation import build_preset, build_tokenizer, save_model
 
     root = tmp_path_factory.mktemp("serve")
     tok = build_tokenizer()
@@ -303,8 +303,8 @@ def test_lora_names_a_run_folder_as_hf_model_at_run_does(trained):
 def test_an_adapter_for_another_model_is_refused_and_leaves_the_base_alone(trained, tmp_path):
     from peft import LoraConfig, get_peft_model
 
+    from agentgym.generation import build_preset, build_tokenizer
     from agentgym.serve import APIError, load_served_models
-    from agentgym.trainers import build_preset, build_tokenizer
 
     other = build_preset(
         "tiny-qwen2", build_tokenizer(), overrides={**TINY_QWEN, "hidden_size": 64}

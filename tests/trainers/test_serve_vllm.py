@@ -169,15 +169,15 @@ def vllm_server(tmp_path_factory):
     import httpx
     import torch
 
-    from agentgym.trainers import (
-        LoraSettings,
+    from agentgym.generation import (
+        adapter_config_dict,
         adapter_state_dict,
-        apply_lora,
         build_preset,
         build_tokenizer,
         save_model,
+        write_peft_adapter,
     )
-    from agentgym.trainers.engines import adapter_config_dict, write_peft_adapter
+    from agentgym.trainers import LoraSettings, apply_lora
 
     root = tmp_path_factory.mktemp("serve_vllm")
     tok = build_tokenizer()

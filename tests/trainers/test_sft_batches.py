@@ -8,7 +8,7 @@ import random
 import torch
 from conftest import TINY_QWEN
 
-from agentgym.trainers import build_preset
+from agentgym.generation import build_preset
 from agentgym.trainers.sft import batch_loss, epoch_batches, length_groups
 
 

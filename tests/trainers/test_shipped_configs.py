@@ -36,8 +36,7 @@ def tiny_model(tmp_path_factory) -> Path:
     import gymnasium as gym
 
     import agentgym  # noqa: F401  (registers the envs)
-    from agentgym.trainers.models import build_preset, save_model
-    from agentgym.trainers.tokenizer import build_tokenizer
+    from agentgym.generation import build_preset, build_tokenizer, save_model
 
     texts = []
     for name in sorted(EXPECTED):  # each config's envs with its own arguments

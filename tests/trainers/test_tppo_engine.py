@@ -8,7 +8,7 @@ import torch
 from conftest import TINY_QWEN
 
 from agentgym import Message, SamplingParams
-from agentgym.trainers.engines import DecodeStats, GenerationRequest, HFEngine
+from agentgym.generation import DecodeStats, GenerationRequest, HFEngine
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def _req(text: str, max_tokens: int, *, seed: int = 1, temperature: float = 1.0,
 
 @pytest.mark.parametrize("decode", ["lean", "generate"])
 def test_a_reply_continued_from_its_prefix_is_the_same_reply(engine, decode):
-    from agentgym.trainers.engines import HFEngineOptions
+    from agentgym.generation import HFEngineOptions
 
     engine.options = HFEngineOptions(decode=decode)
     try:

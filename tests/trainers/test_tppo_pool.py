@@ -10,7 +10,8 @@ import pytest
 from conftest import TINY_QWEN
 
 from agentgym import load_config
-from agentgym.trainers import TrainConfig, encode_prompt
+from agentgym.generation import encode_prompt
+from agentgym.trainers import TrainConfig
 from agentgym.trainers.loop import DAPOTrainer
 
 

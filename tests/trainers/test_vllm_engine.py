@@ -20,8 +20,7 @@ import torch
 from conftest import TINY_QWEN
 
 from agentgym import ConfigError, Message, SamplingParams, UnknownNameError
-from agentgym.trainers.config import LoraSettings
-from agentgym.trainers.engines import (
+from agentgym.generation import (
     ENGINE_KINDS,
     VLLM_LORA_RANKS,
     GenerationRequest,
@@ -30,27 +29,26 @@ from agentgym.trainers.engines import (
     VLLMEngine,
     VLLMEngineOptions,
     adapter_config_dict,
+    adapter_state_dict,
+    build_preset,
+    encode_prompt,
     engine_options,
     finish_completion,
     import_vllm,
     infer_adapter_config,
-    logprob_mismatch,
+    load_model,
     make_engine,
     sampled_logprobs,
     save_base_model,
+    save_model,
     vllm_llm_kwargs,
     vllm_lora_rank,
     vllm_sampling_kwargs,
     write_peft_adapter,
 )
-from agentgym.trainers.models import (
-    adapter_state_dict,
-    apply_lora,
-    build_preset,
-    load_model,
-    save_model,
-)
-from agentgym.trainers.tokenizer import encode_prompt
+from agentgym.trainers.config import LoraSettings
+from agentgym.trainers.mismatch import logprob_mismatch
+from agentgym.trainers.models import apply_lora
 
 
 def _tiny(tokenizer, seed: int = 0):
@@ -481,7 +479,7 @@ def test_a_script_without_a_main_guard_gets_the_fix_not_a_bootstrapping_error(
 
 
 def test_models_vllm_cannot_serve_are_refused_before_it_starts(tmp_path, tokenizer):
-    from agentgym.trainers.engines import vllm_refusal
+    from agentgym.generation import vllm_refusal
 
     mla = {"model_type": "deepseek_v3", "kv_lora_rank": 16, "qk_rope_head_dim": 8}
     assert "kv_lora_rank: 512" in vllm_refusal(mla, cpu=False, lora=False)

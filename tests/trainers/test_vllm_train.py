@@ -50,7 +50,7 @@ ROUNDING = 1e-4
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory, tokenizer):
-    from agentgym.trainers import build_preset, save_model
+    from agentgym.generation import build_preset, save_model
 
     root = tmp_path_factory.mktemp("vllm_train")
     return save_model(build_preset("tiny-qwen2", tokenizer, overrides=MODEL), tokenizer, root / "m")

@@ -186,7 +186,7 @@ class TRLEnvAdapter:
             seed=derive_seed("trl", self.seed, step, self.calls),
         )
         with _generation_model(trainer) as model, _mixed_precision(trainer, model):
-            from agentgym.trainers.engines import HFEngine
+            from agentgym.generation import HFEngine
 
             engine = HFEngine(model, self.tokenizer, seed=self.seed)
             policy = engine.as_policy()  # generates on this thread, under the autocast
@@ -238,7 +238,7 @@ class TRLEnvAdapter:
 
     def episode_row(self, episode: Episode) -> dict[str, list[Any]]:
         """One episode as TRL's sequence: prompt ids, then replies and env tokens."""
-        from agentgym.trainers import encode_prompt
+        from agentgym.generation import encode_prompt
 
         tok = self.tokenizer
         first = episode.turns[0]

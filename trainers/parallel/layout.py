@@ -245,7 +245,7 @@ def check_train_config(cfg: Any) -> None:
         )
     fields = dict(cfg.model.architecture or {})
     if not fields and cfg.model.preset is not None:
-        from agentgym.trainers.models import PRESETS
+        from agentgym.generation import PRESETS
 
         fields = {**PRESETS.get(cfg.model.preset, {}), **(cfg.model.preset_overrides or {})}
     if fields:

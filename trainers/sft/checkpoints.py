@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from agentgym import CheckpointError
+from agentgym.generation import adapter_state_dict, quiet_hf_loading
 from agentgym.trainers.checkpoint import load_checkpoint, resume_checkpoint, save_checkpoint
-from agentgym.trainers.models import _no_hf_progress_bars, adapter_state_dict
 from agentgym.trainers.sft.config import SFTConfig
 
 #: the settings the example order depends on, kept in ``trainer_state.json``
@@ -78,7 +78,7 @@ def save_sft_checkpoint(
     """Write the checkpoint of ``step`` into the run folder (atomically; the oldest
     beyond ``run.keep_checkpoints`` are pruned)."""
     lora = cfg.lora.enabled
-    with _no_hf_progress_bars():  # the whole model's "Writing model shards" bar
+    with quiet_hf_loading():  # the whole model's "Writing model shards" bar
         return save_checkpoint(
             checkpoints_dir(cfg.run.output_dir),
             step,

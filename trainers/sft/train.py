@@ -47,12 +47,12 @@ from typing import Any
 import torch
 
 from agentgym import Progress, SamplingParams, derive_seed, save_config
+from agentgym.generation import HFEngine, encode_completion, encode_prompt, place_model, save_model
 from agentgym.health import RunLock, RunStopped
-from agentgym.trainers.device import autocast, compute_dtype, keep_master_weights, place_model
-from agentgym.trainers.engines import HFEngine
+from agentgym.trainers.device import autocast, compute_dtype, keep_master_weights
 from agentgym.trainers.evaluation import evaluate_async
 from agentgym.trainers.logging import JsonlWriter, read_jsonl, start_tracking
-from agentgym.trainers.models import apply_lora, build_model_and_tokenizer, save_model
+from agentgym.trainers.models import apply_lora, build_model_and_tokenizer
 from agentgym.trainers.runtime import setup_torch
 from agentgym.trainers.sft.checkpoints import (
     checkpoints_dir,
@@ -65,7 +65,6 @@ from agentgym.trainers.sft.config import SFTConfig, SFTTrain
 from agentgym.trainers.sft.data import Example, collect_examples, example_corpus
 from agentgym.trainers.sft.report import plot_sft, write_sft_summary
 from agentgym.trainers.stopping import PoliteSignals
-from agentgym.trainers.tokenizer import encode_completion, encode_prompt
 from agentgym.trainers.tracking import close_tracking
 
 

@@ -55,9 +55,8 @@ from agentgym import (
     derive_seed,
     rollout_async,
 )
+from agentgym.generation import GenerationRequest, encode_prompt, finish_completion
 from agentgym.trainers.distributed import DistInfo, all_gather_objects
-from agentgym.trainers.engines import GenerationRequest, finish_completion
-from agentgym.trainers.tokenizer import encode_prompt
 from agentgym.trainers.tppo.records import (
     Group,
     RankStep,

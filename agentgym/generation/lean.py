@@ -1,7 +1,7 @@
 """The HF engine's lean decode loop: agentgym's own token loop over a model's forward.
 
 :func:`lean_decode` produces the same tokens for the same seeds as transformers'
-``generate`` with :class:`~agentgym.trainers.engines.sampling.SeededSampler` (the
+``generate`` with :class:`~agentgym.generation.sampling.SeededSampler` (the
 reference path it is tested against), at less cost:
 
 * the prompts are prefilled once per distinct prompt (the ``G`` samples of a task
@@ -10,17 +10,17 @@ reference path it is tested against), at less cost:
 * a row leaves the batch as soon as it is finished (eos, its own ``max_tokens``, or a
   stop string), so the others stop paying for it;
 * each row's noise is drawn from its generator a chunk of steps at a time
-  (:class:`~agentgym.trainers.engines.sampling.RowNoise`: the same numbers as one draw
+  (:class:`~agentgym.generation.sampling.RowNoise`: the same numbers as one draw
   per step);
 * top-p filters only the rows that ask for it;
 * on models whose attention allows it, the cache, mask and attention take the fast
   path of :mod:`.fast_attention`, and on Llama-family models the decode step itself is
-  :class:`~agentgym.trainers.engines.fused.FusedDecoder` (a few fused tensor operations
+  :class:`~agentgym.generation.fused.FusedDecoder` (a few fused tensor operations
   per layer instead of the model's general ``forward``).
 
 Stop strings are looked for every :data:`STOP_CHECK_EVERY` steps so that a stopped row
 leaves early; the reply is cut at the stop string afterwards
-(:func:`~agentgym.trainers.engines.completion.finish_completion`). The kept tokens are
+(:func:`~agentgym.generation.completion.finish_completion`). The kept tokens are
 the same either way as long as the text of a reply's first tokens is a prefix of the
 text of the whole reply (true of byte-level BPE; a tokenizer whose decoding rewrites
 spaces around later punctuation could, in rare cases, stop at a stop string that the
@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from agentgym.trainers.engines.base import DecodeStats, GenerationRequest
-from agentgym.trainers.engines.completion import first_stop
-from agentgym.trainers.engines.fast_attention import (
+from agentgym.generation.base import DecodeStats, GenerationRequest
+from agentgym.generation.completion import first_stop
+from agentgym.generation.fast_attention import (
     DECODE_ATTENTION,
     DecodeMask,
     attention_implementation,
@@ -48,11 +48,11 @@ from agentgym.trainers.engines.fast_attention import (
     growing_kv_layer_class,
     register_decode_attention,
 )
-from agentgym.trainers.engines.fused import FusedDecoder
-from agentgym.trainers.engines.sampling import RowNoise, top_p_filter
+from agentgym.generation.fused import FusedDecoder
+from agentgym.generation.sampling import RowNoise, top_p_filter
 
 if TYPE_CHECKING:
-    from agentgym.trainers.router_replay import RoutingRecorder
+    from agentgym.generation.routing import RoutingRecorder
 
 #: The lean loop looks for stop strings in unfinished rows every this many steps.
 STOP_CHECK_EVERY = 8
@@ -287,7 +287,7 @@ def lean_decode(
         device: where the model's inputs go.
         fast_attention: use :mod:`.fast_attention` on models that allow it.
         fused: with ``fast_attention``, run decode steps through
-            :class:`~agentgym.trainers.engines.fused.FusedDecoder` where it applies.
+            :class:`~agentgym.generation.fused.FusedDecoder` where it applies.
         stats: counters to add this call's steps to.
         recorder: an MoE router recorder to tell which tokens each forward ran (router
             replay); decode steps then go through the model's own forward.

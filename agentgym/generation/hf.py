@@ -6,14 +6,14 @@ adapter syncs cost nothing). Its pieces live next to it:
 * sampling (:mod:`.sampling`): per-request seeded Gumbel-max draws, top-p, and the
   log-prob of each token under the distribution it was drawn from;
 * two decode paths that produce the same tokens for the same seeds (its
-  :class:`~agentgym.trainers.engines.options.HFEngineOptions` pick one):
+  :class:`~agentgym.generation.options.HFEngineOptions` pick one):
 
   - ``decode="lean"`` (default): agentgym's own loop over the model's forward
     (:mod:`.lean`; its fast path in :mod:`.fast_attention` and :mod:`.fused`), with a
     LoRA adapter folded into the weights for the duration of a call
     (:mod:`.lora_fold`, ``merge_lora``);
   - ``decode="generate"``: ``model.generate`` with a logits processor that samples the
-    same way (:class:`~agentgym.trainers.engines.sampling.SeededSampler`); every row
+    same way (:class:`~agentgym.generation.sampling.SeededSampler`); every row
     runs until the longest is done. Kept as the reference implementation the lean loop
     is tested against.
 
@@ -34,14 +34,14 @@ import torch
 from torch import nn
 
 from agentgym import Completion, ConfigError
-from agentgym.trainers.engines.base import GenerationRequest, RolloutEngine
-from agentgym.trainers.engines.completion import finish_completion
-from agentgym.trainers.engines.lean import lean_decode, left_padded, pad_id
-from agentgym.trainers.engines.lora_fold import merged_lora
-from agentgym.trainers.engines.options import HFEngineOptions
-from agentgym.trainers.engines.sampling import SeededSampler
-from agentgym.trainers.router_replay import RoutingRecorder
-from agentgym.trainers.tokenizer import encode_prompt
+from agentgym.generation.base import GenerationRequest, RolloutEngine
+from agentgym.generation.completion import finish_completion
+from agentgym.generation.lean import lean_decode, left_padded, pad_id
+from agentgym.generation.lora_fold import merged_lora
+from agentgym.generation.options import HFEngineOptions
+from agentgym.generation.routing import RoutingRecorder
+from agentgym.generation.sampling import SeededSampler
+from agentgym.generation.tokenizer import encode_prompt
 
 
 class HFEngine(RolloutEngine):
@@ -60,7 +60,7 @@ class HFEngine(RolloutEngine):
     Attributes:
         generated_tokens: tokens generated over all calls.
         decode_stats: decode steps, row-steps, tokens and tail time (see
-            :class:`~agentgym.trainers.engines.base.DecodeStats`).
+            :class:`~agentgym.generation.base.DecodeStats`).
     """
 
     def __init__(
@@ -127,7 +127,7 @@ class HFEngine(RolloutEngine):
         """Copy these adapter weights into the model (nothing to do when it is shared)."""
         if self.shares_weights:
             return
-        from agentgym.trainers.models import load_adapter_state_dict
+        from agentgym.generation.models import load_adapter_state_dict
 
         load_adapter_state_dict(self.model, weights)
 
@@ -218,7 +218,7 @@ class HFEngine(RolloutEngine):
         seeds: list[int],
         recorder: RoutingRecorder | None = None,
     ) -> tuple[list[list[int]], list[list[float]]]:
-        """The lean loop (:func:`~agentgym.trainers.engines.lean.lean_decode`), with the
+        """The lean loop (:func:`~agentgym.generation.lean.lean_decode`), with the
         adapter folded into the weights when ``merge_lora`` allows."""
         merge = merged_lora(self.model) if self.merge_lora else contextlib.nullcontext(False)
         hooks = recorder if recorder is not None else contextlib.nullcontext()

@@ -24,7 +24,7 @@ from agentgym import UnknownNameError, config_check, config_from_dict
 
 @dataclass(frozen=True)
 class HFEngineOptions:
-    """The embedded engine (:class:`~agentgym.trainers.engines.HFEngine`): it generates
+    """The embedded engine (:class:`~agentgym.generation.HFEngine`): it generates
     with the trainer's own model object, so adapter syncs cost nothing.
 
     Attributes:

@@ -4,7 +4,7 @@ Used by ``--policy hf:...`` in ``agentgym eval`` and ``agentgym bench`` (the sch
 declared in pyproject.toml's entry-point group ``agentgym.policies``). The model is loaded from a local directory written
 by ``save_pretrained`` (for example the output of ``agentgym sft``); an optional peft
 adapter directory (a trainer checkpoint's adapter) is applied on top. Generation goes
-through :class:`~agentgym.trainers.engines.hf.HFEngine`, which batches the concurrent
+through :class:`~agentgym.generation.hf.HFEngine`, which batches the concurrent
 calls of a rollout, on the trainer's default placement (``model.device`` and
 ``model.dtype`` ``auto``: the GPU in bf16 where there is one, else the CPU in float32).
 """
@@ -19,9 +19,9 @@ from agentgym import ConfigError
 
 def policy_from_spec(spec: str, *, seed: int = 0, **kwargs: Any) -> Any:
     """Build a batching policy from ``PATH`` or ``PATH@ADAPTER`` (the text after ``hf:``)."""
-    from agentgym.trainers.device import place_model
-    from agentgym.trainers.engines.hf import HFEngine
-    from agentgym.trainers.models import load_model
+    from agentgym.generation.hf import HFEngine
+    from agentgym.generation.models import load_model
+    from agentgym.generation.placement import place_model
 
     path, _, adapter = spec.partition("@")
     if not path:
@@ -48,8 +48,6 @@ def resolve_adapter(where: str) -> Path:
     (``.../step_000003``: its ``adapter/``), ``RUN/checkpoints/latest``, or a run folder
     (its latest checkpoint's adapter). ``hf:MODEL@ADAPTER`` and ``agentgym serve --lora
     NAME=PATH`` both name adapters this way."""
-    from agentgym.trainers.checkpoint import latest_checkpoint
-
     p = Path(where)
     candidates = [p, p / "adapter"]
     if p.name == "latest":
@@ -67,3 +65,16 @@ def resolve_adapter(where: str) -> Path:
         f"no peft adapter at {where!r}: give an adapter folder (one with "
         "adapter_config.json), a checkpoint folder, RUN/checkpoints/latest, or a run folder."
     )
+
+
+def latest_checkpoint(ckpt_dir: str | Path) -> Path | None:
+    """The checkpoint a run's ``checkpoints/`` folder calls ``latest`` (a file naming it),
+    or its newest complete one (``step_*`` with ``trainer_state.json``), or None."""
+    root = Path(ckpt_dir)
+    pointer = root / "latest"
+    if pointer.is_file():
+        cand = root / pointer.read_text().strip()
+        if (cand / "trainer_state.json").is_file():
+            return cand
+    done = sorted(p for p in root.glob("step_*") if (p / "trainer_state.json").is_file())
+    return done[-1] if done else None

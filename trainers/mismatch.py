@@ -17,8 +17,7 @@ import torch
 from torch import nn
 
 from agentgym import Completion
-from agentgym.trainers.engines.base import GenerationRequest
-from agentgym.trainers.tokenizer import encode_prompt
+from agentgym.generation import GenerationRequest, encode_prompt
 
 
 def logprob_mismatch(

@@ -3,9 +3,9 @@
 :func:`make_engine` is what a trainer config's ``rollout.engine`` maps to. Both engines
 take the trainer's model object; they differ in what they do with it:
 
-* ``hf``: :class:`~agentgym.trainers.engines.hf.HFEngine` generates with that very object
+* ``hf``: :class:`~agentgym.generation.hf.HFEngine` generates with that very object
   (``shares_weights``: adapter syncs are no-ops).
-* ``vllm``: :class:`~agentgym.trainers.engines.vllm.VLLMEngine` loads the model's *base*
+* ``vllm``: :class:`~agentgym.generation.vllm.VLLMEngine` loads the model's *base*
   weights into vLLM once (from ``model_path``, or from a copy written to ``workdir``:
   also when ``model_path``'s config lacks keys vLLM needs, such as DeepSeek-V3's routing),
   takes the adapter config from the peft model, and is handed the current adapter at
@@ -35,8 +35,8 @@ from typing import Any
 from torch import nn
 
 from agentgym import ConfigError, UnknownNameError
-from agentgym.trainers.engines.base import RolloutEngine
-from agentgym.trainers.engines.options import (
+from agentgym.generation.base import RolloutEngine
+from agentgym.generation.options import (
     ENGINE_OPTIONS,
     EngineOptions,
     HFEngineOptions,
@@ -72,7 +72,7 @@ def make_engine(
             temporary directory that the engine owns and deletes when it is closed.
         options: the engine's typed options (:class:`HFEngineOptions` or
             :class:`VLLMEngineOptions`), or the mapping a config writes (checked by
-            :func:`~agentgym.trainers.engines.options.engine_options`).
+            :func:`~agentgym.generation.options.engine_options`).
 
     Raises:
         UnknownNameError: unknown ``kind`` or option name.
@@ -84,7 +84,7 @@ def make_engine(
         raise UnknownNameError("rollout engine", kind, ENGINE_KINDS)
     opts = engine_options(kind, options)
     if isinstance(opts, HFEngineOptions):
-        from agentgym.trainers.engines.hf import HFEngine
+        from agentgym.generation.hf import HFEngine
 
         return HFEngine(model, tokenizer, opts, shares_weights=True, seed=seed)
     return _make_vllm(model, tokenizer, seed, model_path, workdir, opts)
@@ -98,13 +98,9 @@ def _make_vllm(
     workdir: str | Path | None,
     options: VLLMEngineOptions,
 ) -> RolloutEngine:
-    from agentgym.trainers.engines.adapters import save_base_model, vllm_config_additions
-    from agentgym.trainers.engines.vllm import (
-        VLLMEngine,
-        import_vllm,
-        refuse_bootstrapping_child,
-    )
-    from agentgym.trainers.models import adapter_state_dict
+    from agentgym.generation.adapters import save_base_model, vllm_config_additions
+    from agentgym.generation.models import adapter_state_dict
+    from agentgym.generation.vllm import VLLMEngine, import_vllm, refuse_bootstrapping_child
 
     if not hasattr(model, "peft_config"):
         raise ConfigError(

@@ -1,6 +1,6 @@
 """A fused one-token decode step for Llama-family decoders (the HF engine's fast path).
 
-A decode step of the lean loop (:mod:`agentgym.trainers.engines.lean`) runs one token per
+A decode step of the lean loop (:mod:`agentgym.generation.lean`) runs one token per
 row through the whole model. On small models, and on CPU, most of that step is not
 arithmetic but the framework around it: module calls, hooks, output dataclasses, the
 cache and mask plumbing of a general ``forward``. :class:`FusedDecoder` computes the
@@ -72,7 +72,7 @@ class FusedDecoder:
     """One decode step (one new token per row) of a Llama-family causal LM.
 
     Build with :meth:`build` (inside ``torch.inference_mode`` and, with LoRA, inside
-    :func:`~agentgym.trainers.engines.lora_fold.merged_lora`), then call :meth:`step` once per
+    :func:`~agentgym.generation.lora_fold.merged_lora`), then call :meth:`step` once per
     token with the rows' tokens and positions, the loop's cache and its additive mask.
     """
 
