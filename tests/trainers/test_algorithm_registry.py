@@ -39,7 +39,7 @@ def ratios(*rs):
 
 
 def test_every_loss_and_estimator_is_registered_with_its_aggregation():
-    assert set(POLICY_LOSSES) == {"dapo", "ppo", "gspo", "cispo", "reinforce", "apo"}
+    assert set(POLICY_LOSSES) == {"dapo", "grpo", "ppo", "gspo", "cispo", "reinforce", "apo"}
     assert set(ADVANTAGE_ESTIMATORS) == {
         "grpo",
         "drgrpo",
@@ -52,7 +52,7 @@ def test_every_loss_and_estimator_is_registered_with_its_aggregation():
     assert ADVANTAGE_ESTIMATORS["gae"].needs_critic
     assert not any(s.needs_critic for n, s in ADVANTAGE_ESTIMATORS.items() if n != "gae")
     agg = {n: s.aggregation for n, s in POLICY_LOSSES.items()}
-    assert agg["gspo"] == SEQ_MEAN_TOKEN_MEAN and agg["apo"] == SEQ_MEAN
+    assert agg["gspo"] == agg["grpo"] == SEQ_MEAN_TOKEN_MEAN and agg["apo"] == SEQ_MEAN
     assert agg["dapo"] == agg["ppo"] == agg["cispo"] == agg["reinforce"] == TOKEN_MEAN
     with pytest.raises(UnknownNameError, match="gspo"):
         loss_spec("gpso")
@@ -95,6 +95,38 @@ class TestPPODualClip:
         assert ppo.dual_clipped_tokens.item() == 0
         with pytest.raises(ConfigError, match="> 1"):
             POLICY_LOSSES["ppo"].fn(logp, old, t(1.0), torch.ones(1, 3), total_tokens=3, clip_c=1)
+
+
+class TestGRPO:
+    def test_symmetric_clip_and_each_sequence_weighs_the_same(self):
+        # sequence 0: r = (1.5, 1.0, 0.5), A = 1; sequence 1: one trained token, r = 1.1,
+        # A = -2. Symmetric clip [0.8, 1.2]: seq 0 per token max(-1.5, -1.2) = -1.2
+        # (clipped high), -1.0, max(-0.5, -0.8) = -0.5, token mean -0.9; seq 1:
+        # max(2.2, 2.2) = 2.2. Mean over the 2 sequences: (-0.9 + 2.2) / 2 = 0.65.
+        logp = torch.log(torch.tensor([[1.5, 1.0, 0.5], [1.1, 1.0, 1.0]])).requires_grad_(True)
+        mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+        kw = {"total_tokens": 4, "total_sequences": 2, "eps_low": 0.2, "eps_high": 0.2}
+        terms = POLICY_LOSSES["grpo"].fn(logp, torch.zeros(2, 3), t(1.0, -2.0), mask, **kw)
+        assert terms.loss.item() == pytest.approx(0.65, abs=1e-6)
+        assert terms.clipped_high_tokens.item() == 1 and terms.clipped_low_tokens.item() == 0
+        terms.loss.backward()
+        # -A r / (n_b * 2) where unclipped: seq 0 (n = 3) 0, -1/6, -0.5/6; seq 1 (n = 1) 2.2/2
+        assert logp.grad[0].tolist() == pytest.approx([0.0, -1 / 6, -0.5 / 6], abs=1e-6)
+        assert logp.grad[1].tolist() == pytest.approx([1.1, 0.0, 0.0], abs=1e-6)
+        # DAPO on the same tokens: clip-higher (1.28) and every token 1/4 of the batch
+        dapo = POLICY_LOSSES["dapo"].fn(logp, torch.zeros(2, 3), t(1.0, -2.0), mask, total_tokens=4)
+        assert dapo.loss.item() == pytest.approx((-1.28 - 1.0 - 0.5 + 2.2) / 4, abs=1e-6)
+
+    def test_the_preset_is_grpo_as_published(self):
+        from agentgym import load_config
+        from agentgym.trainers.config import TrainConfig
+
+        algo = load_config(TrainConfig, None, ["algorithm.name=grpo"]).algorithm
+        assert (algo.loss, algo.advantage, algo.normalize_std) == ("grpo", "grpo", True)
+        assert (algo.eps_low, algo.eps_high, algo.kl_coef) == (0.2, 0.2, 0.04)
+        assert not (algo.dynamic_sampling or algo.overlong_penalty or algo.overlong_mask)
+        with pytest.raises(ConfigError, match=r"algorithm\.name=grpo sets algorithm\.loss"):
+            load_config(TrainConfig, None, ["algorithm.name=grpo", "algorithm.loss=ppo"])
 
 
 class TestGSPO:

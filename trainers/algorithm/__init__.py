@@ -12,8 +12,8 @@ current, the sampling and the reference policy; ``mask`` is 1 on tokens the poli
 * :mod:`.advantages`: estimators by name (:data:`ADVANTAGE_ESTIMATORS`: ``grpo``,
   ``drgrpo``, ``rloo``, ``reinforce++``, ``apo``, ``apo_group``) and A*PO's
   :func:`optimal_value`;
-* :mod:`.losses`: policy losses by name (:data:`POLICY_LOSSES`: ``dapo``, ``ppo``,
-  ``gspo``, ``cispo``, ``reinforce``, ``apo``), all returning :class:`LossTerms`;
+* :mod:`.losses`: policy losses by name (:data:`POLICY_LOSSES`: ``dapo``, ``grpo``,
+  ``ppo``, ``gspo``, ``cispo``, ``reinforce``, ``apo``), all returning :class:`LossTerms`;
 * :mod:`.correction`: the rollout/learner log-prob mismatch and truncated importance
   sampling;
 * :mod:`.shaping`: dynamic sampling's filter, DAPO's overlong punishment, Kimi's length
@@ -54,6 +54,7 @@ from agentgym.trainers.algorithm.losses import (
     apo_policy_loss,
     cispo_policy_loss,
     dapo_policy_loss,
+    grpo_policy_loss,
     gspo_policy_loss,
     loss_spec,
     policy_loss,
@@ -97,6 +98,7 @@ __all__ = [
     "gae",
     "group_advantages",
     "group_stats",
+    "grpo_policy_loss",
     "gspo_policy_loss",
     "importance_weights",
     "informative_groups",

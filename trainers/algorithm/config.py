@@ -19,7 +19,10 @@ class AlgorithmConfig:
     Attributes:
         name: a preset that sets the algorithm's pieces together (``null``, the default:
             every field as given; the fields' defaults are DAPO's): ``dapo`` (loss
-            ``dapo``, advantage ``grpo``), ``ppo`` (loss ``ppo``, advantage ``gae``
+            ``dapo``, advantage ``grpo``), ``grpo`` (GRPO as DeepSeekMath published it:
+            loss ``grpo``, advantage ``grpo``, symmetric clip ``eps_high = eps_low =
+            0.2``, KL to the reference ``kl_coef = 0.04``, no dynamic sampling, no
+            overlong shaping), ``ppo`` (loss ``ppo``, advantage ``gae``
             with ``lam_policy = lam_critic = 0.95``, a critic), ``vapo`` (loss ``dapo``,
             advantage ``gae`` decoupled: ``lam_critic = 1``, length-adaptive
             ``lam_policy`` with ``lam_alpha = 0.05``; positive-example NLL ``nll_coef =
@@ -31,7 +34,7 @@ class AlgorithmConfig:
             ``loss`` or ``advantage`` set to another (that would be another algorithm);
             its numbers (lambdas, ``lam_alpha``, ``nll_coef``, ...) are defaults that a
             config may tune.
-        loss: the policy loss by name (``dapo``, ``ppo``, ``gspo``, ``cispo``,
+        loss: the policy loss by name (``dapo``, ``grpo``, ``ppo``, ``gspo``, ``cispo``,
             ``reinforce``, ``apo``; see docs/trainer.md's table and
             :data:`~agentgym.trainers.algorithm.POLICY_LOSSES`).
         advantage: the estimator by name (``grpo``, DAPO's; ``drgrpo``, ``rloo``,
@@ -205,6 +208,19 @@ PRESET_DEFINES = frozenset({"loss", "advantage"})
 #: what each ``algorithm.name`` sets (fields left at their defaults only)
 PRESETS: dict[str, dict[str, object]] = {
     "dapo": {"loss": "dapo", "advantage": "grpo"},
+    # GRPO as DeepSeekMath published it (arXiv 2402.03300, eq. 3): a symmetric clip,
+    # each sequence's token mean averaged over the sequences, the k3 KL to the reference
+    # with beta 0.04; none of DAPO's additions (dynamic sampling, overlong shaping)
+    "grpo": {
+        "loss": "grpo",
+        "advantage": "grpo",
+        "eps_low": 0.2,
+        "eps_high": 0.2,
+        "kl_coef": 0.04,
+        "dynamic_sampling": False,
+        "overlong_penalty": False,
+        "overlong_mask": False,
+    },
     "ppo": {"loss": "ppo", "advantage": "gae", "lam_policy": 0.95, "lam_critic": 0.95},
     "vapo": {
         "loss": "dapo",

@@ -21,6 +21,7 @@ is always a count over the *whole* (mini-)batch, never over one micro-batch:
 | name | per-token term (``r = exp(logp - old_logp)``) | aggregation | source |
 |---|---|---|---|
 | ``dapo`` | ``max(-A r, -A clip(r, 1-eps_low, 1+eps_high))`` | token-mean | DAPO, arXiv 2503.14476 |
+| ``grpo`` | ``max(-A r, -A clip(r, 1-eps_low, 1+eps_high))`` (the ``grpo`` preset: ``eps_high = eps_low``) | seq-mean-token-mean | GRPO (DeepSeekMath), arXiv 2402.03300 |
 | ``ppo`` | as ``dapo``, and for ``A < 0`` at most ``-A c`` (dual-clip, ``c = clip_c = 3``) | token-mean | PPO; dual-clip, arXiv 1912.09729 |
 | ``gspo`` | as ``dapo`` with ``r`` replaced by the sequence ratio ``exp(mean_t log r)`` (its gradient per token) | seq-mean-token-mean | GSPO, arXiv 2507.18071 |
 | ``cispo`` | ``-A sg(clip(r, 1-eps_low, 1+eps_high)) logp`` | token-mean | CISPO (MiniMax-M1), arXiv 2506.13585 |
@@ -234,6 +235,53 @@ def dapo_policy_loss(
         logp,
         mask,
         TOKEN_MEAN,
+        total_tokens=total_tokens,
+        total_sequences=total_sequences,
+        ref_logp=ref_logp,
+        kl_coef=kl_coef,
+        ratio=ratio,
+        clipped_low=low,
+        clipped_high=high,
+    )
+
+
+@policy_loss("grpo", aggregation=SEQ_MEAN_TOKEN_MEAN)
+def grpo_policy_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    total_tokens: float,
+    total_sequences: float | None = None,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    ref_logp: Tensor | None = None,
+    kl_coef: float = 0.0,
+    weights: Tensor | None = None,
+    **_: object,
+) -> LossTerms:
+    """GRPO's clipped surrogate as DeepSeekMath published it (eq. 3 of arXiv 2402.03300).
+
+    Per token the same term as :func:`dapo_policy_loss` (its clip is symmetric when
+    ``eps_high = eps_low``, as the ``grpo`` preset sets); the difference is the
+    aggregation: each sequence's tokens are averaged first (``1/|o_i|``) and the
+    sequences then weigh the same (``1/G``, here ``1 / total_sequences`` of the whole
+    batch), so a token of a short reply weighs more than one of a long reply. A sequence
+    is one policy turn (:mod:`agentgym.trainers.batch`). The paper's KL term (``beta =
+    0.04``, the k3 estimator) is ``kl_coef``, with the same aggregation.
+    """
+    _check(total_tokens, kl_coef, ref_logp)
+    mask = mask.to(logp.dtype)
+    ratio = torch.exp(logp - old_logp.detach())
+    pg, low, high = _clipped_surrogate(ratio, _per_token(advantages, logp), eps_low, eps_high)
+    if weights is not None:
+        pg = pg * weights.detach().to(pg.dtype)
+    return _terms(
+        pg,
+        logp,
+        mask,
+        SEQ_MEAN_TOKEN_MEAN,
         total_tokens=total_tokens,
         total_sequences=total_sequences,
         ref_logp=ref_logp,
