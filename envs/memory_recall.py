@@ -68,13 +68,23 @@ class MemoryRecallEnv(ConversationEnv):
     * ``memory``: a MemoryConfig or dict; default ``{"enabled": True, "token_budget":
       320, "summary_max_tokens": 64}`` (with the default ``count_tokens``). The env
       checks at ``make`` time that the whole document cannot fit in one conversation.
+      ``memory: false`` is the single-long-context form: one conversation holds every
+      part, every reply and the question (the same facts, question and reward).
+    * ``context_window`` (``None``): with ``memory: false`` only, the largest prompt in
+      tokens (``count_tokens``, message overhead included): a long context cut to a
+      working-context budget. The observation keeps the task line and the most recent
+      replies and parts that fit: part 1 falls out first, then each reply together with
+      the part that followed it, so the roles still alternate (when not even the last
+      reply fits, the latest part or the question joins the task line, as part 1 did).
+      What a reply noted stays visible as long as the reply does. ``None``: the whole
+      conversation (no truncation).
     * ``count_tokens``, ``max_turns``, ``max_total_tokens``, ``render_mode``: see
       :class:`~agentgym.env.ConversationEnv`.
 
     ## Version history
-    * v0: first version; ``oracle_forget`` and ``prompt_style`` added later (defaults:
-      the env and the oracle as before); the oracle lists codes in the order it first saw
-      them (it sorted them by locker number: the rewards are the same).
+    * v0: first version; ``oracle_forget``, ``prompt_style`` and ``context_window`` added
+      later (defaults: the env and the oracle as before); the oracle lists codes in the
+      order it first saw them (it sorted them by locker number: the rewards are the same).
     """
 
     memory_defaults: ClassVar[dict[str, Any]] = {
@@ -92,6 +102,7 @@ class MemoryRecallEnv(ConversationEnv):
         early_fraction: float = 0.5,
         oracle_forget: float = 0.0,
         prompt_style: str = "full",
+        context_window: int | None = None,
         **kwargs: Any,
     ) -> None:
         if num_facts < 1 or num_distractors < 0 or chunk_size < 1:
@@ -115,10 +126,12 @@ class MemoryRecallEnv(ConversationEnv):
         self.early_fraction = early_fraction
         self.oracle_forget = oracle_forget
         self.brief = prompt_style == "brief"
+        self.context_window = context_window
         self.num_parts = -(-(num_facts + num_distractors) // chunk_size)
         kwargs.setdefault("max_turns", self.num_parts + 2)
         super().__init__(**kwargs)
         self._check_needs_memory()
+        self._check_window()
         self._parts: list[list[tuple[int, str]]] = []
         self._asked: list[int] = []
         self._codes: dict[int, str] = {}
@@ -211,7 +224,30 @@ class MemoryRecallEnv(ConversationEnv):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         self._answer = ""
-        return super().reset(seed=seed, options=options)
+        obs, info = super().reset(seed=seed, options=options)
+        return self._windowed(obs), info
+
+    def step(self, action: str):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return self._windowed(obs), reward, terminated, truncated, info
+
+    # ------------------------------------------------------------------ window
+    def _windowed(self, messages: list[Message]) -> list[Message]:
+        """``messages`` cut to ``context_window`` tokens (see the class docstring)."""
+        from agentgym import count_message_tokens
+
+        window = self.context_window
+        if window is None or count_message_tokens(messages, self.count_tokens) <= window:
+            return messages
+        pinned = [m for m in messages if m.role == "system"]
+        pinned.append(Message("user", self.task.prompt))
+        rest = messages[len(pinned) :]  # assistant, user, assistant, user, ...
+        while len(rest) > 2 and count_message_tokens(pinned + rest, self.count_tokens) > window:
+            rest = rest[2:]
+        if count_message_tokens(pinned + rest, self.count_tokens) > window:
+            # not even the last reply fits: the latest message joins the task line
+            return [*pinned[:-1], Message("user", f"{self.task.prompt}\n\n{rest[-1].content}")]
+        return pinned + rest
 
     # ------------------------------------------------------------------ oracle
     def oracle_action(self, observation: list[Message]) -> str:
@@ -281,6 +317,36 @@ class MemoryRecallEnv(ConversationEnv):
                 f"MemoryRecall: a new conversation (task ~{opening} tokens + memory "
                 f"{self.memory.summary_max_tokens} + reply room {self.memory.reserve}) does not "
                 f"fit in memory.token_budget={self.memory.token_budget}; raise the budget."
+            )
+
+    def _check_window(self) -> None:
+        """Refuse a ``context_window`` with memory on (the memory config has its own
+        budget), or one too small for the task line and the longest message it must
+        show with it (a part, or the question)."""
+        if self.context_window is None:
+            return
+        if self.memory.enabled:
+            raise ConfigError(
+                "MemoryRecall: context_window cuts the single long context; it needs "
+                "memory: false (with memory on, memory.token_budget bounds each conversation)."
+            )
+        from agentgym import count_message_tokens
+
+        saved = (self._np_random, getattr(self, "_task", None))
+        super().reset(seed=0)
+        texts = [self._part_text(i) for i in range(self.num_parts)] + [self._question()]
+        longest = max(texts, key=self.count_tokens)
+        shortest = [Message("user", f"{self.task.prompt}\n\n{longest}")]
+        if self.task.system:
+            shortest.insert(0, Message("system", self.task.system))
+        need = count_message_tokens(shortest, self.count_tokens)
+        self._np_random, self._task = saved
+        self._finished = True
+        if self.context_window < need:
+            raise ConfigError(
+                f"MemoryRecall: context_window={self.context_window} cannot hold the task "
+                f"line and the longest part (~{need} tokens); raise it to at least "
+                f"{need}, or set it to null for the whole conversation."
             )
 
 

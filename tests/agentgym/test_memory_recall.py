@@ -205,3 +205,64 @@ def test_the_brief_style_shortens_every_conversation_and_keeps_the_task():
 def test_an_unknown_prompt_style_is_rejected():
     with pytest.raises(ConfigError, match="prompt_style"):
         gym.make("agentgym/MemoryRecall-v0", prompt_style="terse")
+
+
+LONG = {
+    "num_facts": 2,
+    "num_distractors": 2,
+    "chunk_size": 1,
+    "early_fraction": 1.0,
+    "prompt_style": "brief",
+}
+
+
+def test_a_context_window_cuts_the_long_context_and_keeps_the_task_line():
+    from agentgym import count_message_tokens, working_context
+
+    seeds = range(8)
+    whole = rollout(
+        "agentgym/MemoryRecall-v0",
+        OraclePolicy(),
+        seeds=seeds,
+        env_kwargs={**LONG, "memory": False},
+    )
+    cut = rollout(
+        "agentgym/MemoryRecall-v0",
+        OraclePolicy(),
+        seeds=seeds,
+        env_kwargs={**LONG, "memory": False, "context_window": 70},
+    )
+    # the oracle's notes repeat the asked codes it has seen, so the last one is enough
+    assert [e.reward for e in cut] == [e.reward for e in whole] == [1.0] * 8
+    for w, c in zip(whole, cut, strict=True):
+        assert working_context(c) <= 70 < working_context(w)
+        assert c.num_conversations == 1 and len(c.turns) == len(w.turns)
+        task = w.turns[0].messages[-1].content.split("\n\n")[0]
+        for turn in c.turns:
+            prompt = [m for m in turn.messages if m.role != "system"]
+            assert count_message_tokens(turn.messages) <= 70
+            assert prompt[0].content.startswith(task) and prompt[-1].role == "user"
+            roles = [m.role for m in prompt]
+            assert roles == ["user", *["assistant", "user"] * ((len(roles) - 1) // 2)]
+        # the question turn no longer shows part 1, which it did in the whole context
+        first_part = w.turns[0].messages[-1].content.split("\n\n")[1]
+        assert first_part in str(w.turns[-1].messages) and first_part not in str(
+            c.turns[-1].messages
+        )
+
+
+def test_a_window_too_small_for_the_last_reply_joins_the_latest_part_to_the_task_line():
+    env = gym.make("agentgym/MemoryRecall-v0", **LONG, memory=False, context_window=60)
+    obs, _ = env.reset(seed=0)
+    for _ in range(2):
+        obs, *_ = env.step("a very long reply " * 20)
+    assert len(obs) == 1 and obs[0].role == "user"
+    task, part = obs[0].content.split("\n\n")
+    assert task == env.unwrapped.task.prompt and part.startswith("Part 3/")
+
+
+def test_a_context_window_needs_the_long_context_and_room_for_a_part():
+    with pytest.raises(ConfigError, match="needs memory: false"):
+        gym.make("agentgym/MemoryRecall-v0", context_window=200)
+    with pytest.raises(ConfigError, match="raise it to at least"):
+        gym.make("agentgym/MemoryRecall-v0", memory=False, context_window=20)
