@@ -4,27 +4,44 @@ they write into ``run.output_dir``, and how a start-up that failed is cleaned aw
 * :func:`describe_run`: what a folder already holds (a run's config, metrics rows,
   checkpoints, a saved model), in one line, or ``None`` for a folder with no run.
 * :func:`prepare_run_folder`: the command's rule. A folder a live trainer holds is
-  refused first, naming the holder (its lock, :mod:`agentgym.health`). Without ``--resume`` a folder that
-  holds a run is refused (two runs must never mix their metrics and checkpoints in one
-  folder) unless ``--overwrite`` clears it first; ``--resume`` needs a checkpoint to
-  resume from; ``--resume-if-present`` (for scripts and restarts) resumes when there is
-  one and starts fresh otherwise.
+  refused first, naming the holder (its lock, :mod:`agentgym.health`); so is a folder that
+  is, holds or lies inside a folder the run reads (``model.path``): a run there would
+  mix its files with the model's, and ``--overwrite`` would reach them. Without
+  ``--resume`` a folder that holds a run is refused (two runs must never mix their
+  metrics and checkpoints in one folder) unless ``--overwrite`` clears it first;
+  ``--resume`` needs a checkpoint to resume from; ``--resume-if-present`` (for scripts
+  and restarts) resumes when there is one and starts fresh otherwise.
 * :func:`clean_failed_start`: a folder this command created and that holds nothing a
   user wants after a failed start-up (its config, the lock) is removed again.
 
-Files that are caches rather than a run's results (A*PO's ``apo_values.jsonl``) survive
-``--overwrite``: they are keyed by what produced them and stay valid.
+``--overwrite`` removes only what agentgym writes into a run folder
+(:data:`RUN_ENTRIES`, by name at the folder's top level), says what it removed and what
+it left alone; anything else in the folder is the user's and stays. Files that are
+caches rather than a run's results (A*PO's ``apo_values.jsonl``) survive it too: they
+are keyed by what produced them and stay valid.
 """
 
 from __future__ import annotations
 
 import shutil
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from agentgym import ConfigError
 
 #: files ``--overwrite`` keeps: caches keyed by what produced them
 KEPT_ON_OVERWRITE = frozenset({"apo_values.jsonl"})
+#: what ``agentgym train`` / ``agentgym sft`` (and the launcher, the trackers, the health
+#: monitor) write at a run folder's top level: all that ``--overwrite`` may remove
+RUN_ENTRIES = frozenset(
+    {
+        "config.yaml", "run.lock", "run_info.json", "metrics.jsonl", "samples.jsonl",
+        "timeline.jsonl", "eval_table.md", "critic_pretrain.jsonl", "failures.jsonl",
+        "quarantine.jsonl", "faults.jsonl", "plots", "checkpoints", "model", "engine",
+        "ranks", "health", "faults", "tensorboard", "wandb",
+    }
+)  # fmt: skip
 #: what a failed start-up may leave that nobody needs
 START_UP_LEFTOVERS = frozenset({"config.yaml", "run.lock", "run_info.json"})
 
@@ -74,10 +91,13 @@ def prepare_run_folder(
     resume: bool = False,
     resume_if_present: bool = False,
     overwrite: bool = False,
+    reads: Iterable[str | Path | None] = (),
 ) -> bool:
     """Apply the command's rule to ``out`` (see the module docstring); returns whether
-    the run resumes. Raises :class:`~agentgym.ConfigError` saying what to do."""
+    the run resumes. ``reads``: the folders the run reads (its ``model.path``; ``None``
+    entries are skipped). Raises :class:`~agentgym.ConfigError` saying what to do."""
     out = Path(out)
+    _check_apart(out, reads)
     if out.is_dir():  # a live run's folder: name its holder (and never delete its files)
         from agentgym.health import RunLock
 
@@ -104,14 +124,53 @@ def prepare_run_folder(
             f"--resume; start over, deleting it: --overwrite; or choose another "
             "run.output_dir."
         )
-    for entry in out.iterdir():
+    _overwrite(out, command)
+    return False
+
+
+def _check_apart(out: Path, reads: Iterable[str | Path | None]) -> None:
+    """Refuse an output folder that is, holds or lies inside a folder the run reads."""
+    where = out.resolve()
+    for read in reads:
+        if read is None or not str(read):
+            continue
+        model = Path(read).resolve()
+        if where == model:
+            how = "is"
+        elif model.is_relative_to(where):
+            how = "holds"
+        elif where.is_relative_to(model):
+            how = "lies inside"
+        else:
+            continue
+        raise ConfigError(
+            f"run.output_dir {out} {how} model.path {read}: the run would write its files "
+            "among the model's (and --overwrite could delete them). Choose a run.output_dir "
+            f"outside it, e.g. run.output_dir=runs/{model.name or 'run'}-train."
+        )
+
+
+def _overwrite(out: Path, command: str) -> None:
+    """Remove what agentgym wrote in ``out`` (:data:`RUN_ENTRIES`) and say what went and
+    what was left alone."""
+    removed, kept = [], []
+    for entry in sorted(out.iterdir()):
+        shown = entry.name + ("/" if entry.is_dir() and not entry.is_symlink() else "")
         if entry.name in KEPT_ON_OVERWRITE:
+            kept.append(f"{shown} (a cache, still valid)")
+            continue
+        if entry.name not in RUN_ENTRIES:
+            kept.append(shown)
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
         else:
             entry.unlink()
-    return False
+        removed.append(shown)
+    line = f"[agentgym {command}] --overwrite removed from {out}: {', '.join(removed) or 'nothing'}"
+    if kept:
+        line += f"; left alone: {', '.join(kept)}"
+    print(line, file=sys.stderr, flush=True)
 
 
 def folder_state(out: str | Path) -> bool:

@@ -119,7 +119,8 @@ def _run_folder_flags(p: argparse.ArgumentParser, *, resume: bool) -> None:
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="delete the run already in run.output_dir and start over",
+        help="delete the run already in run.output_dir (only the files agentgym wrote: "
+        "they are listed) and start over",
     )
 
 
@@ -233,6 +234,7 @@ def _prepare(args: argparse.Namespace, cfg: Any, command: str) -> bool:
         resume=getattr(args, "resume", False),
         resume_if_present=getattr(args, "resume_if_present", False),
         overwrite=args.overwrite,
+        reads=[getattr(cfg.model, "path", None)],
     )
 
 

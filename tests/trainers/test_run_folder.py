@@ -154,3 +154,67 @@ def test_a_layout_that_does_not_fit_the_processes_is_said_once_before_anything_s
     assert r.stderr.count("processes, but this run has") == 1, r.stderr
     assert "--resume" not in r.stderr
     assert not out.exists()  # no health/, no run.lock left behind
+
+
+# ------------------------------------------------------- issue 44: nothing a user owns goes
+
+
+def _user_model(folder: Path) -> Path:
+    """A folder holding what a user's model download holds (not agentgym's files)."""
+    folder.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "README.md"):
+        (folder / name).write_text("{}")
+    (folder / "original").mkdir()
+    (folder / "original" / "params.json").write_text("{}")
+    return folder
+
+
+def test_overwrite_removes_only_what_agentgym_wrote_and_lists_it(tmp_path, capsys):
+    out = tmp_path / "run"
+    _user_model(out)  # a user's files share the folder with an earlier run
+    (out / "config.yaml").write_text("run: {}\n")
+    (out / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    (out / "samples.jsonl").write_text("{}\n")
+    for d in ("plots", "checkpoints/step_000002", "tensorboard", "model"):
+        (out / d).mkdir(parents=True)
+    (out / "checkpoints" / "step_000002" / "trainer_state.json").write_text("{}")
+    (out / "model" / "config.json").write_text("{}")
+    (out / "apo_values.jsonl").write_text("{}\n")  # a cache: kept
+    assert not prepare_run_folder(out, command="train", overwrite=True)
+    left = sorted(p.name for p in out.iterdir())
+    assert left == [
+        "README.md", "apo_values.jsonl", "config.json", "model.safetensors", "original",
+        "tokenizer.json",
+    ]  # fmt: skip
+    assert (out / "original" / "params.json").is_file()
+    err = capsys.readouterr().err
+    for removed in ("config.yaml", "metrics.jsonl", "samples.jsonl", "plots/", "checkpoints/",
+                    "tensorboard/", "model/"):  # fmt: skip
+        assert removed in err.split("left alone")[0], err
+    assert "left alone" in err and "config.json" in err.split("left alone")[1], err
+
+
+@pytest.mark.parametrize("where", ["is", "inside", "contains"])
+def test_an_output_folder_that_is_inside_or_holds_the_model_is_refused(tmp_path, where):
+    model = _user_model(tmp_path / "models" / "mine")
+    out = {"is": model, "inside": model / "run", "contains": tmp_path / "models"}[where]
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    for overwrite in (False, True):
+        with pytest.raises(ConfigError, match=r"model\.path") as e:
+            prepare_run_folder(out, command="train", overwrite=overwrite, reads=[model])
+        assert "run.output_dir" in str(e.value) and str(model) in str(e.value)
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing touched
+    # a folder beside the model is fine
+    assert not prepare_run_folder(tmp_path / "models" / "run", command="train", reads=[model])
+
+
+def test_train_into_the_models_own_folder_is_refused_before_anything_is_written(tmp_path):
+    from agentgym.generation import build_preset, build_tokenizer, save_model
+
+    tok = build_tokenizer()
+    model = save_model(build_preset("tiny-qwen2", tok, overrides=TINY_QWEN), tok, tmp_path / "m")
+    before = sorted(p.name for p in Path(model).iterdir())
+    args = [a for a in _train_args(Path(model)) if not a.startswith("model.preset_overrides")]
+    r = cli(*args, f"model.path={model}", "--overwrite")
+    _error(r, "model.path", "run.output_dir")
+    assert sorted(p.name for p in Path(model).iterdir()) == before
