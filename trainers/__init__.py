@@ -12,7 +12,7 @@ attribute access, so ``import agentgym.trainers`` is cheap.
   engines themselves are the generation layer's (:mod:`agentgym.generation`);
 * multi-process runs: :func:`under_torchrun`, :func:`torchrun_command`, :func:`shutdown`;
 * what the tools beside the trainer take from it: the planner (:mod:`agentgym.plan`: the
-  policy losses, the device-mesh :class:`Layout`, the pipeline split :func:`stage_ranges`)
+  policy losses, the device-mesh :class:`Layout`, and the pipeline split is the generation layer's)
   and the server (:mod:`agentgym.serve`: a model from a ``model:`` section);
 * measuring an engine against the learner: :func:`logprob_mismatch`;
 * sub-packages with their own public names: :mod:`.sft`.
@@ -71,7 +71,6 @@ _LAZY = {
     # the policy losses by name and the device mesh (the planner sizes the same runs)
     "POLICY_LOSSES": "agentgym.trainers.algorithm",
     "Layout": "agentgym.trainers.parallel",
-    "stage_ranges": "agentgym.trainers.parallel",
     # several processes
     "under_torchrun": "agentgym.trainers.distributed",
     "torchrun_command": "agentgym.trainers.distributed",

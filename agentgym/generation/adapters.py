@@ -69,6 +69,14 @@ def adapter_config_dict(source: Any, adapter_name: str = "default") -> dict[str,
     return config
 
 
+def is_fused_expert_name(name: str) -> bool:
+    """``name`` is a LoRA tensor of peft's fused routed experts (3-D layout:
+    ``...experts.base_layer.lora_A.weight`` for ``gate_up_proj``, ``...experts.lora_A.weight``
+    for ``down_proj``), not of a per-expert or shared-expert Linear."""
+    head, sep, tail = name.partition(".experts.")
+    return bool(sep) and (tail.startswith("lora_") or tail.startswith("base_layer.lora_"))
+
+
 def is_3d_moe_adapter(config: Mapping[str, Any]) -> bool:
     """Whether an adapter config adapts fused 3-D expert parameters (peft
     ``target_parameters``): vLLM must then be told the adapter's layout is 3-D."""
@@ -263,3 +271,24 @@ def save_base_model(model: nn.Module, tokenizer: Any, path: str | Path) -> Path:
     if added:
         config_file.write_text(json.dumps({**config, **added}, indent=2), encoding="utf-8")
     return path
+
+
+def linked_base_copy(model_path: str | Path, dest: str | Path) -> Path:
+    """A folder that is ``model_path`` for vLLM, with the ``config.json`` keys it lacks
+    (:func:`vllm_config_additions`) added: the config is written anew, every other file is
+    a symbolic link to the original (the weights are never copied: 671B of them would not
+    fit). Returns ``dest``."""
+    src, dest = Path(model_path).resolve(), Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    config = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    for item in src.iterdir():
+        if item.name == "config.json":
+            continue
+        link = dest / item.name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(item)
+    (dest / "config.json").write_text(
+        json.dumps({**config, **vllm_config_additions(config)}, indent=2), encoding="utf-8"
+    )
+    return dest

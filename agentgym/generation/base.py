@@ -60,15 +60,19 @@ import shutil
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import torch
 
 from agentgym import Completion, ConfigError, Message, SamplingParams
+from agentgym.generation.layout import SINGLE_REPLICA, Replicas
+from agentgym.generation.sync import Need
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,18 @@ class DecodeStats:
     def copy(self) -> DecodeStats:
         return dataclasses.replace(self)
 
+    def add_step(self, rows: int, seconds: float) -> None:
+        """Account one step of an engine that batches continuously (requests enter and
+        leave between steps, so its batch never waits on a slow row): ``rows`` requests
+        were in it."""
+        if rows <= 0:
+            return
+        self.decode_steps += 1
+        self.row_steps_used += rows
+        self.row_steps_total += rows
+        self.slot_steps += rows
+        self.decode_s += seconds
+
     def add_lengths(self, lengths: Sequence[int], seconds: float) -> None:
         """Account one call from its replies' lengths alone (an engine that does not see
         its own decode steps, like vLLM): one step per token of the longest reply, a row
@@ -162,6 +178,8 @@ class RolloutEngine:
 
     shares_weights: bool = False
     record_routing: bool = False
+    #: which engine replica this rank belongs to (one process: the only one, driven here)
+    replicas: Replicas = SINGLE_REPLICA
 
     def __init__(self) -> None:
         self.busy: list[tuple[float, float]] = []
@@ -211,9 +229,24 @@ class RolloutEngine:
 
     # ------------------------------------------------------------------ weights
 
-    def load_adapter(self, weights: Mapping[str, torch.Tensor]) -> None:
-        """Use these adapter weights (peft state-dict names) for the next generations."""
+    def load_adapter(
+        self, weights: Mapping[str, torch.Tensor], experts: range | None = None
+    ) -> None:
+        """Use these adapter weights (peft state-dict names) for the next generations
+        (``experts``: the fused-expert tensors hold those experts' rows only)."""
         raise NotImplementedError
+
+    def adapter_needs(self, shapes: Mapping[str, Any], num_experts: int = 0) -> dict[str, Need]:
+        """What this rank's worker serves of an adapter with tensors ``shapes`` (peft
+        names): by default every tensor, whole (:class:`~.sync.AdapterSync` asks)."""
+        return {name: Need() for name in shapes}
+
+    # ------------------------------------------------------------------ replicas
+    def drive(self, work: Callable[[], T]) -> T | None:
+        """Run ``work`` (a rollout on this engine) where it belongs: on the rank that
+        drives this engine's replica, while its other ranks serve the engine steps and get
+        ``None`` (:mod:`.lockstep`). An engine on one rank just runs it."""
+        return work()
 
     # ------------------------------------------------------------------ colocation
 

@@ -123,10 +123,14 @@ class HFEngine(RolloutEngine):
 
     # ------------------------------------------------------------------ the interface
 
-    def load_adapter(self, weights: Mapping[str, torch.Tensor]) -> None:
+    def load_adapter(
+        self, weights: Mapping[str, torch.Tensor], experts: range | None = None
+    ) -> None:
         """Copy these adapter weights into the model (nothing to do when it is shared)."""
         if self.shares_weights:
             return
+        if experts is not None:
+            raise ConfigError("the HF engine serves every expert: hand it whole adapter tensors.")
         from agentgym.generation.models import load_adapter_state_dict
 
         load_adapter_state_dict(self.model, weights)

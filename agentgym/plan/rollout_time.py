@@ -26,6 +26,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from agentgym.generation import stage_ranges
 from agentgym.plan.architecture import Architecture, LoraSpec
 from agentgym.plan.flops import (
     head_bytes,
@@ -39,7 +40,6 @@ from agentgym.plan.links import Links
 from agentgym.plan.settings import Efficiency
 from agentgym.plan.specs import DTYPE_BYTES, RolloutSpec
 from agentgym.plan.workload import Workload, episode_lengths
-from agentgym.trainers import stage_ranges
 
 
 @dataclass

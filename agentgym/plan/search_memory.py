@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from agentgym.generation import stage_ranges
 from agentgym.plan.architecture import (
     Architecture,
     LoraSpec,
@@ -41,7 +42,6 @@ from agentgym.plan.memory import (
     layer_saved_elems,
 )
 from agentgym.plan.specs import DTYPE_BYTES, ParallelSpec, RolloutSpec, TrainSpec
-from agentgym.trainers import stage_ranges
 
 
 @dataclass(frozen=True)

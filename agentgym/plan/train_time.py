@@ -37,6 +37,7 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 
+from agentgym.generation import stage_ranges
 from agentgym.plan.architecture import (
     Architecture,
     LoraSpec,
@@ -50,7 +51,6 @@ from agentgym.plan.rollout_time import Tally
 from agentgym.plan.settings import Efficiency
 from agentgym.plan.specs import DTYPE_BYTES, ParallelSpec
 from agentgym.plan.workload import Workload
-from agentgym.trainers import stage_ranges
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from agentgym import ConfigError, load_config
+from agentgym.generation import stage_ranges
 from agentgym.trainers.config import TrainConfig
-from agentgym.trainers.parallel import Layout, stage_ranges
+from agentgym.trainers.parallel import Layout
 from agentgym.trainers.parallel.experts import ExpertShard, shard_expert_tensor
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

@@ -135,9 +135,9 @@ def test_a_critic_costs_its_passes_its_valuation_and_its_adapter() -> None:
     """VAPO on the 671B layout: the critic's training passes (one per
     ``critic.updates_per_batch``) through the same pipeline, each with its bubble, its
     valuation as one more forward pass, and its adapter's states in memory."""
+    from agentgym.generation import stage_ranges
     from agentgym.plan import plan_lora
     from agentgym.plan.architecture import critic_spec, trained_adapter_elems
-    from agentgym.trainers import stage_ranges
 
     dapo = spec_671b()
     vapo = spec_671b("algorithm.name=vapo", "critic.r=8", "critic.updates_per_batch=2")

@@ -25,7 +25,6 @@ from agentgym import lazy_exports
 _LAZY = {
     "Layout": "agentgym.trainers.parallel.layout",
     "MESH_DIMS": "agentgym.trainers.parallel.layout",
-    "stage_ranges": "agentgym.trainers.parallel.layout",
     "check_train_config": "agentgym.trainers.parallel.layout",
     "ParallelLearner": "agentgym.trainers.parallel.learner",
     "ParallelMesh": "agentgym.trainers.parallel.mesh",

@@ -29,30 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgym import ConfigError
+from agentgym.generation import stage_ranges
 
 #: the mesh's dimension names, outermost first
 MESH_DIMS = ("pp", "dp_shard", "ep", "tp")
-
-
-def stage_ranges(num_layers: int, pp: int, *, key: str = "distributed.pp") -> list[range]:
-    """The decoder layers of each pipeline stage: contiguous, earlier stages take the
-    remainder (61 layers over 6 stages: 11, 10, 10, 10, 10, 10).
-
-    The one split of the project: the trainer's mesh cuts its stages with it and the
-    planner (``agentgym plan``) sizes the same stages. ``key`` is the setting the error
-    names (the planner's pipeline sizes come from ``plan.parallel`` or the engine).
-    """
-    if pp > num_layers:
-        raise ConfigError(
-            f"pipeline size {pp} exceeds the {num_layers} decoder layers; lower {key}."
-        )
-    base, extra = divmod(num_layers, pp)
-    out, start = [], 0
-    for s in range(pp):
-        n = base + (s < extra)
-        out.append(range(start, start + n))
-        start += n
-    return out
 
 
 @dataclass(frozen=True)

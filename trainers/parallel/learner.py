@@ -52,6 +52,7 @@ import torch.distributed as dist
 from torch import nn
 
 from agentgym import ConfigError
+from agentgym.generation import stage_ranges
 from agentgym.trainers.batch import MicroBatch
 from agentgym.trainers.critic import is_critic_name
 from agentgym.trainers.device import autocast, host_copy
@@ -64,7 +65,7 @@ from agentgym.trainers.loading import (
 )
 from agentgym.trainers.parallel.activations import checkpoint_layers
 from agentgym.trainers.parallel.experts import ExpertGroup, find_experts, shard_experts
-from agentgym.trainers.parallel.layout import Layout, check_mesh_critic, stage_ranges
+from agentgym.trainers.parallel.layout import Layout, check_mesh_critic
 from agentgym.trainers.parallel.mesh import ParallelMesh, build_mesh
 from agentgym.trainers.parallel.pipeline import PipelineRunner, StageModule, cut_stage
 from agentgym.trainers.parallel.quant import is_quantized

@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from agentgym.generation import stage_ranges
 from agentgym.trainers.parallel.experts import (
     ExpertGroup,
     ExpertShard,
@@ -33,7 +34,6 @@ from agentgym.trainers.parallel.experts import (
     gather_expert_tensor_to,
     shard_expert_tensor,
 )
-from agentgym.trainers.parallel.layout import stage_ranges
 from agentgym.trainers.parallel.mesh import ParallelMesh
 from agentgym.trainers.parallel.quant import is_quantized
 
