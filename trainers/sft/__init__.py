@@ -2,6 +2,7 @@
 
 * :mod:`.config`: the ``data`` and ``train`` sections and :class:`SFTConfig`;
 * :mod:`.data`: the examples (worked solutions, or the oracle's turns);
+* :mod:`.packing`: several examples per row, each attending only to itself;
 * :mod:`.train`: the loop (:func:`run_sft`), which writes a model directory that
   ``agentgym train`` loads with ``model.path``;
 * :mod:`.checkpoints`: its checkpoints (the trainer's format) and ``--resume``;
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from agentgym.trainers.sft.config import SFTConfig, SFTData, SFTTrain
 from agentgym.trainers.sft.data import Example, collect_examples, drop_lines, example_corpus
+from agentgym.trainers.sft.packing import Packed, pack_rows, packed_rows
 from agentgym.trainers.sft.train import (
     batch_loss,
     batch_stream,
@@ -28,6 +30,7 @@ from agentgym.trainers.sft.train import (
 
 __all__ = [
     "Example",
+    "Packed",
     "SFTConfig",
     "SFTData",
     "SFTTrain",
@@ -39,5 +42,7 @@ __all__ = [
     "epoch_batches",
     "example_corpus",
     "length_groups",
+    "pack_rows",
+    "packed_rows",
     "run_sft",
 ]

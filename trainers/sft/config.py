@@ -105,6 +105,9 @@ class SFTTrain:
         length_groups: run each batch as this many length-sorted micro-batches, each
             padded to its own longest example; the gradient is that of the whole batch
             (1: one padded batch).
+        pack_width: pack each batch's examples into rows of at most this many tokens,
+            each example attending only to itself (:mod:`.packing`; the gradient is
+            that of the padded batch); 0: one padded row per example.
     """
 
     epochs: float = 3.0
@@ -117,9 +120,16 @@ class SFTTrain:
     max_grad_norm: float = 1.0
     group_by_length: int = 0
     length_groups: int = 1
+    pack_width: int = 0
 
     def __post_init__(self) -> None:
         _check(self.length_groups >= 1, "train.length_groups must be >= 1.")
+        _check(self.pack_width >= 0, "train.pack_width must be >= 0 (0: off).")
+        _check(
+            self.pack_width == 0 or self.length_groups == 1,
+            "train.pack_width and train.length_groups both cut padding: set one of them "
+            "(packing leaves none to cut; length_groups: 1).",
+        )
         _check(self.group_by_length >= 0, "train.group_by_length must be >= 0 (0: off).")
         _check(self.epochs > 0, "train.epochs must be > 0.")
         _check(

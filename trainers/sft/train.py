@@ -63,6 +63,7 @@ from agentgym.trainers.sft.checkpoints import (
 )
 from agentgym.trainers.sft.config import SFTConfig, SFTTrain
 from agentgym.trainers.sft.data import Example, collect_examples, example_corpus
+from agentgym.trainers.sft.packing import packed_rows
 from agentgym.trainers.sft.report import plot_sft, write_sft_summary
 from agentgym.trainers.stopping import PoliteSignals
 from agentgym.trainers.tracking import close_tracking
@@ -173,29 +174,53 @@ def batch_loss(
     *,
     backward: bool = True,
     precision: torch.dtype | None = None,
+    pack_width: int = 0,
 ) -> float:
     """Mean cross-entropy over the reply tokens of ``items``; with ``backward`` its
     gradient is accumulated into the parameters (see the module docstring). The batch
-    goes to the model's device; ``precision`` (bf16) runs the forward under autocast."""
+    goes to the model's device; ``precision`` (bf16) runs the forward under autocast.
+    ``pack_width > 0``: the examples are packed into rows of that many tokens
+    (:mod:`.packing`) instead of one padded row each (``groups`` is then unused)."""
     total = sum(len(r) for _, r in items)
-    body, head = _head_and_body(model)
-    loss_sum = 0.0
     device = next(model.parameters()).device
-    for part in length_groups(items, groups):
-        ids, _, labels = (t.to(device) for t in _collate(part, pad))
-        targets = labels[:, 1:]
-        keep = targets != -100
-        with autocast(device, precision):
-            if body is not None and head is not None:
-                hidden = body(input_ids=ids, use_cache=False).last_hidden_state[:, :-1]
-                logits = head(hidden[keep]).float()
-            else:  # a model that does not expose its head: full logits
-                logits = model(input_ids=ids, use_cache=False).logits[:, :-1][keep].float()
-        loss = torch.nn.functional.cross_entropy(logits, targets[keep], reduction="sum") / total
+    if pack_width > 0:
+        packed = packed_rows(items, pack_width, pad)
+        parts = [(packed.input_ids, packed.position_ids, packed.labels)]
+    else:
+        parts = []
+        for part in length_groups(items, groups):
+            ids, _, labels = _collate(part, pad)
+            parts.append((ids, None, labels))
+    loss_sum = 0.0
+    for ids, pos, labels in parts:
+        loss = _reply_loss(model, ids.to(device), pos, labels.to(device), precision) / total
         if backward:
             loss.backward()
         loss_sum += float(loss.detach())
     return loss_sum
+
+
+def _reply_loss(
+    model: torch.nn.Module,
+    ids: torch.Tensor,
+    position_ids: torch.Tensor | None,
+    labels: torch.Tensor,
+    precision: torch.dtype | None,
+) -> torch.Tensor:
+    """Summed cross-entropy of the labelled tokens of right-padded rows (no attention
+    mask; ``position_ids`` for packed rows), the output projection run only where there
+    is a label."""
+    body, head = _head_and_body(model)
+    targets = labels[:, 1:]
+    keep = targets != -100
+    extra = {} if position_ids is None else {"position_ids": position_ids.to(ids.device)}
+    with autocast(ids.device, precision):
+        if body is not None and head is not None:
+            hidden = body(input_ids=ids, use_cache=False, **extra).last_hidden_state[:, :-1]
+            logits = head(hidden[keep]).float()
+        else:  # a model that does not expose its head: full logits
+            logits = model(input_ids=ids, use_cache=False, **extra).logits[:, :-1][keep].float()
+    return torch.nn.functional.cross_entropy(logits, targets[keep], reduction="sum")
 
 
 def _prepare_model(
@@ -349,6 +374,7 @@ class _SFTRun:
             pad,
             t.length_groups,
             precision=self.precision,
+            pack_width=t.pack_width,
         )
         gn = torch.nn.utils.clip_grad_norm_(
             self.params, t.max_grad_norm if t.max_grad_norm > 0 else math.inf
