@@ -23,6 +23,7 @@ EXPECTED = {
     "quickstart_dapo.yaml": ("losses/total",),
     "memory_recall_dapo.yaml": ("losses/total",),
     "memory_recall_multi_dapo.yaml": ("losses/total",),
+    "seedclaim_dapo.yaml": ("losses/total",),
     "vapo_balanced_math.yaml": ("losses/value", "critic/explained_variance"),
     "tppo_longtail.yaml": ("losses/value", "critic/explained_variance"),
     "apo_balanced_math.yaml": ("losses/total",),

@@ -1,0 +1,120 @@
+"""The seed-claim comparison (benchmarks/perf/seed_claim.py) in its smoke form: a warm
+start, the six arms, the summary, the table and the curves, from scripts/seed_claim.sh;
+and the analysis it reports, on curves computed by hand."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agentgym.benchmarks.perf.seed_claim import (
+    ARMS,
+    collapses,
+    first_reach,
+    format_envs,
+    summarise,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_smoke_form_runs_every_arm_to_the_table_and_the_plot(tmp_path):
+    out = tmp_path / "sc"
+    env = {**os.environ, "OUT": str(out), "SMOKE": "1", "NICE": "0"}
+    r = subprocess.run(
+        ["bash", str(REPO / "scripts" / "seed_claim.sh")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rec = json.loads((out / "results.json").read_text())
+    assert list(rec["rows"]) == list(ARMS)
+    for arm in ARMS:
+        run = json.loads((out / "arms" / f"{arm}-s0.json").read_text())
+        assert [e["step"] for e in run["evals"]] == [0, 1, 2]
+        assert [s["step"] for s in run["steps"]] == [1, 2]
+        assert all(0 <= e["sampled"] <= 1 and 0 <= e["greedy"] <= 1 for e in run["evals"])
+        assert all(s["episodes"] > 0 and s["wall_s"] > 0 for s in run["steps"])
+    rows = rec["rows"]
+    # one conversation holds the whole document: its prompts outgrow the summaries' and
+    # the window's budget (88 tokens); every arm really trained with its own algorithm
+    assert rows["long-dapo"]["working_context"] > rows["summary-dapo"]["working_context"]
+    assert rows["window-grpo"]["working_context"] <= 88
+    cfg = (out / "runs" / "long-grpo-s0" / "config.yaml").read_text()
+    assert "name: grpo" in cfg and "memory: false" in cfg
+    table = (out / "table.md").read_text()
+    assert all(f"| {arm} |" in table for arm in ARMS) and "steps to summary-dapo" in table
+    assert (out / "recall.png").read_bytes()[:4] == b"\x89PNG"
+    # a second run reuses the warm start and every arm: it only summarises again
+    again = subprocess.run(
+        ["bash", str(REPO / "scripts" / "seed_claim.sh")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert again.returncode == 0 and "warm start s0: 0 s" in again.stdout
+    assert json.loads((out / "results.json").read_text())["rows"] == rows
+
+
+def test_the_formats_share_the_tasks_and_differ_in_context():
+    summary, long, window = (format_envs(f)[0]["kwargs"] for f in ("summary", "long", "window"))
+    task = {k: v for k, v in summary.items() if k != "memory"}
+    assert {k: v for k, v in long.items() if k != "memory"} == task
+    assert long["memory"] is False and "context_window" not in long
+    assert window["context_window"] == summary["memory"]["token_budget"]
+
+
+def test_a_collapse_is_a_drop_below_half_the_best_that_lasts():
+    # best 0.6 at step 2; 0.2 for 5 more steps: one collapse
+    assert collapses([0.2, 0.6, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2]) == 1
+    # back above half the best within 5 steps: a dip, not a collapse
+    assert collapses([0.2, 0.6, 0.2, 0.2, 0.4, 0.2, 0.2, 0.2]) == 0
+    # too few steps left to tell, and drops from a best under 0.1: not counted
+    assert collapses([0.6, 0.2, 0.2]) == 0 and collapses([0.08, 0.0, 0, 0, 0, 0, 0]) == 0
+
+
+def test_steps_to_reach_and_the_summary_of_two_arms():
+    def run(seed, sampled, rewards):
+        evals = [
+            {"step": 5 * i, "sampled": x, "greedy": x / 2, "working_context": 80.0}
+            for i, x in enumerate(sampled)
+        ]
+        steps = [
+            {
+                "step": i + 1,
+                "reward": r,
+                "generated_tokens": 100.0,
+                "trained_tokens": 50.0,
+                "wall_s": 2.0,
+            }
+            for i, r in enumerate(rewards)
+        ]
+        return {"seed": seed, "evals": evals, "steps": steps}
+
+    assert first_reach([{"step": 0, "s": 0.1}, {"step": 5, "s": 0.5}], "s", 0.5) == 5
+    assert first_reach([{"step": 0, "s": 0.1}], "s", 0.5) is None
+    results = {
+        "summary-dapo": [run(0, [0.1, 0.5, 0.8], [0.1, 0.3]), run(1, [0.1, 0.7, 0.8], [0.2, 0.4])],
+        "long-grpo": [run(0, [0.1, 0.2, 0.4], [0.1, 0.1]), run(1, [0.1, 0.4, 0.6], [0.1, 0.3])],
+    }
+    rows = summarise(results)
+    ref, base = rows["summary-dapo"], rows["long-grpo"]
+    assert ref["final_sampled"] == pytest.approx(0.8) and base["final_sampled"] == pytest.approx(
+        0.5
+    )
+    # seed-mean curves: summary-dapo 0.1, 0.6, 0.8; long-grpo 0.1, 0.3, 0.5
+    assert ref["steps_to_baseline"] == 5 and base["steps_to_baseline"] == 10
+    assert ref["steps_to_reference"] == 10 and base["steps_to_reference"] is None
+    assert ref["greedy_lift_per_seed"] == pytest.approx([0.35, 0.35])
+    assert ref["reward_step_std"] == pytest.approx(0.0) and base[
+        "reward_step_std"
+    ] == pytest.approx(0.1)
