@@ -141,7 +141,9 @@ class MemoryConfig:
 
                 raise UnknownNameError("memory option", bad[0], known)
             merged = {**defaults, "enabled": True, **value}  # a dict of options means "on"
-            return cls(**merged)
+            from agentgym.config import config_from_dict  # values checked against the types
+
+            return config_from_dict(cls, merged, "memory")
         raise ConfigError(
             f"memory must be a MemoryConfig, a dict of its fields, or a bool; got "
             f"{type(value).__name__}."

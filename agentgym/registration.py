@@ -20,7 +20,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from agentgym.errors import UnknownNameError
+from agentgym.errors import ConfigError, UnknownNameError
 
 PLUGIN_GROUP = "agentgym.envs"
 NAMESPACE = "agentgym"
@@ -130,7 +130,14 @@ def make(env_id: str, **kwargs: Any) -> gym.Env:
     except TypeError as e:
         bad = _unexpected_keyword(e)
         if bad is None or bad not in kwargs:
-            raise
+            if not kwargs:
+                raise
+            # a value of the wrong type that the env's own checks did not catch
+            raise ConfigError(
+                f"{resolved} could not be made with the arguments {kwargs!r}: "
+                f"{str(e).split(' was raised from the environment creator')[0]}. Check the "
+                f"values' types: `agentgym info {resolved}` describes each argument."
+            ) from None
         known = env_arguments(resolved)
         raise UnknownNameError(
             f"argument for {resolved}",

@@ -27,7 +27,13 @@ import torch
 from torch import nn
 
 from agentgym import ConfigError, UnknownNameError
-from agentgym.generation import FLOAT8, build_preset, build_tokenizer, load_model
+from agentgym.generation import (
+    FLOAT8,
+    build_preset,
+    build_tokenizer,
+    check_model_folder,
+    load_model,
+)
 
 if TYPE_CHECKING:
     from agentgym.trainers.config import LoraSettings, ModelConfig
@@ -238,13 +244,7 @@ def build_model_and_tokenizer(
 ) -> tuple[torch.nn.Module, Any]:
     """Load ``cfg.path`` or build ``cfg.preset`` (tokenizer from ``corpus`` if sized)."""
     if cfg.path is not None:
-        if not Path(cfg.path).exists():
-            made = (
-                f" It is written by `{cfg.made_by}`: run that first."
-                if cfg.made_by
-                else " Point model.path at a local Hugging Face model directory."
-            )
-            raise ConfigError(f"model.path {cfg.path!r} does not exist.{made}")
+        check_model_folder(cfg.path, what="model.path", made_by=cfg.made_by or "")
         from agentgym.trainers.loading import is_block_fp8, load_dequantized
 
         if (Path(cfg.path) / "config.json").is_file() and is_block_fp8(cfg.path):

@@ -10,7 +10,10 @@ they write into ``run.output_dir``, and how a start-up that failed is cleaned aw
   ``--resume`` a folder that holds a run is refused (two runs must never mix their
   metrics and checkpoints in one folder) unless ``--overwrite`` clears it first;
   ``--resume`` needs a checkpoint to resume from; ``--resume-if-present`` (for scripts
-  and restarts) resumes when there is one and starts fresh otherwise.
+  and restarts) resumes when there is one and starts fresh otherwise. A resume is
+  refused, before anything is written, when the folder holds the other command's run,
+  when a setting the checkpoint's shapes depend on (:data:`RESUME_FIXED`) differs from
+  the run's ``config.yaml``, or when the steps asked for are fewer than those done.
 * :func:`clean_failed_start`: a folder this command created and that holds nothing a
   user wants after a failed start-up (its config, the lock) is removed again.
 
@@ -25,8 +28,11 @@ from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from agentgym import ConfigError
 
@@ -44,6 +50,14 @@ RUN_ENTRIES = frozenset(
 )  # fmt: skip
 #: what a failed start-up may leave that nobody needs
 START_UP_LEFTOVERS = frozenset({"config.yaml", "run.lock", "run_info.json"})
+
+
+#: settings a checkpoint's shapes (or meaning) depend on: a resume must keep them
+RESUME_FIXED = (
+    "model.path", "model.preset", "model.preset_overrides", "model.tokenizer_vocab_size",
+    "model.architecture", "lora.enabled", "lora.r", "lora.target_modules",
+    "lora.target_experts", "algorithm.name",
+)  # fmt: skip
 
 
 def _checkpoints(out: Path) -> list[str]:
@@ -92,10 +106,14 @@ def prepare_run_folder(
     resume_if_present: bool = False,
     overwrite: bool = False,
     reads: Iterable[str | Path | None] = (),
+    settings: Mapping[str, Any] | None = None,
+    max_steps: tuple[str, int] | None = None,
 ) -> bool:
     """Apply the command's rule to ``out`` (see the module docstring); returns whether
     the run resumes. ``reads``: the folders the run reads (its ``model.path``; ``None``
-    entries are skipped). Raises :class:`~agentgym.ConfigError` saying what to do."""
+    entries are skipped). ``settings``: the run's config as a dict, compared with the
+    saved one on a resume; ``max_steps``: its step limit as (key, value), e.g.
+    ``("run.max_steps", 10)``. Raises :class:`~agentgym.ConfigError` saying what to do."""
     out = Path(out)
     _check_apart(out, reads)
     if out.is_dir():  # a live run's folder: name its holder (and never delete its files)
@@ -107,6 +125,7 @@ def prepare_run_folder(
     held = describe_run(out)
     if resume or resume_if_present:
         if _checkpoints(out):
+            _check_resumable(out, command, settings, max_steps)
             return True
         if resume_if_present:
             return False
@@ -126,6 +145,69 @@ def prepare_run_folder(
         )
     _overwrite(out, command)
     return False
+
+
+def _check_resumable(
+    out: Path,
+    command: str,
+    settings: Mapping[str, Any] | None,
+    max_steps: tuple[str, int] | None,
+) -> None:
+    """Refuse a resume that cannot continue the run in ``out`` (see the module docstring)."""
+    saved = _saved_config(out)
+    if saved is not None:
+        kind = "train" if "rollout" in saved else "sft" if "data" in saved else None
+        if kind is not None and kind != command:
+            raise ConfigError(
+                f"{out} holds an `agentgym {kind}` run; `agentgym {command} --resume` "
+                f"continues only an `agentgym {command}` run. Give this one its own "
+                f"run.output_dir (e.g. run.output_dir={out.parent / command})."
+            )
+        for key in RESUME_FIXED if settings is not None else ():
+            old, new = _get(saved, key), _get(settings, key)
+            if _same_setting(key, old, new):
+                continue
+            raise ConfigError(
+                f"--resume: {key} is {new!r} here but {old!r} in {out / 'config.yaml'}; a "
+                "checkpoint continues only with the settings that made it. Drop "
+                f"{key}={new} to continue the run, or start a new one (another "
+                "run.output_dir, or --overwrite)."
+            )
+    ckpts = _checkpoints(out)
+    done = int(ckpts[-1].removeprefix("step_")) if ckpts else 0
+    if max_steps is not None and max_steps[1] is not None and done > max_steps[1]:
+        key, asked = max_steps
+        raise ConfigError(
+            f"--resume: {out} has done {done} steps already (checkpoint {ckpts[-1]}), more "
+            f"than {key}={asked}: nothing is left to run. {key} counts from the start of the "
+            f"run, not from the checkpoint: for {asked} more steps use "
+            f"{key}={done + asked}."
+        )
+
+
+def _saved_config(out: Path) -> dict[str, Any] | None:
+    try:
+        data = yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _get(tree: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = tree
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(part)
+    return node
+
+
+def _same_setting(key: str, old: Any, new: Any) -> bool:
+    if key == "model.path" and old and new:
+        return Path(str(old)).resolve() == Path(str(new)).resolve()
+    if isinstance(old, list) or isinstance(new, list):  # YAML lists vs tuples
+        return list(old or []) == list(new or [])
+    return old == new
 
 
 def _check_apart(out: Path, reads: Iterable[str | Path | None]) -> None:

@@ -79,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     if extra and isinstance(overrides, list) and all("=" in e and e[0] != "-" for e in extra):
         overrides.extend(extra)
         extra = []
+    # `serve --engine vllm` passes vLLM's own flags through (--tensor-parallel-size 2)
+    engine_args = getattr(args, "engine_args", None)
+    if extra and isinstance(engine_args, list) and extra[0].startswith("--"):
+        engine_args.extend(extra)
+        extra = []
     if extra:
         args = parser.parse_args(argv)  # exits with "unrecognized arguments"
     if not getattr(args, "func", None):

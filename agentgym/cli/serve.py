@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from agentgym import ConfigError
 
@@ -74,18 +75,41 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--dtype",
-        choices=["auto", "bfloat16", "float32"],
+        choices=["auto", "bfloat16", "float16", "float32"],
         default="auto",
-        help="the weights' dtype; auto (default): bfloat16 on a GPU that has it, else float32",
+        help="the weights' dtype; auto (default): the dtype the model was saved in, on both "
+        "engines (a preset: bfloat16 on a GPU, else float32)",
     )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (hf)")
     p.add_argument("--seed", type=int, default=0, help="seed for requests that bring none")
     p.add_argument(
+        "--enable-lora",
+        action="store_true",
+        help="serve LoRA adapters loaded at run time (/v1/load_lora_adapter) even with no "
+        "--lora; without it or --lora no adapter is served (as vLLM)",
+    )
+    p.add_argument(
+        "--max-lora-rank",
+        type=int,
+        default=None,
+        help="the largest adapter rank served (default: the largest --lora's, at least 16)",
+    )
+    p.add_argument(
         "--no-runtime-lora",
         action="store_true",
-        help="refuse /v1/load_lora_adapter and /v1/unload_lora_adapter",
+        help="with adapters on: refuse /v1/load_lora_adapter and /v1/unload_lora_adapter",
     )
-    p.set_defaults(func=cmd_serve)
+    p.add_argument(
+        "--engine-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an engine option, repeatable: for vllm any of vLLM's engine arguments "
+        "(tensor_parallel_size=2, max_num_seqs=64, enforce_eager=true; vLLM's own flags "
+        "such as --tensor-parallel-size 2 are passed through too); for hf the HF engine's "
+        "options (decode=lean|generate, merge_lora, fast_attention, fused)",
+    )
+    p.set_defaults(func=cmd_serve, engine_args=[])
 
 
 def parse_lora(specs: list[str]) -> list[tuple[str, str]]:
@@ -119,14 +143,56 @@ HF_ONLY = {
 }
 
 
+def _lora(args: argparse.Namespace, loras: list[tuple[str, str]]) -> Any:
+    from agentgym.serve.lora import lora_policy
+
+    return lora_policy(
+        loras,
+        enable_lora=args.enable_lora,
+        max_lora_rank=args.max_lora_rank,
+        runtime=not args.no_runtime_lora,
+    )
+
+
+def _hf_options(args: argparse.Namespace) -> Any:
+    """The HF engine's options from ``--engine-option`` (values parsed as YAML); a vLLM
+    flag given with ``--engine hf`` is refused by name."""
+    import yaml
+
+    from agentgym import AgentGymError, config_from_dict
+    from agentgym.generation import HFEngineOptions
+
+    if args.engine_args:
+        raise ConfigError(
+            f"{' '.join(args.engine_args)}: not an option of agentgym serve with --engine hf "
+            "(vLLM's engine flags need --engine vllm; the HF engine takes --engine-option "
+            "KEY=VALUE for decode, merge_lora, fast_attention, fused). "
+            "See agentgym serve --help."
+        )
+    values = {}
+    for item in args.engine_option:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(
+                f"--engine-option {item!r}: write it as KEY=VALUE, e.g. decode=generate."
+            )
+        values[key.strip().lstrip("-").replace("-", "_")] = yaml.safe_load(raw)
+    try:
+        return config_from_dict(HFEngineOptions, values)
+    except AgentGymError as e:
+        raise ConfigError(f"--engine-option (the HF engine's options): {e}") from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from agentgym.serve import resolve_serve_engine
 
     loras = parse_lora(args.lora)
+    lora = _lora(args, loras)
     if resolve_serve_engine(args.engine) == "vllm":
-        return _serve_vllm(args, loras)
+        return _serve_vllm(args, loras, lora)
     from agentgym.serve import import_aiohttp, load_served_models, serve_forever
 
+    options = _hf_options(args)
     import_aiohttp()  # fail before loading a model when the extra is missing
     if args.threads is not None:
         import torch
@@ -142,35 +208,40 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_batch=64 if args.max_batch is None else args.max_batch,
         gather_window_s=(5.0 if args.gather_window_ms is None else args.gather_window_ms) / 1000.0,
         seed=args.seed,
+        options=options,
     )
 
     def ready(port: int) -> None:
         names = ", ".join(served.names())
+        adapters = (
+            "no LoRA"
+            if not lora.enabled
+            else (
+                f"LoRA up to rank {lora.max_rank}"
+                + (", adapters load at run time" if lora.runtime else "")
+            )
+        )
         print(
             f"[agentgym serve] {names} at http://{args.host}:{port}/v1 "
-            f"(context {served.max_model_len} tokens; Ctrl-C stops)",
+            f"(context {served.max_model_len} tokens, {served.dtype}, {adapters}; "
+            "Ctrl-C stops)",
             file=sys.stderr,
             flush=True,
         )
 
     try:
-        serve_forever(
-            served,
-            host=args.host,
-            port=args.port,
-            runtime_lora=not args.no_runtime_lora,
-            on_ready=ready,
-        )
+        serve_forever(served, host=args.host, port=args.port, lora=lora, on_ready=ready)
     finally:
         served.close()
     return 0
 
 
-def _serve_vllm(args: argparse.Namespace, loras: list[tuple[str, str]]) -> int:
+def _serve_vllm(args: argparse.Namespace, loras: list[tuple[str, str]], lora: Any) -> int:
     """Replace this process with vLLM's OpenAI server for the same model and adapters."""
     import torch
 
     from agentgym.serve import exec_vllm_server, vllm_server_command
+    from agentgym.serve.vllm import engine_option_args
 
     given = [flag for flag, attr in HF_ONLY.items() if getattr(args, attr) is not None]
     if given:
@@ -182,13 +253,14 @@ def _serve_vllm(args: argparse.Namespace, loras: list[tuple[str, str]]) -> int:
         vllm_server_command(
             args.model,
             loras=loras,
+            lora=lora,
             served_name=args.served_model_name,
             host=args.host,
             port=args.port,
             max_model_len=args.max_model_len,
             dtype=args.dtype,
             seed=args.seed,
-            runtime_lora=not args.no_runtime_lora,
+            engine_args=[*engine_option_args(args.engine_option), *args.engine_args],
             cpu=not torch.cuda.is_available(),
         )
     )

@@ -226,6 +226,7 @@ def _prepare(args: argparse.Namespace, cfg: Any, command: str) -> bool:
         if getattr(args, "resume_if_present", False):
             return has_checkpoint(cfg.run.output_dir)
         return bool(getattr(args, "resume", False))
+    from agentgym import config_to_dict
     from agentgym.trainers import prepare_run_folder
 
     return prepare_run_folder(
@@ -235,6 +236,10 @@ def _prepare(args: argparse.Namespace, cfg: Any, command: str) -> bool:
         resume_if_present=getattr(args, "resume_if_present", False),
         overwrite=args.overwrite,
         reads=[getattr(cfg.model, "path", None)],
+        settings=config_to_dict(cfg),
+        max_steps=("run.max_steps", cfg.run.max_steps)
+        if command == "train"
+        else ("train.max_steps", cfg.train.max_steps),
     )
 
 

@@ -2,7 +2,7 @@
 
 Routes: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``
 (both with ``stream``), vLLM's ``POST /v1/load_lora_adapter`` and
-``POST /v1/unload_lora_adapter``, and ``GET /health``. Errors are OpenAI's JSON body
+``POST /v1/unload_lora_adapter`` (when LoRA is on: :mod:`.lora`), and ``GET /health``. Errors are OpenAI's JSON body
 with the status that fits (400 naming the field, 404 for an unknown model or route, 500
 for a failure inside the engine).
 
@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentgym import Completion, ConfigError, Message, SamplingParams
+from agentgym.serve.lora import LoraPolicy, check_load, check_runtime, lora_policy
 from agentgym.serve.models import CHAT, ServedModels
 from agentgym.serve.protocol import (
     APIError,
@@ -112,13 +113,16 @@ class ServerApp:
 
     Args:
         served: what to serve.
-        runtime_lora: allow ``/v1/load_lora_adapter`` and ``/v1/unload_lora_adapter``.
+        lora: whether adapters are served and load at run time, and their largest rank
+            (default: on, loading at run time, when ``served`` has adapters; off without).
     """
 
-    def __init__(self, served: ServedModels, *, runtime_lora: bool = True) -> None:
+    def __init__(self, served: ServedModels, *, lora: LoraPolicy | None = None) -> None:
         self.web = import_aiohttp()
         self.served = served
-        self.runtime_lora = runtime_lora
+        if lora is None:
+            lora = lora_policy(list(served.adapters.items()))
+        self.lora = lora
         self.disconnects = 0
         web = self.web
         self.app = web.Application(middlewares=[self._errors], client_max_size=64 * 2**20)
@@ -187,37 +191,20 @@ class ServerApp:
         return _json(self.web, {"object": "list", "data": data})
 
     async def load_lora(self, request: Any) -> Any:
-        body = await self._need_runtime_lora(request)
-        name, path = body.get("lora_name"), body.get("lora_path")
-        if not isinstance(name, str) or not name:
-            raise APIError(
-                "'lora_name' is required: the name to serve it under.", param="lora_name"
-            )
-        if not isinstance(path, str) or not path:
-            raise APIError("'lora_path' is required: a peft adapter folder.", param="lora_path")
-        await asyncio.to_thread(self.served.load_adapter, name, path)
+        name, folder = check_load(await self._body(request), self.lora)
+        await asyncio.to_thread(self.served.load_adapter, name, folder)
         return self.web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
 
     async def unload_lora(self, request: Any) -> Any:
-        body = await self._need_runtime_lora(request)
+        check_runtime(self.lora)
+        body = await self._body(request)
+        if not isinstance(body, dict):
+            raise APIError("The request body must be a JSON object.", param="body")
         name = body.get("lora_name")
         if not isinstance(name, str) or not name:
             raise APIError("'lora_name' is required.", param="lora_name")
         await asyncio.to_thread(self.served.unload_adapter, name)
         return self.web.Response(text=f"Success: LoRA adapter '{name}' removed successfully.")
-
-    async def _need_runtime_lora(self, request: Any) -> Any:
-        if not self.runtime_lora:
-            raise APIError(
-                "Loading adapters at run time is off (the server was started with "
-                "--no-runtime-lora).",
-                status=403,
-                type="permission_error",
-            )
-        body = await self._body(request)
-        if not isinstance(body, dict):
-            raise APIError("The request body must be a JSON object.", param="body")
-        return body
 
     async def chat(self, request: Any) -> Any:
         return await self._generate(request, parse_chat(await self._body(request)))
@@ -498,14 +485,14 @@ def serve_forever(
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
-    runtime_lora: bool = True,
+    lora: LoraPolicy | None = None,
     on_ready: Callable[[int], None] | None = None,
 ) -> None:
     """Serve until interrupted (Ctrl-C raises ``KeyboardInterrupt`` to the caller).
 
     ``on_ready(port)`` is called once the server listens.
     """
-    server = ServerApp(served, runtime_lora=runtime_lora)
+    server = ServerApp(served, lora=lora)
 
     async def main() -> None:
         runner, bound = await start_site(server, host, port)

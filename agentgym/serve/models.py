@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
@@ -37,6 +38,7 @@ from typing import Any, TypeVar
 from agentgym import Completion, ConfigError, Message, SamplingParams
 from agentgym.generation import BatchingPolicy, HFEngine, HFEngineOptions, encode_prompt
 from agentgym.serve.protocol import APIError, TokenLogprob
+from agentgym.serve.weights import served_dtype
 
 T = TypeVar("T")
 
@@ -166,6 +168,12 @@ class ServedModels:
         self._thread.join(timeout=10)
         for policy in self._policies.values():
             policy.close()
+
+    @property
+    def dtype(self) -> str:
+        """The dtype the base weights are served in (``float32``, ``bfloat16``)."""
+        first = next(self.base.parameters(), None)
+        return "unknown" if first is None else str(first.dtype).removeprefix("torch.")
 
     # ------------------------------------------------------------------ names
 
@@ -392,6 +400,18 @@ def _strip_lora(model: Any) -> None:
                 setattr(parent, child_name, base)
 
 
+def _no_model(model: str, presets: Sequence[str]) -> ConfigError:
+    """Why ``--model`` names neither a model folder nor a preset (a hub id: never
+    downloaded), as an error to raise."""
+    from agentgym.generation import check_model_folder
+
+    try:
+        check_model_folder(model, what="--model")
+    except ConfigError as e:
+        return ConfigError(f"{e} (Or name a preset: {', '.join(presets)}.)")
+    return ConfigError(f"--model {model!r} is not a model folder.")
+
+
 def load_served_models(
     model: str,
     *,
@@ -402,8 +422,10 @@ def load_served_models(
     **kwargs: Any,
 ) -> ServedModels:
     """Load ``model`` (a local HF directory, or a preset name) and its adapters, on
-    ``device`` in ``dtype`` (the trainer's ``model.device`` / ``model.dtype`` rules: auto
-    is the first GPU in bfloat16 where torch sees one, else the CPU in float32).
+    ``device`` (the trainer's ``model.device`` rule: auto is the first GPU where torch
+    sees one, else the CPU) in ``dtype`` (auto: the dtype the model was saved in, as
+    ``--engine vllm`` serves it, :mod:`.weights`; float16, which the HF engine does not
+    compute in, is served in float32; a preset: bfloat16 on a GPU, else float32).
 
     A preset (``tiny-qwen2``, ``tiny-deepseek-v3``) is built in process with a byte-level
     tokenizer and random weights: for trying the server, not for answers.
@@ -412,14 +434,22 @@ def load_served_models(
     from agentgym.trainers import ModelConfig, build_model_and_tokenizer
 
     if Path(model).is_dir():
+        from agentgym.generation import check_model_folder
+
+        check_model_folder(model, what="--model")
+        dtype = served_dtype(model, dtype)
+        if dtype == "float16":
+            print(
+                f"[agentgym serve] {model} is float16; the HF engine serves it in float32 "
+                "(--engine vllm serves float16).",
+                file=sys.stderr,
+            )
+            dtype = "float32"
         cfg = ModelConfig(path=model, device=device, dtype=dtype)
     elif model in PRESETS:
         cfg = ModelConfig(preset=model, device=device, dtype=dtype)
     else:
-        raise ConfigError(
-            f"--model {model!r} is neither a local model directory (with config.json) nor "
-            f"a preset ({', '.join(PRESETS)})."
-        )
+        raise _no_model(model, PRESETS)
     base, tokenizer = build_model_and_tokenizer(cfg)
     base = place_model(base, cfg)  # before the adapters: peft puts them on the base's device
     served = ServedModels(base, tokenizer, base_name=served_name or model, **kwargs)

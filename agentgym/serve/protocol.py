@@ -10,13 +10,20 @@ from the public API reference:
 * :func:`chat_response`, :func:`completion_response`, :func:`chat_chunk`,
   :func:`completion_chunk` and :func:`usage` build the bodies.
 
-Fields the server cannot honour (tools, ``logit_bias``, penalties, ``echo``...) are
-refused with a 400 naming them rather than silently ignored; fields that change nothing
-here (``user``, ``metadata``, ``store``) are accepted.
+One field policy for both engines (:func:`check_fields`): the HF server parses every
+request with it, and ``--engine vllm`` puts it in front of vLLM's own server (as a
+middleware, :mod:`.vllm_check`), so both honour the same fields and refuse the same ones
+with the same 400 body. Honoured: :data:`HONOURED`. Accepted and changing nothing:
+:data:`ACCEPTED` (``user``, ``metadata``, ...). Refused unless left at a value that
+changes nothing: :data:`NEUTRAL` (``top_k``, ``min_p``, the penalties, ``logit_bias``,
+``ignore_eos``, ``response_format`` other than text, tools, ...: agentgym's engines
+sample with temperature, top-p and a seed only). Anything else is a field no OpenAI or
+vLLM client sends on purpose (a typo, most likely) and is refused with "did you mean".
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -24,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgym import Message
+from agentgym.errors import did_you_mean
 
 #: the most choices one request may ask for (``n``)
 MAX_N = 64
@@ -32,8 +40,21 @@ MAX_TOP_LOGPROBS = 20
 #: the most stop strings, as OpenAI allows
 MAX_STOP = 4
 
-#: fields refused unless left at their neutral value: (field, neutral values)
-_UNSUPPORTED = {
+#: request fields both engines honour, per endpoint
+HONOURED = {
+    "chat": frozenset(
+        {"model", "messages", "max_tokens", "max_completion_tokens", "n", "seed", "stop",
+         "stream", "stream_options", "temperature", "top_p", "logprobs", "top_logprobs"}
+    ),
+    "text": frozenset(
+        {"model", "prompt", "max_tokens", "n", "best_of", "seed", "stop", "stream",
+         "stream_options", "temperature", "top_p", "logprobs"}
+    ),
+}  # fmt: skip
+#: fields accepted that change nothing here (bookkeeping for the client's side)
+ACCEPTED = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls"})
+#: fields (OpenAI's and vLLM's) refused unless left at a value that changes nothing
+NEUTRAL: dict[str, tuple[Any, ...]] = {
     "tools": (None, []),
     "functions": (None, []),
     "tool_choice": (None, "none", "auto"),
@@ -41,12 +62,64 @@ _UNSUPPORTED = {
     "logit_bias": (None, {}),
     "presence_penalty": (None, 0, 0.0),
     "frequency_penalty": (None, 0, 0.0),
+    "repetition_penalty": (None, 1, 1.0),
+    "top_k": (None, -1, 0),
+    "min_p": (None, 0, 0.0),
+    "ignore_eos": (None, False),
+    "min_tokens": (None, 0),
+    "stop_token_ids": (None, []),
+    "response_format": (None, {"type": "text"}),
     "echo": (None, False),
     "suffix": (None, ""),
     "audio": (None,),
     "modalities": (None, ["text"]),
     "prediction": (None,),
+    "reasoning_effort": (None,),
+    "use_beam_search": (None, False),
+    "length_penalty": (None, 1, 1.0),
+    "include_stop_str_in_output": (None, False),
+    "skip_special_tokens": (None, True),
+    "add_generation_prompt": (None, True),
+    "chat_template": (None,),
+    "chat_template_kwargs": (None, {}),
+    "structured_outputs": (None,),
+    "guided_json": (None,),
+    "guided_regex": (None,),
+    "guided_choice": (None,),
+    "guided_grammar": (None,),
+    "allowed_token_ids": (None,),
+    "bad_words": (None, []),
+    "prompt_logprobs": (None,),
 }
+
+
+def refusal(name: str) -> str:
+    """The 400 message for a field neither engine honours (the same on both)."""
+    neutral = next((v for v in NEUTRAL.get(name, ()) if v is not None), None)
+    keep = f" or send {json.dumps(neutral)}" if neutral is not None else ""
+    return (
+        f"'{name}' is not supported by agentgym serve (on either engine, hf or vllm: they "
+        f"sample with temperature, top_p and seed only); leave it out{keep}."
+    )
+
+
+def check_fields(body: Mapping[str, Any], kind: str) -> None:
+    """Refuse (400, naming it) the first field of ``body`` that is not honoured on both
+    engines: one set at a value that would change the reply, or one nobody knows."""
+    honoured = HONOURED[kind]
+    for name, value in body.items():
+        if name in honoured or name in ACCEPTED:
+            continue
+        if name in NEUTRAL:
+            if value not in NEUTRAL[name]:
+                raise APIError(refusal(name), param=name)
+            continue
+        known = sorted(honoured | ACCEPTED | NEUTRAL.keys())
+        raise APIError(
+            f"Unrecognized request argument supplied: '{name}'.{did_you_mean(name, known)} "
+            "agentgym serve refuses fields it does not know rather than ignore them.",
+            param=name,
+        )
 
 
 class APIError(Exception):
@@ -156,11 +229,7 @@ def _common(body: Any, kind: str) -> dict[str, Any]:
         "'model' is required: the name of a served model (GET /v1/models lists them).",
         "model",
     )
-    for name, neutral in _UNSUPPORTED.items():
-        if name in body and body[name] not in neutral:
-            raise APIError(
-                f"'{name}' is not supported by agentgym serve; leave it out.", param=name
-            )
+    check_fields(body, kind)
     stop = body.get("stop")
     if stop is None:
         stops: tuple[str, ...] = ()

@@ -455,3 +455,118 @@ def test_hf_and_openai_policies_score_alike_with_the_runs_settings(trained, serv
     assert main(["eval", "--config", str(config), "--policy", "random", "--max-tokens", "3",
                  "--episodes", "1", "--json"]) == 0  # fmt: skip
     assert "--max-tokens 3 differs from the run's 8" in capsys.readouterr().err
+
+
+# ------------------------------------------------ issue 44: one behaviour for both servers
+
+#: fields neither engine honours, each with a value that would change the reply
+REFUSED = [
+    ("top_k", 5),
+    ("min_p", 0.1),
+    ("repetition_penalty", 1.2),
+    ("presence_penalty", 0.5),
+    ("frequency_penalty", 0.5),
+    ("logit_bias", {"3": 5}),
+    ("ignore_eos", True),
+    ("min_tokens", 2),
+    ("response_format", {"type": "json_object"}),
+    ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
+    ("max_token", 4),  # a typo: never silently ignored
+]
+#: the same fields at values that change nothing: accepted
+NEUTRAL = [
+    ("top_k", -1),
+    ("min_p", 0.0),
+    ("repetition_penalty", 1.0),
+    ("presence_penalty", 0),
+    ("logit_bias", {}),
+    ("ignore_eos", False),
+    ("response_format", {"type": "text"}),
+    ("user", "me"),
+]
+
+
+def test_fields_the_server_cannot_honour_are_refused_by_name_never_ignored(client):
+    for field, value in REFUSED:
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(
+                model="base", messages=HI, max_tokens=2, extra_body={field: value}
+            )
+        body = e.value.body
+        assert body["param"] == field, (field, body)
+        assert f"'{field}'" in body["message"] and "agentgym serve" in body["message"], body
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="base", messages=HI, extra_body={"max_token": 4})
+    assert "Did you mean: 'max_tokens'" in e.value.body["message"]
+    for field, value in NEUTRAL:
+        r = client.chat.completions.create(
+            model="base", messages=HI, max_tokens=2, extra_body={field: value}
+        )
+        assert r.choices[0].finish_reason in ("stop", "length"), field
+
+
+def test_the_served_dtype_is_the_models_own(tmp_path):
+    import torch
+
+    from agentgym.generation import build_preset, build_tokenizer, save_model
+    from agentgym.serve import load_served_models
+
+    tok = build_tokenizer()
+    model = build_preset("tiny-qwen2", tok, overrides=TINY_QWEN).to(torch.bfloat16)
+    folder = save_model(model, tok, tmp_path / "bf16")
+    served = load_served_models(str(folder), device="cpu")  # --dtype auto
+    try:
+        assert served.dtype == "bfloat16"  # not the CPU's float32
+    finally:
+        served.close()
+
+
+def test_lora_is_on_only_when_adapters_are_asked_for(trained):
+    from agentgym.serve import ServerThread, load_served_models
+    from agentgym.serve.lora import lora_policy
+
+    base, adapter = trained
+    run = adapter.parent.parent.parent  # RUN/checkpoints/step_000002/adapter
+    served = load_served_models(str(base), served_name="base")
+    try:
+        with ServerThread(served) as srv:  # no --lora, no --enable-lora
+            r = httpx.post(
+                f"{srv.url}/load_lora_adapter", json={"lora_name": "a", "lora_path": str(adapter)}
+            )
+            assert r.status_code == 400 and "--enable-lora" in r.json()["error"]["message"]
+            assert "a" not in served.names()
+        with ServerThread(served, lora=lora_policy([], enable_lora=True)) as srv:
+            # the path forms --lora takes: here a run folder (its latest checkpoint's adapter)
+            r = httpx.post(
+                f"{srv.url}/load_lora_adapter", json={"lora_name": "a", "lora_path": str(run)}
+            )
+            assert r.status_code == 200, r.text
+            assert served.adapters["a"] == str(adapter)
+            r = httpx.post(
+                f"{srv.url}/load_lora_adapter",
+                json={"lora_name": "b", "lora_path": str(run / "no-such")},
+            )
+            assert r.status_code == 400 and str(run / "no-such") in r.json()["error"]["message"]
+    finally:
+        served.close()
+
+
+def test_engine_options_go_to_the_engine_and_vllm_flags_need_vllm(trained, monkeypatch, capsys):
+    import agentgym.serve as serve
+
+    base, _ = trained
+    seen = {}
+
+    def fake_load(model, **kwargs):
+        seen.update(kwargs)
+        raise SystemExit(0)  # stop before serving
+
+    monkeypatch.setattr(serve, "load_served_models", fake_load)
+    with pytest.raises(SystemExit):
+        main(["serve", "--engine", "hf", "--model", str(base), "--engine-option", "decode=generate"])
+    assert seen["options"].decode == "generate"
+    rc = main(["serve", "--engine", "hf", "--model", str(base), "--tensor-parallel-size", "2"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--tensor-parallel-size 2" in err and "--engine vllm" in err
+    rc = main(["serve", "--engine", "hf", "--model", str(base), "--engine-option", "decod=lean"])
+    assert rc == 2 and "'decode'" in capsys.readouterr().err  # did you mean

@@ -72,7 +72,7 @@ def test_loras_become_vllm_lora_modules_with_a_rank_that_fits(tmp_path):
         python="python3",
     )
     argv = cmd.argv
-    assert argv[:3] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert argv[:3] == ["python3", "-m", "agentgym.serve.vllm_main"]  # vLLM's server module
 
     def value(flag):
         return argv[argv.index(flag) + 1]
@@ -85,27 +85,53 @@ def test_loras_become_vllm_lora_modules_with_a_rank_that_fits(tmp_path):
     assert value("--max-loras") == "4"  # room for adapters loaded at run time
     i = argv.index("--lora-modules")
     assert argv[i + 1 : i + 3] == [f"concise={a}", f"verbose={b}"]
-    assert cmd.env == {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    assert cmd.env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
 
 
-def test_without_adapters_or_runtime_loading_vllm_serves_the_base_alone(tmp_path):
+def test_lora_is_on_only_when_adapters_are_asked_for_and_the_dtype_is_the_models(tmp_path):
+    from agentgym.serve.lora import lora_policy
+
     model = _model_dir(tmp_path)
-    cmd = vllm_server_command(model, runtime_lora=False)
+    cmd = vllm_server_command(model)
     assert "--enable-lora" not in cmd.argv and "--lora-modules" not in cmd.argv
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in cmd.env
     assert "--max-model-len" not in cmd.argv  # vLLM's default: the model's
-    assert "--dtype" not in cmd.argv  # vLLM's auto
-    assert cmd.argv[-2:] != ["--dtype", "bfloat16"]
-    bf16 = vllm_server_command(model, dtype="bfloat16", runtime_lora=False)
-    assert bf16.argv[bf16.argv.index("--dtype") + 1] == "bfloat16"
+    # the dtype the model was saved in (a config without one: float32), never vLLM's auto
+    assert cmd.argv[cmd.argv.index("--dtype") + 1] == "float32"
+    (tmp_path / "model" / "config.json").write_text(json.dumps({"dtype": "bfloat16"}))
+    assert vllm_server_command(model).argv[cmd.argv.index("--dtype") + 1] == "bfloat16"
+    f32 = vllm_server_command(model, dtype="float32")
+    assert f32.argv[f32.argv.index("--dtype") + 1] == "float32"
     assert cmd.argv[cmd.argv.index("--served-model-name") + 1] == model
-    assert cmd.env == {}
+    # the HF server's request checks in front of vLLM's routes
+    assert cmd.argv[cmd.argv.index("--middleware") + 1] == "agentgym.serve.vllm_check.RequestCheck"
     assert "--no-enable-chunked-prefill" not in cmd.argv
-    on_cpu = vllm_server_command(model, runtime_lora=False, cpu=True)
-    assert on_cpu.argv[-1] == "--no-enable-chunked-prefill"  # as the rollout engine on CPU
-    # runtime loading alone still needs LoRA switched on, at vLLM's default rank
-    rt = vllm_server_command(model)
+    on_cpu = vllm_server_command(model, cpu=True)
+    assert "--no-enable-chunked-prefill" in on_cpu.argv  # as the rollout engine on CPU
+    # --enable-lora alone: adapters loaded at run time, at vLLM's default rank
+    rt = vllm_server_command(model, lora=lora_policy([], enable_lora=True))
     assert "--enable-lora" in rt.argv and rt.argv[rt.argv.index("--max-lora-rank") + 1] == "16"
     assert "--lora-modules" not in rt.argv
+    assert rt.env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+
+
+def test_vllm_engine_options_pass_through(tmp_path, monkeypatch):
+    import agentgym.serve as serve
+
+    model = _model_dir(tmp_path)
+    seen = []
+    monkeypatch.setattr(serve, "exec_vllm_server", seen.append)
+    monkeypatch.setattr(serve.vllm, "vllm_installed", lambda: True)
+    rc = main(
+        ["serve", "--engine", "vllm", "--model", model, "--engine-option", "max_num_seqs=8",
+         "--engine-option", "enforce_eager=true", "--tensor-parallel-size", "2",
+         "--max-model-len", "512"]
+    )  # fmt: skip
+    assert rc == 0 and len(seen) == 1
+    argv = seen[0].argv
+    assert argv[argv.index("--max-num-seqs") + 1] == "8" and "--enforce-eager" in argv
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
+    assert argv[argv.index("--max-model-len") + 1] == "512"
 
 
 def test_vllm_refuses_presets_and_folders_that_are_not_adapters(tmp_path):
@@ -193,7 +219,7 @@ def vllm_server(tmp_path_factory):
     port = _free_port()
     argv = [sys.executable, "-m", "agentgym", "serve", "--engine", "vllm", "--model", str(base)]
     argv += ["--served-model-name", "base", "--lora", f"trained={adapter}", "--port", str(port)]
-    argv += ["--max-model-len", "512", "--dtype", "float32"]
+    argv += ["--max-model-len", "512"]  # --dtype auto: the model's own (float32)
     # vLLM's CPU build sizes its KV cache as a share of host memory unless told (GiB)
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     log = open(root / "server.log", "w")  # noqa: SIM115 - closed below
@@ -212,7 +238,7 @@ def vllm_server(tmp_path_factory):
             if time.monotonic() > deadline:
                 pytest.fail("the vLLM server did not answer within 300 s")
             time.sleep(1)
-        yield SimpleNamespace(url=url, adapter=str(adapter))
+        yield SimpleNamespace(url=url, adapter=str(adapter), base=str(base), root=root)
     finally:
         proc.terminate()
         try:
@@ -292,3 +318,81 @@ def test_vllm_adapters_load_and_unload_at_run_time(client, vllm_server):
     assert "second" not in [m.id for m in client.models.list().data]
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="second", **kw)
+
+
+# ------------------------------------------------ issue 44: one behaviour for both servers
+
+
+def test_vllm_refuses_what_the_hf_server_refuses_with_the_same_body(vllm_server):
+    import httpx
+    from test_serve import REFUSED
+
+    from agentgym.serve import APIError
+    from agentgym.serve.protocol import parse_chat
+
+    for field, value in REFUSED:
+        body = {"model": "base", "messages": HI, "max_tokens": 2, field: value}
+        with pytest.raises(APIError) as hf:  # what the HF server answers
+            parse_chat(body)
+        r = httpx.post(f"{vllm_server.url}/chat/completions", json=body, timeout=60)
+        assert r.status_code == hf.value.status == 400, (field, r.text)
+        assert r.json() == hf.value.body(), field
+    # and what both honour still works through the check
+    r = httpx.post(
+        f"{vllm_server.url}/completions",
+        json={"model": "base", "prompt": "1 +", "max_tokens": 2, "top_k": -1},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+
+
+def test_vllm_serves_the_models_dtype_so_scores_match_the_hf_server(client, vllm_server):
+    from agentgym.serve import load_served_models
+
+    r = client.completions.create(
+        model="base", prompt="12 + 3 =", max_tokens=4, temperature=0, logprobs=1
+    )
+    vllm_lp = r.choices[0].logprobs.token_logprobs
+    served = load_served_models(vllm_server.base, served_name="base", device="cpu")  # auto dtype
+    try:
+        ids = served.prompt_ids("text", [__import__("agentgym").Message("user", "12 + 3 =")])
+        tok = served.tokenizer
+        reply = tok.encode(r.choices[0].text, add_special_tokens=False)
+        hf = served.call(lambda: served.score("base", ids, reply, 0, str))
+    finally:
+        served.close()
+    assert len(hf) == len(vllm_lp)
+    # bf16 (vLLM's own auto on CPU) moved the first token's log-prob by ~0.04
+    assert max(abs(a.logprob - b) for a, b in zip(hf, vllm_lp, strict=True)) < 1e-3
+    assert served.dtype == "float32"
+
+
+def test_vllm_runtime_adapters_take_the_path_forms_of_lora_and_name_a_bad_one(vllm_server):
+    import shutil
+
+    import httpx
+
+    url = vllm_server.url
+    run = vllm_server.root / "run"  # a run folder: its latest checkpoint's adapter/
+    ckpt = run / "checkpoints" / "step_000003"
+    shutil.copytree(vllm_server.adapter, ckpt / "adapter")
+    (ckpt / "trainer_state.json").write_text("{}")
+    r = httpx.post(
+        f"{url}/load_lora_adapter",
+        json={"lora_name": "from_run", "lora_path": str(run)},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    r = httpx.post(f"{url}/unload_lora_adapter", json={"lora_name": "from_run"}, timeout=60)
+    assert r.status_code == 200, r.text
+    guess = str(vllm_server.root / "runs" / "my-guess")
+    r = httpx.post(
+        f"{url}/load_lora_adapter", json={"lora_name": "guess", "lora_path": guess}, timeout=60
+    )
+    assert r.status_code == 400, r.text  # vLLM alone answered 500
+    assert guess in r.json()["error"]["message"] and r.json()["error"]["param"] == "lora_path"
+
+
+def test_vllm_starts_without_torchao_noise(vllm_server):
+    log = (vllm_server.root / "server.log").read_text()
+    assert "torchao" not in log.lower(), [x for x in log.splitlines() if "torchao" in x.lower()][:3]
