@@ -81,6 +81,10 @@ def start_container(
         memswap_limit=mem,
         nano_cpus=int(limits.cpus * 1e9),
         pids_limit=limits.pids,
+        # System V IPC of its own, and a segment dies with the last process attached to it
+        # (none outlives its holder's processes; semaphores and queues the reset removes)
+        ipc_mode="private",
+        sysctls={"kernel.shm_rmid_forced": "1"},
         ulimits=[
             Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),
             Ulimit(name="core", soft=0, hard=0),

@@ -146,6 +146,7 @@ class DockerSandbox(Sandbox):
         self._needs_clean = False
         self._other_users = set()
         self._broken = None
+        self._layer = self._writable_layer()
 
     def _remove_container(self) -> None:
         if self.container_id:
@@ -166,10 +167,27 @@ class DockerSandbox(Sandbox):
         self._remove_container()
 
     def reset(self) -> None:
-        """Mark the sandbox for cleaning: the next call kills every process and empties the
-        writable places first, inside the same exec (so the pool adds no extra exec)."""
+        """Mark the sandbox for cleaning: the next call kills every process, empties the
+        writable places and checks that the container is back to its idle state first,
+        inside the same exec (so the pool adds no extra exec). With a writable root
+        (``read_only_root=False``) a container whose writable layer changed is replaced now."""
         self._check_open()
+        if self._writable_layer() != self._layer:
+            log.info("sandbox %s: its writable layer changed; replacing it", self.name)
+            with self._lock:
+                self._replace()
+            return
         self._needs_clean = True
+
+    def _writable_layer(self) -> list[Any] | None:
+        """What the container changed in its image's files (``docker diff``), or None
+        with a read-only root, which no command can change."""
+        if self.limits.read_only_root:
+            return None
+        try:
+            return sorted((c["Path"], c["Kind"]) for c in self._api.diff(self.container_id) or [])
+        except engine_errors() as e:
+            raise unreachable(self.name, e) from e
 
     def healthy(self) -> bool:
         """Not closed, not broken, and the container is running (not paused, restarting,
@@ -377,7 +395,7 @@ class DockerSandbox(Sandbox):
             argv = wrapped_argv(
                 ["true"],
                 clean=mode,
-                workdir=WORKSPACE,
+                workdir="/",  # not the workspace: its holder may have closed it to others
                 timeout=HELPER_TIMEOUT,
                 root=is_root_user(user),
             )

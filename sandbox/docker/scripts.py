@@ -57,26 +57,42 @@ CLEANUP_FAILED = "agentgym-sandbox: could not empty the workspace"
 #: what the wrapper writes first on stderr once a clean has run: a cleaning exec whose
 #: stderr does not start with it never ran its clean (the engine could not start it)
 CLEANED = b"agentgym-sandbox: cleaned\n"
+#: Memory a container may hold once its holder's processes and files are gone (anonymous
+#: plus shared memory of its cgroup; page cache and kernel caches, which the kernel
+#: reclaims, are not counted): the container's init, its keeper and the cleaning shell use
+#: about 0.5 MiB. A container above it after a clean is replaced.
+IDLE_MEMORY_BYTES = 8 << 20
+#: the mode the workspace's root gets back at each clean (its owner, the sandbox user,
+#: may change it; no one can change its owner)
+WORKSPACE_MODE = "755"
 # the places a command can write, emptied when a pooled sandbox changes hands
-_WRITABLE = ("/workspace", "/tmp", "/dev/shm")
+_WRITABLE = ("/workspace", "/tmp", "/dev/shm", "/dev/mqueue")
 _GLOBS = " ".join(f"{d}/* {d}/.[!.]* {d}/..?*" for d in _WRITABLE)
+_SYSVIPC = "/proc/sysvipc/shm /proc/sysvipc/sem /proc/sysvipc/msg"
 
 #: Kill every process the sandbox user may signal, except this shell (kill -1 skips the
 #: caller and pid 1). A builtin in a loop: no fork, so it works when the pids cgroup is
 #: full; the loop catches processes forked while the first sweep ran.
 KILL_ALL = 'i=0; while kill -9 -1 2>/dev/null && [ "$i" -lt 200 ]; do i=$((i+1)); done; exit 0'
 
+# Whether the process of /proc entry $d is the container's keeper: ``sleep infinity``
+# whose parent is pid 1 (its command line checked too: a root ``sleep 300`` whose parent
+# was killed a moment before is pid 1's child as well). Builtins only (``read`` drops the
+# NULs of a command line, and returns 1 at the end of one, having read it); in a function
+# (it sets the positional parameters).
+_IS_KEEPER = (
+    '{ a=; read -r c < "$d/comm" && [ "$c" = sleep ] && read -r s < "$d/stat" && '
+    's=${s##*) } && set -- $s && [ "$2" = 1 ] && read -r a < "$d/cmdline"; '
+    '[ "$a" = sleepinfinity ]; }'
+)
+
 #: Root's version of KILL_ALL: a kill -1 as root would reach the container's init and keeper
-#: (root too), so it walks /proc and spares pid 1 and the keeper: ``sleep infinity`` whose
-#: parent is pid 1 (its command line checked too: a root ``sleep 300`` whose parent was
-#: killed a moment before is pid 1's child as well). Builtins only (``read`` drops the
-#: NULs of a command line). Only the host starts root processes, so nothing else is spared.
+#: (root too), so it walks /proc and spares pid 1 and the keeper. Only the host starts
+#: root processes, so nothing else is spared.
 KILL_ALL_ROOT = (
     'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] && continue; '
-    '[ "$p" = $$ ] && continue; read -r c < "$d/comm" 2>/dev/null || continue; '
-    'if [ "$c" = sleep ]; then read -r s < "$d/stat" 2>/dev/null; set -- $s; '
-    'if [ "$4" = 1 ]; then a=; read -r a < "$d/cmdline" 2>/dev/null; '
-    '[ "$a" = sleepinfinity ] && continue; fi; fi; kill -9 "$p" 2>/dev/null; done; exit 0'
+    f'[ "$p" = $$ ] && continue; if {_IS_KEEPER} 2>/dev/null; then continue; fi; '
+    'kill -9 "$p" 2>/dev/null; done; exit 0'
 )
 
 #: the OOM-kill counter of the container's memory cgroup (v1, then v2)
@@ -85,31 +101,82 @@ READ_OOM = (
     "cat /sys/fs/cgroup/memory.events 2>/dev/null; exit 0"
 )
 
+# The check at the end of a full clean (modes 1 and 3), a function of the most memory an
+# idle container holds: the container is back to its idle state, measured, or the clean
+# fails (exit 125, and the container is replaced):
+# * no process but pid 1, one keeper and this shell (of any uid: a process another user's
+#   pass should have killed counts too); a killed process may take a moment to exit;
+# * no System V IPC object (segments, semaphore sets, message queues) of any user;
+# * memory: anonymous plus shared memory of the container's cgroup (v1, else v2) at most
+#   the given bytes.
+_VERIFY = f"""verify() {{
+  most=$1 n=0
+  while :; do
+    left= keepers=0
+    for d in /proc/[0-9]*; do
+      p=${{d#/proc/}}; [ "$p" = 1 ] && continue; [ "$p" = $$ ] && continue
+      if {_IS_KEEPER}; then keepers=$((keepers+1)); [ $keepers = 1 ] && continue; fi
+      read -r s < "$d/stat" || continue
+      s=${{s##*) }}; set -- $s; [ "$1" = Z ] || [ "$1" = X ] || {{ left=$p; break; }}
+    done
+    [ -z "$left" ] && break
+    n=$((n+1)); [ $n -gt 100 ] && fail "process $left is left"
+    sleep 0.05
+  done
+  for f in {_SYSVIPC}; do
+    i=0; while read -r line; do i=$((i+1)); done < "$f"
+    [ "$i" -gt 1 ] && fail "a System V IPC object is left ($f)"
+  done
+  m=0
+  for f in /sys/fs/cgroup/memory/memory.stat /sys/fs/cgroup/memory.stat; do
+    [ -r "$f" ] || continue
+    while read -r k v; do
+      case "$k" in total_rss|total_shmem|anon|shmem) m=$((m+v));; esac
+    done < "$f"
+    break
+  done
+  [ "$m" -gt "$most" ] && fail "the container holds $m bytes of memory once cleaned"
+  return 0
+}}"""
+
 # The wrapper every exec runs: $1 = clean first (0: no; 1: kill this user's processes,
-# empty the writable places and check that nothing is left; 2: the same, leaving what this
-# user may not remove to another user's pass; 3 and 4: as 1 and 2 for root, whose kill
-# -1 would reach the container's keeper), $2 = working directory, $3 = timeout in
-# seconds, then the command's argv. A clean that ran says so first on stderr (CLEANED).
+# empty the writable places, remove this user's System V IPC objects, give the workspace
+# its mode back and check that the container is back to its idle state; 2: the same,
+# leaving what this user may not remove to another user's pass, without the check; 3 and
+# 4: as 1 and 2 for root, whose kill -1 would reach the container's keeper), $2 = working
+# directory, $3 = timeout in seconds, $4 = the most memory an idle container holds (the
+# check), then the command's argv. A clean that ran says so first on stderr (CLEANED);
+# until then its stderr goes nowhere, so that nothing comes before that mark.
 _WRAPPER = f"""
 if [ "$1" != 0 ]; then
+  exec 3>&2 2>/dev/null
+  fail() {{ echo '{CLEANUP_FAILED}':" $1" >&3; exit 125; }}
+  {_VERIFY}
   case "$1" in
-    1|2) i=0; while kill -9 -1 2>/dev/null && [ "$i" -lt 200 ]; do i=$((i+1)); done;;
+    1|2) i=0; while kill -9 -1 && [ "$i" -lt 200 ]; do i=$((i+1)); done;;
     *) kill_root() {{ {KILL_ALL_ROOT.replace("; exit 0", "")}; }}; kill_root;;
   esac
+  case "$1" in 1) chmod {WORKSPACE_MODE} {WORKSPACE};; esac
   dirty=
   for f in {_GLOBS}; do if [ -e "$f" ] || [ -L "$f" ]; then dirty=1; break; fi; done
   if [ -n "$dirty" ]; then
-    rm -rf -- {_GLOBS} 2>/dev/null || {{ chmod -R u+rwX {" ".join(_WRITABLE)} 2>/dev/null; rm -rf -- {_GLOBS} 2>/dev/null; }}
+    rm -rf -- {_GLOBS} || {{ chmod -R u+rwX {" ".join(_WRITABLE)}; rm -rf -- {_GLOBS}; }}
     if [ "$1" = 1 ] || [ "$1" = 3 ]; then
       for f in {_GLOBS}; do
-        if [ -e "$f" ] || [ -L "$f" ]; then echo '{CLEANUP_FAILED}' >&2; exit 125; fi
+        if [ -e "$f" ] || [ -L "$f" ]; then fail "$f is left"; fi
       done
     fi
   fi
-  printf '%s\n' '{CLEANED.decode().strip()}' >&2
+  for f in {_SYSVIPC}; do
+    i=0; while read -r line; do i=$((i+1)); done < "$f"
+    if [ "$i" -gt 1 ]; then ipcrm --all >/dev/null; break; fi
+  done
+  if [ "$1" = 1 ] || [ "$1" = 3 ]; then verify "$4"; fi
+  exec 2>&3 3>&-
+  printf '%s\\n' '{CLEANED.decode().strip()}' >&2
 fi
 cd -- "$2" 2>/dev/null || {{ echo "agentgym-sandbox: no directory ${{2#{WORKSPACE}/}} in the workspace" >&2; exit 2; }}
-t=$3; shift 3
+t=$3; shift 4
 exec timeout -s KILL "$t" "$@"
 """
 
@@ -192,6 +259,7 @@ def wrapped_argv(
         str(mode),
         workdir,
         f"{timeout:.3f}",
+        str(IDLE_MEMORY_BYTES),
         *argv,
     ]
 
