@@ -37,6 +37,7 @@ from typing import Any, Literal
 import torch
 
 from agentgym import ConfigError
+from agentgym.generation import AdapterShard
 from agentgym.trainers.batch import MicroBatch
 from agentgym.trainers.config import AlgorithmConfig, OptimConfig
 from agentgym.trainers.critic import Critic, CriticConfig
@@ -217,6 +218,12 @@ class Learner:
             state["optimizer"] = self._optimizer_state()
             state["updates"] = self.updates
         return state
+
+    def adapter_shards(self) -> list[AdapterShard]:
+        """What this rank holds of the policy's adapter, for an engine's sync
+        (:class:`~agentgym.generation.AdapterSync`; all ranks call it): here, and under
+        ZeRO and FSDP2, every tensor whole (gathered for the moment)."""
+        return [AdapterShard(k, v) for k, v in self._adapter_state().items()]
 
     def adapter_digest(self) -> str:
         """SHA-256 of the whole adapter, the same on every rank of a healthy run (all

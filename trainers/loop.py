@@ -61,7 +61,7 @@ from agentgym import (
     failed_attempts,
     save_config,
 )
-from agentgym.generation import RolloutEngine, make_engine
+from agentgym.generation import AdapterSync, RolloutEngine, make_engine, routed_experts
 from agentgym.health import (
     LAUNCHER_ENV,
     IntervalTotal,
@@ -174,15 +174,26 @@ class DAPOTrainer:
             if self.tokenizer.pad_token_id is not None
             else self.tokenizer.eos_token_id
         )
-        self.learner = make_learner(model, cfg, self.dist, pad_id=int(pad))
+        # the engine first: vLLM reads the base weights and the adapter's config from the
+        # model the loop built, which the mesh learner then cuts into this rank's share
         self.engine = engine or make_engine(
             cfg.rollout.engine,
             model=model,
             tokenizer=self.tokenizer,
             seed=cfg.run.seed,
             model_path=cfg.model.path,
-            workdir=self.out / "engine" / f"rank{self.dist.rank}",
+            workdir=self.out / "engine",
             options=cfg.rollout.engine_settings,
+            rank=self.dist.rank,
+            world_size=self.dist.world_size,
+            job=os.environ.get("MASTER_PORT"),
+        )
+        self.learner = make_learner(model, cfg, self.dist, pad_id=int(pad))
+        #: the adapter from the learner to an engine that holds its own weights (vLLM)
+        self.sync = (
+            AdapterSync(self.engine, num_experts=routed_experts(model))
+            if cfg.lora.enabled and not self.engine.shares_weights
+            else None
         )
         self.engine.record_routing = cfg.algorithm.router_replay  # MoE: the learner replays it
         self.policy = self.engine.as_policy(
@@ -193,6 +204,7 @@ class DAPOTrainer:
             self.env_ids,
             [env_kwargs(spec, self.tokenizer) for spec in cfg.envs],
             self.dist,
+            self.engine,
         )
         if isinstance(self.rollouts.env_host, RayEnvWorkers) and cfg.health.enabled:
             self.worker_monitor = WorkerMonitor(
@@ -208,10 +220,10 @@ class DAPOTrainer:
         self.origin = time.monotonic()
 
         self.resumed_from = self._resume() if resume else None
-        if cfg.lora.enabled and not self.engine.shares_weights:
+        if self.sync is not None:
             # the first rollout samples the learner's adapter (after a resume: the checkpoint's),
             # not the one the engine was built with
-            self.engine.load_adapter(self.learner.state_dict(optimizer=False)["adapter"])
+            self.sync.push(self.learner)
         self._open_logs(resume)
         self.initial_adapter_digest = self.adapter_digest() if cfg.lora.enabled else None
 
@@ -388,11 +400,19 @@ class DAPOTrainer:
         with tl.phase("train"):
             trained = self.steps.train(scored)
         self._phase("sync")
+        synced = None
         with tl.phase("sync"):
-            if not scored.skip and not self.engine.shares_weights:
-                self.engine.load_adapter(self.learner.state_dict(optimizer=False)["adapter"])
+            if not scored.skip and self.sync is not None:
+                synced = self.sync.push(self.learner)
         self.step += 1
         m = {"step": self.step, **self.steps.metrics(rollout, scored, trained), **tl.metrics()}
+        if synced is not None:  # this rank's bytes (rank 0 writes the row)
+            m.update(
+                {
+                    f"sync/{k}_bytes": getattr(synced, k)
+                    for k in ("held", "served", "sent", "received")
+                }
+            )
         for row in tl.to_records(self.step, self.origin):
             self.timeline_log.write(row)
         self.samples_log.write_step(self.step, scored.played, scored.trained, scored.rewards)
@@ -422,13 +442,15 @@ class DAPOTrainer:
         seeds = list(range(e.seed_start, e.seed_start + e.num_tasks))
         self._phase("eval")
         self.engine.wake()
-        with weights_for(self.engine, self.learner):
-            _, per_env = asyncio.run(
+        mine = self.engine.replicas.deal(seeds)  # each replica plays its share
+
+        def play() -> list[list[Any]]:
+            return asyncio.run(
                 evaluate_async(
                     self.policy,
                     self.cfg.envs,
                     self.tokenizer,
-                    seeds=seeds[self.dist.rank :: self.dist.world_size],
+                    seeds=mine,
                     sampling=sampling,
                     concurrency=self.cfg.rollout.concurrency,
                     env_host=self.rollouts.env_host,
@@ -436,8 +458,11 @@ class DAPOTrainer:
                     episode_timeout_s=self.cfg.rollout.episode_timeout_s,
                     label=f"eval (after step {self.step})",
                 )
-            )
-        if self.dist.world_size > 1:  # every rank played its share of the seeds
+            )[1]
+
+        with weights_for(self.engine, self.learner):
+            per_env = self.engine.drive(play) or [[] for _ in self.cfg.envs]
+        if self.dist.world_size > 1:  # every replica played its share of the seeds
             parts = all_gather_objects(per_env, self.dist)
             per_env = [
                 sorted((ep for part in parts for ep in part[i]), key=lambda ep: ep.seed)

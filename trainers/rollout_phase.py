@@ -7,9 +7,10 @@ dynamic sampling: groups whose shaped rewards are all equal carry no signal and 
 dropped, and more tasks are drawn until ``rollout.batch_tasks`` groups are kept or
 ``algorithm.max_generation_rounds`` is reached.
 
-Under several ranks each rank plays its share of a round's tasks and receives every
-rank's episodes, in the order one process would have produced them, so every rank makes
-the same filtering decisions on the same batch.
+Under several ranks each engine replica plays its share of a round's tasks (on the rank
+that drives it: ``engine.drive``; with the HF engine every rank is a replica of its own)
+and every rank receives every replica's episodes, in the order one process would have
+produced them, so every rank makes the same filtering decisions on the same batch.
 """
 
 from __future__ import annotations
@@ -164,6 +165,8 @@ class RolloutPhase:
         env_ids: the registered id of each configured env.
         env_kwargs: ``gym.make`` keyword arguments of each env (the tokenizer's counter).
         dist: this process's place in the job.
+        engine: the rollout engine: which replica this rank is (``engine.replicas``) and
+            where a rollout runs (``engine.drive``).
     """
 
     def __init__(
@@ -172,8 +175,10 @@ class RolloutPhase:
         env_ids: Sequence[str],
         env_kwargs: Sequence[dict[str, Any]],
         dist: DistInfo,
+        engine: Any,
     ) -> None:
         self.cfg, self.env_ids, self.env_kwargs, self.dist = cfg, list(env_ids), env_kwargs, dist
+        self.engine = engine
         self.tasks = TaskStream(cfg, env_ids)
         # where env work runs, for the whole run: Ray actors (rollout.rollout_workers), or
         # this process's threads with the env instances kept from step to step (a thread
@@ -215,7 +220,7 @@ class RolloutPhase:
             need = r.batch_tasks - len(out.kept)
             n = per_round if out.rounds == 0 else max(need, min(per_round, need * 2))
             sampling = self._sampling(step, out.rounds)
-            episodes = asyncio.run(self._round(policy, self.draw_tasks(n), sampling))
+            episodes = self._round(policy, self.draw_tasks(n), sampling)
             out.rounds += 1
             out.episodes.extend(e for e in episodes if not e.failed)
             out.failed.extend(e for e in episodes if e.failed)
@@ -248,19 +253,21 @@ class RolloutPhase:
             logprobs=True,
         )
 
-    async def _round(
+    def _round(
         self, policy: Any, tasks: dict[int, list[int]], sampling: SamplingParams
     ) -> list[Episode]:
-        """Play every task's group; under several ranks, each plays its share and all
-        receive every episode, in the order one process would have produced them."""
+        """Play every task's group; under several ranks, each engine replica plays its
+        share and every rank receives every episode, in the order one process would have
+        produced them."""
+        engine = self.engine
         if self.dist.world_size == 1:
-            return await self._play(policy, tasks, sampling)
+            return asyncio.run(self._play(policy, tasks, sampling))
         flat = [(k, seed) for k, seeds in sorted(tasks.items()) for seed in seeds]
         mine: dict[int, list[int]] = defaultdict(list)
-        for k, seed in flat[self.dist.rank :: self.dist.world_size]:
+        for k, seed in engine.replicas.deal(flat):
             mine[k].append(seed)
-        played = await self._play(policy, dict(mine), sampling)
-        episodes = [ep for part in all_gather_objects(played, self.dist) for ep in part]
+        played = engine.drive(lambda: asyncio.run(self._play(policy, dict(mine), sampling)))
+        episodes = [ep for part in all_gather_objects(played or [], self.dist) for ep in part]
         position = {task: i for i, task in enumerate(flat)}
         env_of_seed = {seed: k for k, seed in flat}
         return sorted(episodes, key=lambda e: (position[(env_of_seed[e.seed], e.seed)], e.sample))
@@ -269,6 +276,8 @@ class RolloutPhase:
         self, policy: Any, tasks: dict[int, list[int]], sampling: SamplingParams
     ) -> list[Episode]:
         r = self.cfg.rollout
+        if not tasks:  # a replica dealt nothing this round
+            return []
         total = sum(len(v) for v in tasks.values()) * r.group_size
         coros = []
         streams = []

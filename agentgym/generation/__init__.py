@@ -67,6 +67,7 @@ _LAZY = {
     "load_model": "agentgym.generation.models",
     "check_model_folder": "agentgym.generation.models",
     "quiet_hf_loading": "agentgym.generation.models",
+    "routed_experts": "agentgym.generation.models",
     "save_model": "agentgym.generation.models",
     "tensors_digest": "agentgym.generation.models",
     "EngineOptions": "agentgym.generation.options",

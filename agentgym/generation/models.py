@@ -217,3 +217,14 @@ def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
         h.update(k.encode())
         h.update(v.detach().to(torch.float32).cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
+
+
+def routed_experts(model: nn.Module) -> int:
+    """The routed experts of a mixture-of-experts model (its config's
+    ``n_routed_experts`` / ``num_local_experts``), 0 for a dense one."""
+    config = getattr(model, "config", None)
+    for key in ("n_routed_experts", "num_local_experts", "num_experts"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 0

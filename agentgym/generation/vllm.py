@@ -306,6 +306,10 @@ class VLLMEngine(RolloutEngine):
         """The LoRA id of the adapter in use (a new one at every load), or ``None``."""
         return self._lora_id
 
+    def held_adapter(self) -> dict[str, torch.Tensor]:
+        """The adapter tensors this rank's worker holds (what it was last handed)."""
+        return vllm_lora.held()
+
     def held_adapter_bytes(self) -> int:
         """Bytes of adapter tensors this rank's worker holds."""
         return vllm_lora.held_bytes()

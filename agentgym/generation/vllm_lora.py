@@ -35,7 +35,6 @@ MEMORY_SCHEME = "agentgym-memory://"
 
 _TABLE: dict[int, tuple[dict[str, torch.Tensor], dict[str, Any]]] = {}
 _LOCK = threading.Lock()
-_INSTALLED: list[Any] = []
 
 
 def register(lora_id: int, tensors: Mapping[str, torch.Tensor], config: Mapping[str, Any]) -> str:
@@ -56,6 +55,12 @@ def relabel(old: int, new: int) -> str:
     return f"{MEMORY_SCHEME}{int(new)}"
 
 
+def held() -> dict[str, torch.Tensor]:
+    """The tensors this process holds for its worker (empty when none)."""
+    with _LOCK:
+        return {k: v for ts, _ in _TABLE.values() for k, v in ts.items()}
+
+
 def held_bytes() -> int:
     """Bytes of adapter tensors this process holds for its worker."""
     with _LOCK:
@@ -71,19 +76,19 @@ def forget() -> None:
 def install() -> None:
     """Hook vLLM's worker LoRA manager so that memory paths load from this table (once
     per process; a no-op after the first call)."""
-    if _INSTALLED:
-        return
     from vllm.lora.worker_manager import WorkerLoRAManager
 
     original = WorkerLoRAManager._load_adapter
+    if getattr(original, "agentgym_memory", False):
+        return
 
     def _load_adapter(self: Any, lora_request: Any) -> Any:
         if not str(lora_request.lora_path).startswith(MEMORY_SCHEME):
             return original(self, lora_request)
         return _from_memory(self, lora_request)
 
+    _load_adapter.agentgym_memory = True  # type: ignore[attr-defined]
     WorkerLoRAManager._load_adapter = _load_adapter
-    _INSTALLED.append(original)
 
 
 def _expected_modules(manager: Any) -> set[str]:

@@ -357,15 +357,47 @@ def test_vllm_llm_kwargs_use_vllms_engine_argument_names():
     assert plain["tokenizer"] == "/m" and plain["kv_cache_dtype"] == "auto"
 
 
+class _FakeCore:
+    """Stands in for ``vllm.LLM.llm_engine``: requests end at the next step, each reply
+    the eos token alone; ``add_request`` records the LoRA id it was given."""
+
+    def __init__(self, llm, max_model_len):
+        self.llm = llm
+        self.model_config = SimpleNamespace(max_model_len=max_model_len)
+        self.pending: list[tuple] = []
+
+    def add_request(self, request_id, prompt, params, arrival_time=None, lora_request=None):
+        self.llm.calls.append(("add", lora_request.lora_int_id if lora_request else None))
+        self.pending.append((request_id, params))
+
+    def abort_request(self, ids):
+        self.pending = [p for p in self.pending if p[0] not in ids]
+
+    def step(self):
+        done, self.pending = self.pending, []
+        return [
+            SimpleNamespace(
+                request_id=rid,
+                finished=True,
+                outputs=[
+                    SimpleNamespace(
+                        token_ids=[params["eos"]],
+                        logprobs=[{params["eos"]: SimpleNamespace(logprob=-0.5)}],
+                        finish_reason="stop",
+                    )
+                ],
+            )
+            for rid, params in done
+        ]
+
+
 class _FakeLLM:
     """Stands in for ``vllm.LLM``: records its arguments and the sleep/wake calls."""
 
     def __init__(self, **kwargs):
         self.kwargs = kwargs
         self.calls: list[tuple] = []
-        self.llm_engine = SimpleNamespace(
-            model_config=SimpleNamespace(max_model_len=kwargs["max_model_len"] or 2048)
-        )
+        self.llm_engine = _FakeCore(self, kwargs["max_model_len"] or 2048)
 
     def reset_prefix_cache(self):
         self.calls.append(("reset_prefix_cache",))
@@ -378,14 +410,6 @@ class _FakeLLM:
 
     def collective_rpc(self, method):
         self.calls.append(("collective_rpc", method))
-
-    def generate(self, prompts, params, use_tqdm, lora_request):
-        self.calls.append(("generate", lora_request.lora_int_id if lora_request else None))
-        eos = params[0]["eos"]
-        out = SimpleNamespace(
-            token_ids=[eos], logprobs=[{eos: SimpleNamespace(logprob=-0.5)}], finish_reason="stop"
-        )
-        return [SimpleNamespace(outputs=[out]) for _ in prompts]
 
 
 @pytest.fixture
@@ -400,9 +424,14 @@ def fake_vllm(monkeypatch, tokenizer):
 
     module = SimpleNamespace(LLM=_FakeLLM, SamplingParams=sampling_params)
     request = SimpleNamespace(LoRARequest=lora_request)
+    loader = type("WorkerLoRAManager", (), {"_load_adapter": lambda self, request: None})
+    manager = SimpleNamespace(WorkerLoRAManager=loader)
+    kinds = SimpleNamespace(RequestOutputKind=SimpleNamespace(FINAL_ONLY="final"))
     monkeypatch.setitem(sys.modules, "vllm", module)
     monkeypatch.setitem(sys.modules, "vllm.lora", SimpleNamespace(request=request))
     monkeypatch.setitem(sys.modules, "vllm.lora.request", request)
+    monkeypatch.setitem(sys.modules, "vllm.lora.worker_manager", manager)
+    monkeypatch.setitem(sys.modules, "vllm.sampling_params", kinds)
     # a platform with sleep mode (CUDA's): the calls the engine makes there are recorded
     platform = SimpleNamespace(
         is_sleep_mode_available=lambda: True, is_cpu=lambda: False, device_type="cuda"
@@ -421,11 +450,12 @@ def test_vllm_engine_takes_its_settings_from_the_options(fake_vllm, tmp_path, to
     assert llm.kwargs["max_num_seqs"] == 8 and llm.kwargs["dtype"] == "bfloat16"
     assert llm.kwargs["enable_sleep_mode"] and llm.kwargs["max_lora_rank"] == 8
     assert engine.max_model_len == 2048 and engine.sleep_level == level
-    adapter_root = engine.adapter_root
-    assert engine.owned_paths == (adapter_root,) and adapter_root.is_dir()
+    assert engine.owned_paths == ()  # adapters live in memory: no folder of its own
     engine.load_adapter(adapter_state_dict(peft))
-    first = engine.adapter_path
-    assert first.parent == adapter_root
+    assert engine.adapter_id == 1
+    assert engine.held_adapter_bytes() == sum(
+        t.numel() * t.element_size() for t in adapter_state_dict(peft).values()
+    )
     engine.sleep()
     engine.sleep()  # already asleep: nothing more
     assert engine.sleeping and llm.calls == [("reset_prefix_cache",), ("sleep", level)]
@@ -440,11 +470,11 @@ def test_vllm_engine_takes_its_settings_from_the_options(fake_vllm, tmp_path, to
             ("wake_up", ["kv_cache"]),
         ]
     )
-    assert llm.calls == [*wake, ("generate", 2)]  # the adapter is re-issued under a new id
-    assert not engine.sleeping and engine.adapter_path == first
+    assert llm.calls == [*wake, ("add", 2)]  # the adapter is re-issued under a new id
+    assert not engine.sleeping and engine.adapter_id == 2
     assert c.token_ids == (tokenizer.eos_token_id,) and c.finish_reason == "stop"
     engine.close()
-    assert engine.llm is None and not adapter_root.exists()
+    assert engine.llm is None and engine.held_adapter_bytes() == 0
 
 
 def test_make_engine_hands_its_temporary_workdir_to_the_vllm_engine(fake_vllm, tokenizer):
@@ -452,7 +482,7 @@ def test_make_engine_hands_its_temporary_workdir_to_the_vllm_engine(fake_vllm, t
     engine = make_engine("vllm", model=peft, tokenizer=tokenizer, options={"colocated": False})
     (workdir,) = engine.owned_paths
     assert (workdir / "vllm_base" / "config.json").is_file()
-    assert engine.adapter_path.parent == workdir / "vllm_adapters"  # the first adapter
+    assert engine.adapter_id == 1  # the model's adapter, loaded at once
     assert engine.llm.kwargs["model"] == str(workdir / "vllm_base")
     assert not engine.enable_sleep_mode and "max_num_seqs" not in engine.llm.kwargs
     engine.sleep()

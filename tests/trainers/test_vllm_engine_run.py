@@ -130,28 +130,29 @@ def test_each_new_adapter_changes_the_samples_and_the_base_never_moves(run):
     eng, tok = run.engine, run.tok
     reqs = _requests(seed0=200)
     eng.clear_adapter()
-    assert eng.adapter_path is None
+    assert eng.adapter_id is None and eng.held_adapter_bytes() == 0
     base_out = eng.generate(reqs)
     assert (
         logprob_mismatch(run.base, tok, reqs, base_out, temperature=TEMPERATURE)["mean_abs"] <= 1e-5
     )  # no adapter: the base model
     seen = [_ids(base_out)]
-    previous = None
+    ids = []
     for step in range(3):  # what the loop does after each update
         _perturb(run.peft, seed=10 + step)
-        eng.load_adapter(adapter_state_dict(run.peft))
-        path = eng.adapter_path
-        assert sorted(p.name for p in path.iterdir()) == [
-            "adapter_config.json",
-            "adapter_model.safetensors",
-        ]
-        assert previous is None or not previous.exists()  # the last adapter's files go
+        weights = adapter_state_dict(run.peft)
+        eng.load_adapter(weights)
+        ids.append(eng.adapter_id)  # a new LoRA id each time: vLLM caches adapters by id
+        # held in memory, once (the last adapter's tensors are dropped), no file written
+        assert eng.held_adapter_bytes() == sum(
+            t.numel() * t.element_size() for t in weights.values()
+        )
         out = eng.generate(reqs)
         assert _ids(out) not in seen  # the new adapter is the one sampled from
         seen.append(_ids(out))
         mismatch = logprob_mismatch(run.peft, tok, reqs, out, temperature=TEMPERATURE)
         assert mismatch["mean_abs"] <= 1e-5, (step, mismatch)  # applied the way peft does
-        previous = path
+    assert ids == sorted(set(ids))
+    assert not [p for p in run.weights.parent.parent.rglob("adapter_model*")]
     # the base weights never moved: on disk, and in vLLM (no adapter: the first samples)
     assert _digest(run.weights) == run.digest
     eng.clear_adapter()

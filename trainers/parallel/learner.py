@@ -52,7 +52,7 @@ import torch.distributed as dist
 from torch import nn
 
 from agentgym import ConfigError
-from agentgym.generation import stage_ranges
+from agentgym.generation import AdapterShard, stage_ranges
 from agentgym.trainers.batch import MicroBatch
 from agentgym.trainers.critic import is_critic_name
 from agentgym.trainers.device import autocast, host_copy
@@ -470,6 +470,30 @@ class ParallelLearner(Learner):
         for name, t in self.params.stream(names, dst=dst):
             t = t.detach().to("cpu", copy=True)
             yield keys[name], t if dtype is None else t.to(dtype)
+
+    def adapter_shards(self) -> list[AdapterShard]:
+        """What this rank holds of the policy's adapter, for an engine's sync (every rank
+        calls it): its pipeline stage's tensors -- dense ones whole (gathered over the
+        stage's tensor- and data-parallel ranks for the moment), fused-expert ones as its
+        expert share (the rows of its experts, gathered over ``dp_shard`` only). Nothing
+        of another stage, and no expert another rank holds."""
+        keys = self._peft_keys()
+        mine = self.params.local()
+        here = self.pmesh.coords.pp
+        out = []
+        for name in sorted(keys):
+            if self.params.stage_of(name) != here:
+                continue
+            t = mine[name].detach()
+            t = t.full_tensor() if hasattr(t, "full_tensor") else t
+            t = t.to("cpu", copy=True)
+            if name in self.params.experts:
+                _, shard = self.params.experts[name]
+                held = range(shard.offset, shard.offset + shard.local)
+                out.append(AdapterShard(keys[name], t, experts=held, total=shard.total))
+            else:
+                out.append(AdapterShard(keys[name], t))
+        return out
 
     def _adapter_state(self) -> dict[str, torch.Tensor]:
         """The whole adapter in peft naming on rank 0 (the writer of checkpoints and

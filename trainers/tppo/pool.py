@@ -31,7 +31,8 @@ The prefix's KV cache is not kept across steps: the next step prefills it again 
 the updated policy (the HF engine cannot keep a cache across weight changes, and a cache
 computed by the old weights would not be what the new policy conditions on).
 
-Several ranks: slot ``s`` is played by rank ``s % world_size``; the bookkeeping (which
+Several ranks: slot ``s`` is played by engine replica ``s % replicas`` (on the rank that
+drives it; with the HF engine every rank is a replica); the bookkeeping (which
 slot plays what, the groups' ended episodes) is the same on every rank, which exchange
 what their slots did after each step (:meth:`TruncatedPool.exchange`). A checkpoint
 keeps every episode in flight as the replies it received and the reply so far of its
@@ -177,9 +178,15 @@ class TruncatedPool:
     # ------------------------------------------------------------------ one step
     def advance(self, version: int) -> RankStep:
         """Refill, then extend this rank's responses by one window under the policy of
-        ``version`` (the trainer's step); returns what this rank's slots did."""
+        ``version`` (the trainer's step); returns what this rank's slots did. The
+        bookkeeping is every rank's; the responses are extended on the rank that drives
+        each engine replica, while its other ranks serve the engine's steps."""
         self.version = version
         self._refill()
+        return self.engine.drive(self._extend_window) or RankStep()
+
+    def _extend_window(self) -> RankStep:
+        """This rank's responses, each extended by up to one window."""
         report = RankStep(active=len(self.runs))
         for run in self.runs.values():
             run.budget, run.drafts = self.window, {}
@@ -238,7 +245,9 @@ class TruncatedPool:
             free = free[self.group_size :]
 
     def _mine(self, slot: int) -> bool:
-        return slot % self.dist.world_size == self.dist.rank
+        """Slot ``slot`` is played here: slots are dealt to the engine's replicas, each
+        played by the rank that drives its replica."""
+        return self.engine.replicas.owns(slot)
 
     def _start(
         self, slot: int, task: SlotTask, attempt: int, replay: Sequence[TurnRecord] = ()
