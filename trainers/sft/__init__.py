@@ -3,6 +3,7 @@
 * :mod:`.config`: the ``data`` and ``train`` sections and :class:`SFTConfig`;
 * :mod:`.data`: the examples (worked solutions, or the oracle's turns);
 * :mod:`.packing`: several examples per row, each attending only to itself;
+* :mod:`.schedule`: the learning-rate schedules (cosine, warm-up-stable-decay);
 * :mod:`.train`: the loop (:func:`run_sft`), which writes a model directory that
   ``agentgym train`` loads with ``model.path``;
 * :mod:`.checkpoints`: its checkpoints (the trainer's format) and ``--resume``;
@@ -19,6 +20,7 @@ from __future__ import annotations
 from agentgym.trainers.sft.config import SFTConfig, SFTData, SFTTrain
 from agentgym.trainers.sft.data import Example, collect_examples, drop_lines, example_corpus
 from agentgym.trainers.sft.packing import Packed, pack_rows, packed_rows
+from agentgym.trainers.sft.schedule import SCHEDULES, lr_at
 from agentgym.trainers.sft.train import (
     batch_loss,
     batch_stream,
@@ -29,6 +31,7 @@ from agentgym.trainers.sft.train import (
 )
 
 __all__ = [
+    "SCHEDULES",
     "Example",
     "Packed",
     "SFTConfig",
@@ -42,6 +45,7 @@ __all__ = [
     "epoch_batches",
     "example_corpus",
     "length_groups",
+    "lr_at",
     "pack_rows",
     "packed_rows",
     "run_sft",

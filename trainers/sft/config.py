@@ -15,6 +15,7 @@ from typing import Any
 from agentgym import UnknownNameError
 from agentgym import config_check as _check
 from agentgym.trainers.config import EnvSpec, EvalConfig, LoraSettings, ModelConfig
+from agentgym.trainers.sft.schedule import SCHEDULES
 from agentgym.trainers.tracking import check_report_to
 
 
@@ -97,8 +98,11 @@ class SFTTrain:
             one (0: after the last only). ``agentgym sft --resume`` continues from the
             newest; a first SIGTERM / Ctrl-C writes one after the step in progress.
         batch_size: examples per optimizer step.
-        lr / warmup_steps / weight_decay / max_grad_norm: AdamW with linear warm-up
-            and cosine decay to 10%.
+        lr / warmup_steps / weight_decay / max_grad_norm: AdamW with linear warm-up,
+            then the ``schedule``'s decay.
+        schedule: ``cosine`` (to ``min_lr_ratio x lr``) or ``wsd`` (``lr`` held, then a
+            linear decay to ``min_lr_ratio x lr`` over the last ``decay_fraction`` of
+            the steps); :mod:`.schedule`.
         group_by_length: draw batches from groups of this many batches sorted by length,
             so that a batch holds examples of similar length and little padding (0: plain
             random batches).
@@ -118,6 +122,9 @@ class SFTTrain:
     warmup_steps: int = 20
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
+    schedule: str = "cosine"
+    min_lr_ratio: float = 0.1
+    decay_fraction: float = 0.2
     group_by_length: int = 0
     length_groups: int = 1
     pack_width: int = 0
@@ -125,6 +132,10 @@ class SFTTrain:
     def __post_init__(self) -> None:
         _check(self.length_groups >= 1, "train.length_groups must be >= 1.")
         _check(self.pack_width >= 0, "train.pack_width must be >= 0 (0: off).")
+        if self.schedule not in SCHEDULES:
+            raise UnknownNameError("train.schedule", self.schedule, SCHEDULES)
+        _check(0 <= self.min_lr_ratio <= 1, "train.min_lr_ratio must be in [0, 1].")
+        _check(0 < self.decay_fraction <= 1, "train.decay_fraction must be in (0, 1].")
         _check(
             self.pack_width == 0 or self.length_groups == 1,
             "train.pack_width and train.length_groups both cut padding: set one of them "

@@ -65,6 +65,7 @@ from agentgym.trainers.sft.config import SFTConfig, SFTTrain
 from agentgym.trainers.sft.data import Example, collect_examples, example_corpus
 from agentgym.trainers.sft.packing import packed_rows
 from agentgym.trainers.sft.report import plot_sft, write_sft_summary
+from agentgym.trainers.sft.schedule import lr_at
 from agentgym.trainers.stopping import PoliteSignals
 from agentgym.trainers.tracking import close_tracking
 
@@ -256,11 +257,16 @@ def _report_examples(
 
 
 def _lr_at(t: SFTTrain, total_steps: int, step: int) -> float:
-    """The learning rate of ``step``: linear warm-up, then cosine decay to a tenth."""
-    if step < t.warmup_steps:
-        return t.lr * (step + 1) / t.warmup_steps
-    frac = (step - t.warmup_steps) / max(1, total_steps - t.warmup_steps)
-    return t.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+    """The learning rate of ``step`` under ``t``'s schedule (:mod:`.schedule`)."""
+    return lr_at(
+        step,
+        total_steps,
+        lr=t.lr,
+        warmup_steps=t.warmup_steps,
+        schedule=t.schedule,
+        min_ratio=t.min_lr_ratio,
+        decay_fraction=t.decay_fraction,
+    )
 
 
 def _evaluator(cfg: SFTConfig, policy: Any, tok: Any) -> Callable[[], dict[str, float]]:
