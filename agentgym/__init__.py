@@ -48,6 +48,7 @@ from agentgym.metrics import (
 from agentgym.progress import Progress
 from agentgym.registration import (
     agentgym_env_ids,
+    env_arguments,
     load_plugins,
     make,
     plugin_of,
@@ -151,6 +152,7 @@ __all__ = [
     "counter_from_tokenizer",
     "derive_seed",
     "did_you_mean",
+    "env_arguments",
     "episode_accuracy",
     "episode_overlong",
     "episode_solved",

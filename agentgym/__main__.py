@@ -1,5 +1,8 @@
 """``python -m agentgym``: the command line (:mod:`agentgym.cli`)."""
 
-from agentgym.cli import main
+try:
+    from agentgym.cli import main
+except KeyboardInterrupt:  # Ctrl-C while the imports load: no traceback
+    raise SystemExit(130) from None
 
 raise SystemExit(main())

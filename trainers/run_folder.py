@@ -50,6 +50,8 @@ RUN_ENTRIES = frozenset(
 )  # fmt: skip
 #: what a failed start-up may leave that nobody needs
 START_UP_LEFTOVERS = frozenset({"config.yaml", "run.lock", "run_info.json"})
+#: folders whose files a failed start-up may leave (the ranks' heartbeats, engine scratch)
+START_UP_FOLDERS = frozenset({"health", "engine"})
 
 
 #: settings a checkpoint's shapes (or meaning) depend on: a resume must keep them
@@ -269,7 +271,10 @@ def clean_failed_start(out: str | Path, existed: bool) -> bool:
     if existed or not out.is_dir():
         return False
     for path in out.rglob("*"):
-        if path.is_file() and path.name not in START_UP_LEFTOVERS:
-            return False
+        if not path.is_file() or path.name in START_UP_LEFTOVERS:
+            continue
+        if path.relative_to(out).parts[0] in START_UP_FOLDERS:
+            continue
+        return False
     shutil.rmtree(out, ignore_errors=True)
     return True

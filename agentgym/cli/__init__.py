@@ -89,11 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from agentgym import AgentGymError
-
-    if args.command in PLAYS_ENVS:
-        _sandboxes_go_with_signals()
     try:
+        from agentgym import AgentGymError
+    except KeyboardInterrupt:
+        return 130
+    try:
+        if args.command in PLAYS_ENVS:
+            _sandboxes_go_with_signals()
         return int(args.func(args) or 0)
     except AgentGymError as e:
         print(f"agentgym {args.command}: error: {e}", file=sys.stderr)

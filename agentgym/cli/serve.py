@@ -144,7 +144,7 @@ HF_ONLY = {
 
 
 def _lora(args: argparse.Namespace, loras: list[tuple[str, str]]) -> Any:
-    from agentgym.serve.lora import lora_policy
+    from agentgym.serve import lora_policy
 
     return lora_policy(
         loras,
@@ -240,8 +240,7 @@ def _serve_vllm(args: argparse.Namespace, loras: list[tuple[str, str]], lora: An
     """Replace this process with vLLM's OpenAI server for the same model and adapters."""
     import torch
 
-    from agentgym.serve import exec_vllm_server, vllm_server_command
-    from agentgym.serve.vllm import engine_option_args
+    from agentgym.serve import engine_option_args, exec_vllm_server, vllm_server_command
 
     given = [flag for flag, attr in HF_ONLY.items() if getattr(args, attr) is not None]
     if given:

@@ -27,6 +27,10 @@ SFT_OVERRIDE_EXAMPLES = (
 )
 
 
+#: torchrun, as agentgym launches it (:mod:`agentgym.cli.torchrun`)
+QUIET_TORCHRUN = "agentgym.cli.torchrun"
+
+
 def _overrides_help(examples: tuple[str, ...]) -> str:
     return (
         "config overrides as section.key=value (values parsed as YAML), before or after "
@@ -170,12 +174,17 @@ def cmd_train(args: argparse.Namespace) -> int:
                 "--nproc/--nnodes need a sharded strategy: add distributed.strategy=deepspeed "
                 "or distributed.strategy=fsdp2."
             )
-        from agentgym.trainers import Layout
+        from agentgym.trainers import Layout, clean_failed_start, folder_state
 
         layout = Layout.from_config(cfg.distributed)  # once, here: not once per rank
         if not layout.is_default:
             layout.check_world((args.nproc or 1) * args.nnodes)
-        return _launch(args, config, overrides, cfg, _prepare(args, cfg, "train"))
+        _preflight(cfg)
+        existed = folder_state(cfg.run.output_dir)
+        rc = _launch(args, config, overrides, cfg, _prepare(args, cfg, "train"))
+        if rc == 2 and clean_failed_start(cfg.run.output_dir, existed):
+            print(f"[agentgym train] removed {cfg.run.output_dir}: the run did not start")
+        return rc
 
     from agentgym.health import RunStopped
     from agentgym.trainers import DAPOTrainer, clean_failed_start, folder_state
@@ -204,6 +213,29 @@ def cmd_train(args: argparse.Namespace) -> int:
     if info.is_main:
         print(f"[agentgym train] done: {_written(cfg.run.output_dir)}")
     return 0
+
+
+def _preflight(cfg: Any) -> None:
+    """What every rank would find first, found once here before any process starts (a
+    missing model, an unknown env or env argument): one message, no folder."""
+    from agentgym import env_arguments, resolve_env_id
+    from agentgym.generation import check_model_folder
+
+    if cfg.model.path:
+        check_model_folder(cfg.model.path, what="model.path", made_by=cfg.model.made_by or "")
+    for spec in cfg.envs:
+        env_id = resolve_env_id(spec.id)
+        known = env_arguments(env_id)
+        for name in spec.kwargs:
+            if name not in known:
+                from agentgym import UnknownNameError
+
+                raise UnknownNameError(
+                    f"argument for {env_id}",
+                    name,
+                    known,
+                    hint=f"See `agentgym info {env_id}` for what each argument does.",
+                )
 
 
 def _written(folder: str) -> str:
@@ -259,7 +291,7 @@ def _launch(
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
     def command(resume: bool) -> list[str]:
-        return torchrun_command(
+        cmd = torchrun_command(
             [*argv, *(["--resume"] if resume else [])],
             nproc=args.nproc or 1,
             nnodes=args.nnodes,
@@ -267,6 +299,8 @@ def _launch(
             master_addr=args.master_addr,
             master_port=args.master_port,
         )
+        # torchrun itself, without its traceback when a rank stopped on purpose
+        return [QUIET_TORCHRUN if part == "torch.distributed.run" else part for part in cmd]
 
     run_dir = Path(cfg.run.output_dir)
     health = cfg.health

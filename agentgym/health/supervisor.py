@@ -18,16 +18,25 @@ a :class:`~agentgym.health.detector.Detector`, and, on a fault:
 
 torchrun gets SIGTERM when the launcher dies (``PR_SET_PDEATHSIG``) and the ranks get
 SIGKILL when torchrun dies, so a kill -9 of the launcher leaves nothing behind.
+
+Ctrl-C and SIGTERM reach the launcher only (torchrun runs in a session of its own): the
+launcher passes the first one on to each rank once, so that every rank finishes the step,
+saves a checkpoint and stops (torchrun would have passed on a second signal, which stops
+a rank at once, and killed the ranks 30 s later); a second one stops everything now. A
+rank that stops on a configuration error (exit status 2, its message above) is neither
+restarted nor offered ``--resume``: the run never started.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,10 +52,12 @@ from agentgym.health.heartbeat import (
     STOP_FILE,
 )
 from agentgym.health.lock import LAUNCHER_ENV
-from agentgym.health.procs import descendants, kill_tree, pdeathsig_preexec
+from agentgym.health.procs import children, descendants, kill_tree, pdeathsig_preexec
 from agentgym.health.scoring import RANK_RULES
 
 FAULTS_FILE = "faults.jsonl"
+#: a rank's exit status on a configuration error (the CLI's usage status)
+EXIT_CONFIG = 2
 ON_FAULT = ("warn", "stop", "restart")
 
 
@@ -85,6 +96,8 @@ class Attempt:
     rc: int
     fault: Fault | None = None
     seconds: float = 0.0
+    #: the SIGINT / SIGTERM the launcher passed on to the ranks (0: none)
+    signum: int = 0
 
 
 def say(text: str) -> None:
@@ -93,8 +106,9 @@ def say(text: str) -> None:
 
 def supervise(plan: LaunchPlan) -> int:
     """Launch, watch and relaunch (see the module docstring); returns the exit status:
-    0 when the run finished, :data:`EXIT_STOPPED` when a fault stopped it, torchrun's
-    status after a failure with no restart left."""
+    0 when the run finished, :data:`EXIT_STOPPED` when a fault stopped it, 128 + the
+    signal after a Ctrl-C / SIGTERM, :data:`EXIT_CONFIG` when the ranks refused the
+    config, torchrun's status after a failure with no restart left."""
     if plan.on_fault not in ON_FAULT:
         raise ValueError(f"on_fault must be one of {ON_FAULT}, got {plan.on_fault!r}")
     command, restarts = plan.command, 0
@@ -102,9 +116,15 @@ def supervise(plan: LaunchPlan) -> int:
         attempt = run_once(command, plan, restarts)
         if attempt.rc == 0:
             return 0
+        if attempt.rc == EXIT_CONFIG and attempt.fault is None:
+            return EXIT_CONFIG  # the ranks said what is wrong; nothing ran
         fault = attempt.fault
         last = latest_step(plan.run_dir)
         kept = f"the last checkpoint (step {last}) stays" if last else "no checkpoint yet"
+        if attempt.signum:
+            name = signal.Signals(attempt.signum).name
+            say(f"stopped on {name}; {kept}. Continue with the same command plus --resume.")
+            return 128 + attempt.signum
         if fault is not None and plan.on_fault == "stop":
             say(
                 f"stopped: {fault.worker} {fault.kind}; {kept}. Continue with the same "
@@ -139,7 +159,13 @@ def run_once(command: Sequence[str], plan: LaunchPlan, restarts: int = 0) -> Att
     env[LAUNCHER_ENV] = str(os.getpid())
     t0 = time.monotonic()
     say("launching: " + " ".join(command[1:]))
-    proc = subprocess.Popen(list(command), env=env, preexec_fn=pdeathsig_preexec(signal.SIGTERM))
+    proc = subprocess.Popen(
+        list(command),
+        env=env,
+        preexec_fn=pdeathsig_preexec(signal.SIGTERM),
+        start_new_session=True,  # a Ctrl-C reaches the launcher, which passes it on once
+    )
+    signals = _PassOn(proc)
     detector = Detector(plan.settings, RANK_RULES)
     fault: Fault | None = None
     kill_at: float | None = None
@@ -183,8 +209,40 @@ def run_once(command: Sequence[str], plan: LaunchPlan, restarts: int = 0) -> Att
         _kill(proc)
         raise
     finally:
+        signals.restore()
         _kill_leftovers(proc)
-    return Attempt(rc=rc, fault=fault, seconds=time.monotonic() - t0)
+    return Attempt(rc=rc, fault=fault, seconds=time.monotonic() - t0, signum=signals.signum)
+
+
+class _PassOn:
+    """While torchrun runs: the first SIGINT or SIGTERM goes to each rank (torchrun's
+    children) once, and is remembered; the next raises ``KeyboardInterrupt`` (the caller
+    then kills everything). Only the main thread can install handlers."""
+
+    def __init__(self, proc: subprocess.Popen[Any]) -> None:
+        self.proc, self.signum = proc, 0
+        self._previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.signum:
+            raise KeyboardInterrupt
+        self.signum = signum
+        name = signal.Signals(signum).name
+        say(
+            f"{name}: the ranks finish the step in progress, save a checkpoint and stop "
+            f"({name} again to stop now)"
+        )
+        for pid in children(self.proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
 
 
 def request_stop(health: Path, fault: Fault) -> None:

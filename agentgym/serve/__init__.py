@@ -9,9 +9,13 @@ What others take from here (the CLI, the perf benchmark, tests):
   ways to run them (:mod:`.app`); :func:`import_aiohttp` says which extra to install
   when aiohttp is missing;
 * :class:`APIError`: a refused request with OpenAI's error body (:mod:`.protocol`);
-* :func:`resolve_serve_engine`, :func:`vllm_server_command`, :func:`exec_vllm_server`:
-  ``--engine vllm`` (or ``auto`` where vLLM and CUDA are present) hands the same
-  arguments to vLLM's own OpenAI server (:mod:`.vllm`).
+* :func:`resolve_serve_engine`, :func:`vllm_server_command`, :func:`exec_vllm_server`,
+  :func:`engine_option_args`: ``--engine vllm`` (or ``auto`` where vLLM and CUDA are
+  present) hands the same arguments to vLLM's own OpenAI server (:mod:`.vllm`), with the
+  HF server's request checks in front (:mod:`.vllm_check`);
+* :class:`LoraPolicy`, :func:`lora_policy`: LoRA only when adapters are asked for, and
+  what a run-time load accepts, the same on both engines (:mod:`.lora`);
+  :func:`served_dtype`: the model's own dtype on both (:mod:`.weights`).
 
 See docs/integrations.md for the routes and what each field does.
 """
@@ -36,6 +40,10 @@ _LAZY = {
     "resolve_serve_engine": "agentgym.serve.vllm",
     "vllm_server_command": "agentgym.serve.vllm",
     "exec_vllm_server": "agentgym.serve.vllm",
+    "engine_option_args": "agentgym.serve.vllm",
+    "LoraPolicy": "agentgym.serve.lora",
+    "lora_policy": "agentgym.serve.lora",
+    "served_dtype": "agentgym.serve.weights",
 }
 
 

@@ -30,8 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentgym import Message
-from agentgym.errors import did_you_mean
+from agentgym import Message, did_you_mean
 
 #: the most choices one request may ask for (``n``)
 MAX_N = 64
