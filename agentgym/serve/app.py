@@ -26,7 +26,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agentgym import Completion, ConfigError, Message, SamplingParams
+from agentgym import Completion, ConfigError, Message, SamplingParams, install_hint
 from agentgym.serve.lora import LoraPolicy, check_load, check_runtime, lora_policy
 from agentgym.serve.models import CHAT, ServedModels
 from agentgym.serve.protocol import (
@@ -46,7 +46,7 @@ from agentgym.serve.protocol import (
     usage,
 )
 
-INSTALL_HINT = "agentgym serve needs aiohttp: pip install 'agentgym[serve]'"
+INSTALL_HINT = f"agentgym serve needs aiohttp: {install_hint('serve')}"
 
 
 def import_aiohttp() -> Any:

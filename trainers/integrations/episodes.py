@@ -17,7 +17,7 @@ each row came from: ``policy`` (what played it, where the files record it) and
 ``source`` (its file, relative to the folder). :func:`episodes_from_table` / :func:`read_episodes_parquet` /
 :func:`episodes_from_dataset` give back :class:`agentgym.Episode` objects equal to the
 ones written. Parquet is written with pyarrow (a core dependency); ``datasets`` is only
-needed for :func:`episodes_to_dataset` (``pip install 'agentgym[trl]'``).
+needed for :func:`episodes_to_dataset` (``pip install 'agentgym-toolkit[trl]'``).
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ def episodes_to_dataset(episodes: Iterable[Episode] | Any) -> Any:
         from datasets import Dataset
     except ImportError as e:
         raise ConfigError(
-            f"episodes_to_dataset needs datasets: pip install 'agentgym[trl]' ({e})."
+            f"episodes_to_dataset needs datasets: pip install 'agentgym-toolkit[trl]' ({e})."
         ) from e
     return Dataset(episodes if isinstance(episodes, pa.Table) else episodes_to_table(episodes))
 

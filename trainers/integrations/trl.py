@@ -58,7 +58,7 @@ from agentgym import (
     rollout_async,
 )
 
-INSTALL_HINT = "pip install 'agentgym[trl]'"
+INSTALL_HINT = "pip install 'agentgym-toolkit[trl]'"
 
 
 def _key(prompt: Any) -> str:
