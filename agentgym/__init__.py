@@ -20,6 +20,7 @@ from agentgym.config import (
     load_config,
     save_config,
 )
+from agentgym.distribution import DISTRIBUTION, install_hint
 from agentgym.env import ActResult, ConversationEnv, Task
 from agentgym.errors import (
     AgentGymError,
@@ -45,7 +46,6 @@ from agentgym.metrics import (
     summary_tokens,
     working_context,
 )
-from agentgym.distribution import DISTRIBUTION, install_hint
 from agentgym.progress import Progress
 from agentgym.registration import (
     agentgym_env_ids,

@@ -22,7 +22,9 @@ def test_the_distribution_is_ours_and_installed_under_that_name():
         for req in extra:
             assert not re.match(r"agentgym\[", req), req
     # scripts/setup.sh installed it under that name: no unrelated `agentgym` shadows it
-    assert importlib.metadata.distribution("agentgym-toolkit").metadata["Name"] == "agentgym-toolkit"
+    assert (
+        importlib.metadata.distribution("agentgym-toolkit").metadata["Name"] == "agentgym-toolkit"
+    )
     assert importlib.metadata.version("agentgym-toolkit") == agentgym.__version__
 
 
@@ -41,9 +43,9 @@ def test_install_hints_name_the_distribution():
     stale = []
     for folder in ("agentgym", "envs", "sandbox", "trainers", "benchmarks", "docs", "scripts"):
         for path in (ROOT / folder).rglob("*"):
-            if path.suffix in (".py", ".md", ".sh", ".tmpl") and path.is_file():
-                if re.search(r"agentgym\[[a-z]", path.read_text(errors="replace")):
-                    stale.append(str(path.relative_to(ROOT)))
+            source = path.suffix in (".py", ".md", ".sh", ".tmpl") and path.is_file()
+            if source and re.search(r"agentgym\[[a-z]", path.read_text(errors="replace")):
+                stale.append(str(path.relative_to(ROOT)))
     readme = (ROOT / "README.md").read_text()
     assert not re.search(r"'agentgym\[", readme)
     assert not stale, stale
