@@ -3,8 +3,12 @@
 ``acquire()`` hands out a sandbox nobody else holds, clean: no files and no processes of
 its previous holder. ``release()`` gives it back. How a sandbox is cleaned depends on the
 backend: a Docker sandbox is cleaned lazily, as the first step of its next command (inside
-the same ``docker exec``, so handing a sandbox over costs no extra exec); a local sandbox
-is emptied at release. Either way nothing of the previous holder can be observed.
+the same ``docker exec``, so handing a sandbox over costs no extra exec), and that step
+checks the container is back to its idle state (else it is replaced); a local sandbox is
+emptied at release. With ``reuse=False`` no sandbox serves two holders: a released one is
+closed and a fresh one started in its place, in the background, so the next ``acquire``
+still finds a warm sandbox (what a reset cannot clear, such as a container's counters of
+processes started or memory used, then never reaches another holder).
 
 A sandbox that broke (container gone, closed by its holder, could not be cleaned) is
 thrown away and replaced. The pool never holds more than ``size`` sandboxes; ``acquire``
@@ -54,6 +58,9 @@ class SandboxPool:
         warm: how many sandboxes to start right away (default: ``size``).
         prune: for Docker, first remove containers left by dead processes.
         factory: build sandboxes with this instead (tests, custom backends).
+        reuse: hand a released sandbox, reset, to the next holder (default); ``False``:
+            close it and start a fresh one in the background (every holder gets a sandbox
+            no one held before).
 
     Raises:
         ConfigError: ``size`` or ``warm`` out of range, or a bad limit.
@@ -71,6 +78,7 @@ class SandboxPool:
         warm: int | None = None,
         prune: bool = True,
         factory: Callable[[], Sandbox] | None = None,
+        reuse: bool = True,
         **limit_overrides: Any,
     ) -> None:
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
@@ -79,6 +87,7 @@ class SandboxPool:
         if not isinstance(warm, int) or not 0 <= warm <= size:
             raise ConfigError(f"SandboxPool warm must be between 0 and size={size}, got {warm!r}.")
         self.size = size
+        self.reuse = bool(reuse)
         self._backend = backend
         if factory is None:
             lim = SandboxLimits.from_kwargs(limits, **limit_overrides)
@@ -182,8 +191,12 @@ class SandboxPool:
                 )
             closed = self._closed
             self._pending += 1
+        usable = not closed and not sandbox.closed and not sandbox.broken
+        if usable and not self.reuse:  # closed and replaced by a fresh one, off this thread
+            threading.Thread(target=self._retire, args=(sandbox,), daemon=True).start()
+            return
         keep = False
-        if not closed and not sandbox.closed and not sandbox.broken:
+        if usable:
             try:
                 sandbox.reset()
                 keep = True
@@ -312,6 +325,24 @@ class SandboxPool:
             return self._create()
         except BaseException as e:
             return e
+
+    def _retire(self, sandbox: Sandbox) -> None:
+        """Close a released sandbox and start a fresh one in its place (``reuse=False``);
+        its slot stays counted as pending meanwhile, so the pool never exceeds ``size``."""
+        _close_quietly(sandbox)
+        with self._cond:
+            closed = self._closed
+        result = None if closed else self._try_create()
+        with self._cond:
+            self._pending -= 1
+            if isinstance(result, Sandbox):
+                if self._closed:
+                    _close_quietly(result)
+                else:
+                    self._idle.append(result)
+            elif result is not None:
+                log.warning("SandboxPool: could not start a fresh sandbox: %s", result)
+            self._cond.notify()
 
     def _refill(self) -> None:
         """Start one sandbox to replace a thrown-away one, if there is room."""

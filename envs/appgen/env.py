@@ -28,6 +28,7 @@ from agentgym.envs.appgen.prompts import (
 )
 from agentgym.envs.appgen.sandboxes import (
     DEFAULT_POOL_SIZE,
+    GRADING,
     check_sandbox_backend,
     get_pool,
     grading_backend,
@@ -102,7 +103,9 @@ class AppGenEnv(ConversationEnv):
       :class:`~agentgym.ConfigError` that says how to get Docker.
     * ``unsafe_local_grading`` (False): allow the local backend (trusted code only).
     * ``sandbox_limits`` (None): dict of :class:`agentgym.sandbox.SandboxLimits` fields.
-    * ``pool_size`` (8): sandboxes in the shared pool of this backend and limits.
+    * ``pool_size`` (8): sandboxes in each shared pool of this backend and limits: one
+      of agents' workspaces (a fresh container per episode, started in the background),
+      one of gradings (reset between gradings); see :mod:`agentgym.envs.appgen.sandboxes`.
     * ``output_chars`` (4000) / ``read_chars`` (20000): caps on command output and file
       content shown per action.
     * ``completion_bonus`` (0.0), ``token_cost`` (0.0): optional reward terms.
@@ -173,7 +176,8 @@ class AppGenEnv(ConversationEnv):
         self._user_max_turns = max_turns
         self._app: AppTask | None = None
         self._sandbox: Sandbox | None = None
-        self._pool: SandboxPool | None = None
+        self._pool: SandboxPool | None = None  # workspaces (see sandboxes.py)
+        self._grading_pool: SandboxPool | None = None
         self._tree: dict[str, int] = {}
         self._oracle_state: dict[str, Any] = {}
         self._check_budget()
@@ -207,6 +211,7 @@ class AppGenEnv(ConversationEnv):
         start = time.monotonic()
         backend = grading_backend(self.sandbox_backend, self.unsafe_local_grading)
         self._pool = get_pool(backend, self._limits(), self.pool_size)
+        self._grading_pool = get_pool(backend, self._limits(), self.pool_size, GRADING)
         if app.app is not None and app.app.browser and self._pool.backend != "docker":
             warnings.warn(
                 f"AppGen task {app.name!r} is graded in Chromium, which starts only in the "
@@ -433,11 +438,11 @@ class AppGenEnv(ConversationEnv):
         files = self._project_files()
         self._release()
         start = time.monotonic()
-        grader = self._pool.acquire()
+        grader = self._grading_pool.acquire()
         try:
             result = grade(app, files, grader, unsafe_local_grading=self.unsafe_local_grading)
         finally:
-            self._pool.release(grader)
+            self._grading_pool.release(grader)
         self.episode_metrics.update(
             {
                 "grade_seconds": time.monotonic() - start,

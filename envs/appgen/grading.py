@@ -76,6 +76,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import re
 import secrets
 import time
@@ -87,6 +88,8 @@ from agentgym import ConfigError, InfraError
 from agentgym.envs.appgen.grader import GRADER_MODULES, WORKER_MODULES, source
 from agentgym.envs.appgen.taskset import VISIBLE_TESTS_DIR, AppTask, is_test_file
 from agentgym.sandbox import Sandbox
+
+log = logging.getLogger("agentgym.envs.appgen")
 
 #: File names that are never copied into the grading sandbox.
 DROPPED_NAMES = frozenset(
@@ -240,15 +243,29 @@ def _canary(token: str) -> tuple[str, str, str, str]:
     return name, fail, ok, _CANARY.format(fail=fail, ok=ok)
 
 
+#: the directory of root's in ``/tmp`` (0710, the grader's group) that holds the sealed
+#: directories: the grader may pass through it, no one else may enter it, and no one
+#: (the grader included) may list it, so the project cannot learn a sealed directory's name
+SEALED_PARENT = ".agentgym-sealed"
+
 # Runs as ``python3 -I -S -c SEAL`` (SEAL_USER) with the grader's files on stdin: writes them
-# into a fresh directory of root's (0750, files 0640, the grader's group) and prints its
-# path. Nothing of the project has run yet, and nothing of the grading run is root after it.
+# into a fresh directory of root's (0750, files 0640, the grader's group) inside
+# SEALED_PARENT and prints its path. Nothing of the project has run yet, and nothing of the
+# grading run is root after it.
 SEAL = """
-import base64, json, os, secrets, sys, tempfile
+import base64, json, os, secrets, stat, sys, tempfile
 contents = json.loads(sys.stdin.buffer.read().decode("utf-8"))
 os.umask(0o027)
+top = os.path.join(tempfile.gettempdir(), "SEALED_PARENT")
+try:
+    os.mkdir(top, 0o710)
+except FileExistsError:
+    pass
+st = os.lstat(top)
+if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or stat.S_IMODE(st.st_mode) != 0o710:
+    sys.exit(top + " is not root's with mode 0710")
 for _ in range(100):
-    here = os.path.join(tempfile.gettempdir(), ".agentgym-grader-" + secrets.token_hex(8))
+    here = os.path.join(top, ".agentgym-grader-" + secrets.token_hex(8))
     try:
         os.mkdir(here, 0o750)
         break
@@ -264,13 +281,18 @@ for rel in sorted(contents):
     with os.fdopen(os.open(os.path.join(here, rel), flags, 0o640), "wb") as f:
         f.write(base64.b64decode(contents[rel]))
 sys.stdout.write(here)
-"""
+""".replace("SEALED_PARENT", SEALED_PARENT)
 
-# Runs as ``python3 -I -c BOOT`` with the configuration on stdin: with users, the sealed
-# directory is ``here``; on one user (the local backend) BOOT writes the files itself into a
-# private directory. The directory goes after the standard library on sys.path (nothing in
-# it can shadow a standard module); apptest_runner checks the seal and takes over.
+# Runs as ``python3 -I -c BOOT`` with the configuration on stdin. First the process makes
+# itself non-dumpable: no process of its uid (the grader's browser) may trace it or read its
+# memory, which without CAP_SYS_PTRACE needs a dumpable target, whether or not the kernel
+# has yama. With users, the sealed directory is ``here``; on one user (the local backend)
+# BOOT writes the files itself into a private directory. The directory goes after the
+# standard library on sys.path (nothing in it can shadow a standard module);
+# apptest_runner checks the seal and takes over.
 BOOT = """
+import ctypes
+ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
 import base64, json, os, sys, tempfile
 cfg = json.loads(sys.stdin.buffer.read().decode("utf-8"))
 here = cfg.get("here")
@@ -450,6 +472,13 @@ def _fill(
             reason="grader_setup",
         )
     _apply_report(out, report, task, canaries)
+    if report.get("oom_pinned") is False and out.isolated:
+        _warn_once(
+            "AppGen's grading workers could not pin their OOM score (no Landlock in this "
+            "kernel, or the container's seccomp profile refuses it): a project can lower "
+            "its workers' score, so under memory pressure the kernel may kill the grader "
+            "first (the project then fails its own grading). Linux 5.13 or later has Landlock."
+        )
     if isinstance(report.get("late_imports"), list):
         out.late_imports = [str(n) for n in report["late_imports"]]
     if details and isinstance(report.get("details"), dict):
@@ -459,6 +488,15 @@ def _fill(
             for k, v in report["details"].items()
             if any(str(k).startswith(f) for f in files)
         }
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        log.warning(message)
 
 
 def _app_settings(task: AppTask) -> dict[str, Any] | None:

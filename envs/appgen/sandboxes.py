@@ -1,10 +1,24 @@
-"""Shared sandbox pools for AppGen environments: one pool per (backend, limits, size).
+"""Shared sandbox pools for AppGen environments: one pool per (role, backend, limits, size).
 
-Every AppGen env in a process draws its sandboxes from one :class:`SandboxPool` per
-(backend, limits), so the concurrent envs of a rollout share warm sandboxes instead of
-each starting its own. An episode holds at most one sandbox at a time: its workspace
-while it plays, then (after the project files were read back and the workspace released)
-a fresh one for grading. Holding one at a time means a full pool can never deadlock.
+Every AppGen env in a process draws its sandboxes from shared :class:`SandboxPool` objects, so
+the concurrent envs of a rollout share warm sandboxes instead of each starting its own.
+There are two roles, each with pools of its own, so that no container holds both an
+agent and a grading:
+
+* ``"workspace"``: where an episode's agent plays. Never reused (``reuse=False``): each
+  episode gets a container no one held before, started in the background when the
+  previous holder gave its own back. An agent reads whatever a container shows it, and
+  some state survives any reset (the container's counters of processes started, memory
+  and CPU used, the next pid), so only a fresh container is sure to show it nothing of
+  another episode.
+* ``"grading"``: where a finished project is graded. Reused, with the sandbox's measured
+  reset between gradings (every process, file and IPC object of every user gone, the
+  container back to its idle memory, else replaced). No agent ever enters one: what a
+  graded project leaves, the next grading's project could at most read, and that
+  project's code was written before the grading started.
+
+An episode holds at most one sandbox at a time: its workspace while it plays, then (after
+the project files were read back and the workspace released) a grading sandbox.
 
 Which backend ``"auto"`` means is decided by :func:`agentgym.sandbox.resolve_backend`;
 this module keeps the cache of pools, and refuses to grade on the local backend unless
@@ -24,7 +38,9 @@ from agentgym.sandbox import SandboxPool, check_backend, docker_available, resol
 
 __all__ = [
     "DEFAULT_POOL_SIZE",
+    "GRADING",
     "UNSAFE_LOCAL_OPT_IN",
+    "WORKSPACE",
     "check_sandbox_backend",
     "close_pools",
     "get_pool",
@@ -37,6 +53,9 @@ UNSAFE_LOCAL_OPT_IN = "unsafe_local_grading"
 
 #: Sandboxes per pool (handed out plus idle). Raise it for more concurrent episodes.
 DEFAULT_POOL_SIZE = 8
+#: the roles of AppGen's pools: agents' workspaces (never reused) and gradings (reset)
+WORKSPACE, GRADING = "workspace", "grading"
+_REUSE = {WORKSPACE: False, GRADING: True}
 
 _pools: dict[tuple[Any, ...], SandboxPool] = {}
 _lock = threading.Lock()
@@ -78,14 +97,18 @@ def grading_backend(backend: str, unsafe_local: bool) -> str:
     return concrete
 
 
-def get_pool(backend: str, limits: dict[str, Any], size: int = DEFAULT_POOL_SIZE) -> SandboxPool:
-    """The shared pool for ``backend`` (resolved) and ``limits`` (SandboxLimits fields)."""
+def get_pool(
+    backend: str, limits: dict[str, Any], size: int = DEFAULT_POOL_SIZE, role: str = WORKSPACE
+) -> SandboxPool:
+    """The shared pool of ``role`` (:data:`WORKSPACE` or :data:`GRADING`) for ``backend``
+    (resolved) and ``limits`` (SandboxLimits fields)."""
+    reuse = _REUSE[role]
     concrete = resolve_backend(backend, remember=True)
-    key = (concrete, tuple(sorted(limits.items())), size)
+    key = (role, concrete, tuple(sorted(limits.items())), size)
     with _lock:
         pool = _pools.get(key)
         if pool is None or pool.closed:
-            pool = SandboxPool(size=size, backend=concrete, warm=0, **limits)
+            pool = SandboxPool(size=size, backend=concrete, warm=0, reuse=reuse, **limits)
             _pools[key] = pool
         return pool
 

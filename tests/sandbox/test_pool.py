@@ -220,3 +220,24 @@ def test_cancelled_acquire_gives_the_sandbox_back():
 
     stats = asyncio.run(main())
     assert stats["in_use"] == 0 and stats["idle"] == 1
+
+
+def test_a_pool_that_never_reuses_hands_every_holder_a_fresh_sandbox():
+    """``reuse=False``: a released sandbox is closed and a fresh one starts in its place in
+    the background, so the next holder gets a container no one held, without waiting."""
+    with SandboxPool(size=1, backend="docker", reuse=False, prune=False) as pool:
+        seen = []
+        for _ in range(2):
+            with pool.sandbox() as sb:
+                seen.append(sb.container_id)
+                sb.write_files({"mine.txt": "x"})
+        for _ in range(100):  # the replacement starts off the releasing thread
+            if pool.stats()["idle"] == 1:
+                break
+            threading.Event().wait(0.05)
+        with pool.sandbox() as sb:
+            assert sb.list_files() == []
+            seen.append(sb.container_id)
+        assert len(set(seen)) == 3
+        assert not container_exists(seen[0]) and not container_exists(seen[1])
+        assert pool.stats()["replaced"] == 0 and pool.stats()["in_use"] == 0

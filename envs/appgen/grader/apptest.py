@@ -170,6 +170,8 @@ class _Process:
             wire.send(s, {"op": "spawn"})
             hello = wire.recv(s, time.monotonic() + max(10.0, _settings["timeout"]))
             self.pid = int(hello["hello"])
+            if hello.get("pinned") is not True:
+                _settings["unpinned"] = True
         except (wire.WireError, KeyError, TypeError, ValueError):
             self._fail("did not start")
 

@@ -80,15 +80,29 @@ def _launch_browser(timeout: float):
         _LAUNCHING[0] = False
 
 
-def _project_names(candidates) -> list:
+def _helper_names(hidden: str) -> set:
+    """The top-level names of the hidden tests' own modules and packages (their helpers)."""
+    out = set()
+    for entry in os.listdir(hidden):
+        path = os.path.join(hidden, entry)
+        name = entry[:-3] if entry.endswith(".py") and os.path.isfile(path) else entry
+        if name.isidentifier() and (name != entry or os.path.isdir(path)):
+            out.add(name)
+    return out
+
+
+def _project_names(candidates, helpers) -> list:
     """The project's top-level names that tests import through proxies: not the standard
-    library, not pytest, not this directory's modules (those stay this process's own)."""
+    library, not pytest, not this directory's modules, not the hidden tests' ``helpers``
+    (those stay this process's own, whatever the project names its files)."""
     import importlib.util
 
     stdlib = getattr(sys, "stdlib_module_names", frozenset())
     out = []
     for name in candidates:
         if not isinstance(name, str) or not name.isidentifier() or name in stdlib:
+            continue
+        if name in helpers:
             continue
         try:
             if importlib.util.find_spec(name) is not None:
@@ -297,7 +311,8 @@ def main(here: str, cfg: dict) -> None:
     if problem:  # never the project's doing: nothing of it has run yet
         state["unsealed"] = problem.replace(here, "<grader>")
         _write_report(report_fd, state, secret)
-    names = _project_names(cfg["names"])
+    sys.path.append(hidden)  # helper modules of the hidden tests, after the standard library
+    names = _project_names(cfg["names"], _helper_names(hidden))
     # every import the grader will need, now: none of the project's code has run yet
     apptest_seal.preload(_hidden_sources(here, cfg["hashes"]), cfg["names"])
     # where tmp_path and the app's directories go: the project may enter, not list or write
@@ -312,7 +327,6 @@ def main(here: str, cfg: dict) -> None:
         os.environ.pop(var, None)
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     sys.dont_write_bytecode = True
-    sys.path.append(hidden)  # helper modules of the hidden tests, after the standard library
     spawner = _start_spawner(worker, start_dir) if worker else None
     apptest.configure(cfg["socket"], names, cfg["test_timeout"], kill=bool(worker))
     apptest.install()
@@ -330,4 +344,5 @@ def main(here: str, cfg: dict) -> None:
     # the grader's files and the hidden tests, checked again once every test has run
     state["source_ok_at_end"] = _digests(here, cfg["hashes"]) == cfg["hashes"]
     state["late_imports"] = imports.late(hidden, names)
+    state["oom_pinned"] = not apptest._settings.get("unpinned")
     _write_report(report_fd, state, secret)

@@ -19,6 +19,14 @@ makes the kernel pick them before the grader, umask 0 (the grader's tests may re
 change the files they write), and /dev/null as standard streams. The spawner exits after
 ``LIFETIME`` seconds at the latest.
 
+The OOM score is pinned: before any code of the project runs, the spawner puts itself
+under a Landlock ruleset (:func:`pin_oom_score`) in which nothing under ``/proc`` can be
+opened for writing, inherited by every process it starts and never lifted, so no worker
+and nothing a worker starts can set its score back (an unprivileged process may lower
+its own score to where it started, and without ``CAP_SYS_RESOURCE`` no floor can be set).
+Where the kernel has no Landlock (before Linux 5.13) or the seccomp profile refuses it,
+the workers say so in their first message and the grader reports it.
+
 A **worker** imports the project's modules when the grader asks and runs operations on
 its objects (attribute access, calls, items, iteration, ...), answering with plain data
 (see :mod:`apptest_wire`) or with a handle for any other object, which stays here. The
@@ -86,6 +94,9 @@ _PLAIN_SUBCLASSES = (int, float, str, bytes, bytearray, tuple, list, dict, set, 
 class Worker:
     """Serves one grader connection: runs the operations it asks for, keeps the objects."""
 
+    #: whether the spawner pinned the OOM score of itself and every process it starts
+    pinned = False
+
     def __init__(self, conn: socket.socket) -> None:
         self.conn = conn
         self.objects: dict = {}  # handle -> object
@@ -95,7 +106,7 @@ class Worker:
         self.thread = threading.get_ident()
 
     def serve(self) -> None:
-        wire.send(self.conn, {"hello": os.getpid()})
+        wire.send(self.conn, {"hello": os.getpid(), "pinned": self.pinned})
         while True:
             self.answer(wire.recv(self.conn))
 
@@ -407,6 +418,41 @@ def _kill_groups(groups: list) -> None:
     _reap()
 
 
+def pin_oom_score() -> bool:
+    """Put this process (and all it will start) under a Landlock ruleset that refuses
+    opening anything under ``/proc`` for writing, so no OOM score can be lowered again;
+    whether that worked. Standard library only: the system calls through ``ctypes``."""
+    import ctypes
+    import struct
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    write_file = 1 << 1  # LANDLOCK_ACCESS_FS_WRITE_FILE
+    handled = struct.pack("=Q", write_file)
+    ruleset = libc.syscall(444, handled, len(handled), 0)  # landlock_create_ruleset
+    if ruleset < 0:
+        return False
+    try:
+        for entry in os.listdir("/"):
+            if entry == "proc":
+                continue
+            try:
+                top = os.open("/" + entry, os.O_PATH | os.O_CLOEXEC | os.O_DIRECTORY)
+            except OSError:
+                continue
+            try:  # landlock_add_rule(ruleset, LANDLOCK_RULE_PATH_BENEATH, ...)
+                if libc.syscall(445, ruleset, 1, struct.pack("=Qi", write_file, top), 0):
+                    return False
+            finally:
+                os.close(top)
+        libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS (Docker sets it already)
+        return libc.syscall(446, ruleset, 0) == 0  # landlock_restrict_self
+    except OSError:
+        return False
+    finally:
+        os.close(ruleset)
+
+
 def _preload() -> None:
     """Import :data:`PRELOAD`, with nothing of the project on ``sys.path`` yet."""
     for mod in PRELOAD:
@@ -457,6 +503,7 @@ def main(argv: list) -> None:
             f.write("1000")
     except OSError:
         pass
+    Worker.pinned = pin_oom_score()
     _preload()  # before the project's directory is on sys.path: only the standard library
     os.chdir(project)
     _compile_project()

@@ -379,7 +379,7 @@ except OSError:
 WRITE_WHERE_THE_REPORT_GOES = """
 import glob, json, os
 fake = json.dumps({"tests": {}, "secret": "x", "source_ok": True})
-for pattern in ("/tmp/.agentgym-grader-*", "/tmp/.grader-*", "/workspace/.grader-*", "/tmp/*"):
+for pattern in ("/tmp/.agentgym-sealed/*", "/tmp/.agentgym-grader-*", "/tmp/.grader-*", "/workspace/.grader-*", "/tmp/*"):
     for d in glob.glob(pattern):
         for name in ("report.json", "config.json", "pytest.ini", "apptest_runner.py"):
             try:

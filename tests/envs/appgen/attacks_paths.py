@@ -64,8 +64,9 @@ def note(text):
 
 
 def grader_dir():
-    found = sorted(glob.glob("/tmp/.agentgym-grader-*"))
-    return found[0] if found else "/tmp/.agentgym-grader-missing"
+    # the sealed directory's parent cannot be listed (issue 43): nothing is found
+    found = sorted(glob.glob("/tmp/.agentgym-sealed/.agentgym-grader-*"))
+    return found[0] if found else "/tmp/.agentgym-sealed/.agentgym-grader-unknown"
 
 
 def fifo_then_link(path, content, target):

@@ -80,7 +80,8 @@ def test_container_killed_during_grading_is_an_infra_error(tmp_path):
     )
     try:
         env.reset(seed=0)
-        victim = env.unwrapped._sandbox.container_id  # the pool's only container grades too
+        with env.unwrapped._grading_pool.sandbox() as sb:  # its only one: it grades next
+            victim = sb.container_id
         killer = _kill_later(victim, 2.5)
         with pytest.raises(agentgym.InfraError) as info:
             env.step("<submit/>")

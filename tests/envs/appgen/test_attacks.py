@@ -257,7 +257,7 @@ def _grade_and_look(pool: Pools, task: AppTask, files: dict[str, bytes]) -> tupl
     with pool.sandbox_for(task) as sb:
         result = grade(task, files, sb, details=True)
         listing = sb.run(
-            "ls -A /tmp/.agentgym-grader-*/ /tmp/.agentgym-grader-*/hidden", user="0:0"
+            "ls -A /tmp/.agentgym-sealed/*/ /tmp/.agentgym-sealed/*/hidden", user="0:0"
         ).stdout
         notes = sb.run("cat /workspace/trap.log 2>/dev/null; true").stdout
     return result, notes, listing
@@ -286,10 +286,12 @@ def test_the_chain_scores_zero(pool, tmp_path, tests: str):
     assert result.score == 0 and not result.tampered and not result.timed_out, result
     assert "stringprep.py" not in listing and result.late_imports == [], (listing, result)
     torn = result.details["test_store.py::test_torn_tail_dropped"]
-    if tests == "plain open":  # the trap ran to its end; the write into the seal failed
+    if tests == "plain open":  # the trap ran to its end; the write through it failed: the
+        # project cannot even name the sealed directory (issue 43), and it could not be
+        # written if it could (test_grader_boundary.py)
         assert "swapped wal.log -> hidden/stringprep.py" in notes, notes
         assert "swapped wal.log -> hidden/test_store.py" in notes, notes
-        assert "PermissionError" in torn, torn
+        assert "FileNotFoundError" in torn or "PermissionError" in torn, torn
     else:  # refused before anything was read: a FIFO is not a regular file
         assert "UnsafePath" in torn and "not a regular file" in torn, torn
 

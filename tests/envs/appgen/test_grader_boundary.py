@@ -51,6 +51,31 @@ def dirs(path):
         "parent_writable": os.access(parent, os.W_OK),
         "name": os.path.basename(path),
     }
+
+
+def names_under(top):
+    # every name this process can list under top
+    out = []
+    for d, dirs, files in os.walk(top):
+        out += dirs + files
+    return out
+
+
+def lower_oom_score():
+    # this worker's OOM score after it tried to set it to 0, and a child's after it tried
+    import subprocess
+
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("0")
+    except OSError:
+        pass
+    child = subprocess.run(
+        ["sh", "-c", "echo 0 > /proc/self/oom_score_adj; cat /proc/self/oom_score_adj"],
+        capture_output=True, text=True,
+    ).stdout.strip()
+    with open("/proc/self/oom_score_adj") as f:
+        return [int(f.read()), int(child or -1)]
 """
 
 BOUNDARY_TESTS = """\
@@ -80,6 +105,29 @@ def test_the_grader_is_unprivileged_and_sealed():
     assert sys.path.index(os.path.join(here, "hidden")) > sys.path.index(stdlib), sys.path
 
 
+def test_the_grader_cannot_be_traced():
+    import ctypes
+
+    assert ctypes.CDLL(None).prctl(3, 0, 0, 0, 0) == 0  # PR_GET_DUMPABLE: not dumpable
+
+
+def test_the_project_cannot_name_the_sealed_directory():
+    import apptest
+    import dirprobe
+
+    here = os.path.dirname(apptest.__file__)
+    seen = dirprobe.names_under("/tmp")
+    assert os.path.basename(here) not in seen, seen
+    parent = os.stat(os.path.dirname(here))
+    assert (parent.st_uid, parent.st_mode & 0o7777) == (0, 0o710), oct(parent.st_mode)
+
+
+def test_the_project_cannot_lower_its_oom_score():
+    import dirprobe
+
+    assert dirprobe.lower_oom_score() == [1000, 1000]
+
+
 def test_tmp_path_is_shared_sticky_and_unguessable(tmp_path):
     import dirprobe
 
@@ -100,12 +148,20 @@ with open("/workspace/spawner-ran-project-code", "w") as f:
 """
 
 
+#: a helper module of the hidden tests, and a test whose assertion it decides with plain
+#: data (the pattern check-task flags): the grader's helper says no
+VERDICTS = "def is_even(n):\n    return n % 2 == 0\n"
+HELPER_TEST = "import verdicts\n\n\ndef test_a_helper_decides():\n    assert verdicts.is_even(3)\n"
+
+
 @pytest.fixture(scope="module")
 def task(tmp_path_factory) -> AppTask:
     need_docker()
     root = tmp_path_factory.mktemp("boundary") / "rate_limiter"
     shutil.copytree(BUILTIN_TASKS_DIR / "rate_limiter", root)
     (root / "tests_hidden" / "test_boundary.py").write_text(BOUNDARY_TESTS)
+    (root / "tests_hidden" / "verdicts.py").write_text(VERDICTS)
+    (root / "tests_hidden" / "test_helpers.py").write_text(HELPER_TEST)
     return load_task(root)
 
 
@@ -124,6 +180,9 @@ def test_tmp_path_is_made_safely_and_the_grader_sealed(task):
     for test in (
         "test_boundary.py::test_tmp_path_is_shared_sticky_and_unguessable",
         "test_boundary.py::test_the_grader_is_unprivileged_and_sealed",
+        "test_boundary.py::test_the_grader_cannot_be_traced",
+        "test_boundary.py::test_the_project_cannot_name_the_sealed_directory",
+        "test_boundary.py::test_the_project_cannot_lower_its_oom_score",
     ):
         assert result.per_test[test] == "passed", json.dumps(result.details)
     assert result.late_imports == [] and not result.tampered, result
@@ -142,7 +201,7 @@ def test_a_grader_module_changed_during_the_run_voids_it(tmp_path):
     )
     task = load_task(root)
     change = (  # once the grader's files are there: wait into the last test, then append
-        "while :; do for d in /tmp/.agentgym-grader-*; do if [ -e $d/hidden/test_zz_last.py ]; "
+        "while :; do for d in /tmp/.agentgym-sealed/.agentgym-grader-*; do if [ -e $d/hidden/test_zz_last.py ]; "
         "then sleep 3; echo '# changed' >> $d/apptest_fullstack.py; exit 0; fi; done; "
         "sleep 0.05; done"
     )
@@ -155,6 +214,17 @@ def test_a_grader_module_changed_during_the_run_voids_it(tmp_path):
         tamper.join(30)
     assert result.tampered and result.passed == 0, result
     assert any("grader's files" in e for e in result.errors), result.errors
+
+
+def test_a_project_module_never_shadows_a_hidden_helper(task):
+    """A project file named like a helper module of the hidden tests (``verdicts.py``,
+    whose ``is_even`` says yes to anything) is not what the hidden tests import: the
+    assertion the helper decides stays failed, as for the honest project."""
+    shadow = {"verdicts.py": "def is_even(n):\n    return True\n", "dirprobe.py": PROBE_MODULE}
+    result, _ = grade_with_files(task, shadow)
+    assert result.per_test["test_helpers.py::test_a_helper_decides"] == "failed", result
+    assert "test_boundary.py::test_the_grader_is_unprivileged_and_sealed" in result.per_test
+    assert result.late_imports == [] and not result.tampered, result
 
 
 def test_the_spawner_preloads_before_the_project_joins_sys_path(task):
