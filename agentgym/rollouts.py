@@ -121,6 +121,8 @@ class _Runner:
     max_steps: int
     retries: int
     episode_timeout_s: float | None = None
+    #: called after each policy reply (the progress bar counts turns as they happen)
+    on_reply: Callable[[], None] | None = None
 
     async def attempt(self, seed: int, sample: int) -> tuple[Episode, BaseException | None]:
         """One play of a task sample: the episode, or a failed one and its error."""
@@ -133,6 +135,7 @@ class _Runner:
                 raise
             return _failed(_env_label(self.env), seed, sample, [], err, "make", t_start), err
         played = _Played()
+        played.on_reply = self.on_reply
         ok = False
         try:
             async with asyncio.timeout(self.episode_timeout_s) as deadline:
@@ -191,7 +194,13 @@ class _Finished:
     reward_sum: float = 0.0
     n_ok: int = 0
     n_failed: int = 0
+    turns: int = 0
     errors: list[BaseException] = field(default_factory=list)
+
+    def reply(self) -> None:
+        """One more policy reply: shown while the episodes are still running."""
+        self.turns += 1
+        self.bar.note({"turns": self.turns})
 
     async def add(self, k: int, ep: Episode, err: BaseException | None) -> None:
         """Keep episode ``k``, count it, append it to ``out``, call back, move the bar."""
@@ -209,7 +218,8 @@ class _Finished:
             r = self.on_episode(ep)
             if inspect.isawaitable(r):
                 await r
-        stats: dict[str, Any] = {"mean_reward": self.reward_sum / max(self.n_ok, 1)}
+        stats: dict[str, Any] = {"turns": self.turns}
+        stats["mean_reward"] = self.reward_sum / max(self.n_ok, 1)
         if self.n_failed:
             stats["failed"] = self.n_failed
         self.bar.update(1, stats)
@@ -250,7 +260,9 @@ async def rollout_async(
         env_kwargs: keyword arguments for ``gym.make`` when ``env`` is an id.
         out: append each finished episode to this JSONL file as it finishes.
         on_episode: called (or awaited) with each finished episode, as it finishes.
-        progress: show a progress bar (plain lines when not on a terminal).
+        progress: show a progress bar (plain lines when not on a terminal): the episodes
+            done, and the policy's turns as they happen (a line every
+            :data:`agentgym.progress.DEFAULT_EVERY_S` at most, even inside one long call).
         max_steps: a step cap per episode, a safety net against envs with no limit.
         env_host: where env ``make``/``reset``/``step`` run. A
             :class:`~agentgym.local_envs.LocalEnvs`: this process's threads, and with
@@ -293,7 +305,9 @@ async def rollout_async(
     host, envs = _open_envs(env, env_kwargs, n_envs, env_host)
     bar = Progress(len(jobs), desc="rollout", unit="episode", enabled=progress)
     finished = _Finished(results, bar, out_path, on_episode)
-    runner = _Runner(env, envs, policy, sampling, max_steps, retries, episode_timeout_s)
+    runner = _Runner(
+        env, envs, policy, sampling, max_steps, retries, episode_timeout_s, finished.reply
+    )
 
     async def run_one(k: int) -> None:
         _ti, seed, sample = jobs[k]
@@ -353,9 +367,16 @@ class _Played:
         self.where = "reset"
         #: the attempt's deadline, held still during policy calls (``waits_across_steps``)
         self.deadline: asyncio.Timeout | None = None
+        self.on_reply: Callable[[], None] | None = None
 
     async def ask(self, bound: Any, obs: Any, req: SamplingParams) -> Completion:
         """The policy's reply; with :attr:`deadline` set the call's time is not counted."""
+        reply = await self._ask(bound, obs, req)
+        if self.on_reply is not None:
+            self.on_reply()
+        return reply
+
+    async def _ask(self, bound: Any, obs: Any, req: SamplingParams) -> Completion:
         if self.deadline is None or self.deadline.when() is None:
             return await bound(obs, req)
         loop = asyncio.get_running_loop()

@@ -105,7 +105,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
             limit=args.limit,
             label=args.label,
-            progress=not args.json,
+            progress=True,  # on stderr: --json's stdout stays JSON
         )
     except Exception as e:
         for note in getattr(e, "__notes__", []):

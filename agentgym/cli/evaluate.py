@@ -100,7 +100,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def summarise(env_id: str, policy: str, played: list) -> dict:
     """Reward and length statistics over the scored episodes; failed ones are counted
     apart (by reason), never as zero rewards, and so are the attempts played again."""
-    from agentgym import episode_overlong, retried_reasons, summary_tokens, working_context
+    from agentgym import (
+        episode_accuracy,
+        episode_overlong,
+        retried_reasons,
+        summary_tokens,
+        working_context,
+    )
 
     episodes = [e for e in played if not e.failed]
     failed = [e for e in played if e.failed]
@@ -110,6 +116,7 @@ def summarise(env_id: str, policy: str, played: list) -> dict:
     retried = retried_reasons(played)  # failed attempts played again, scored or not
     n = len(episodes)
     rewards = [e.reward for e in episodes]
+    accs = [a for a in (episode_accuracy(e) for e in episodes) if a is not None]
     mean = sum(rewards) / n if n else float("nan")
     sd = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1)) if n > 1 else 0.0
     convs = [e.num_conversations for e in episodes]
@@ -119,6 +126,8 @@ def summarise(env_id: str, policy: str, played: list) -> dict:
         "episodes": n,
         "mean_reward": mean,
         "reward_stderr": sd / math.sqrt(n) if n else float("nan"),
+        # the env's own correctness (as the trainer's eval/accuracy); null where it has none
+        "accuracy": sum(accs) / len(accs) if accs else None,
         "min_reward": min(rewards, default=float("nan")),
         "max_reward": max(rewards, default=float("nan")),
         "mean_conversations": sum(convs) / n if n else float("nan"),
@@ -280,7 +289,7 @@ def _evaluate(
         concurrency=args.concurrency,
         env_kwargs=kwargs,
         out=args.out,
-        progress=not args.json,
+        progress=True,  # on stderr: --json's stdout stays one JSON object
         retries=args.retries,
         episode_timeout_s=args.episode_timeout or None,
     )
