@@ -10,6 +10,9 @@ each reported with what it found:
   with plain ``open`` (or pathlib, ``os.listdir``, ``sqlite3.connect``, ``shutil``):
   paths the project can reach go through ``apptest.files``, which follows none of the
   project's symlinks, FIFOs or hard links (:mod:`.filelint`).
+* **helpers decide no assertion**: no assertion of a hidden test calls one of the hidden
+  tests' own helper modules with plain data (none of the test's fixtures): were that
+  module ever the project's, project code would decide the assertion (:mod:`.helperlint`).
 * **reference passes**: the reference solution passes every hidden test (the real
   grader, in the sandbox; failures are listed with their first lines).
 * **scaffold fails**: the bare scaffold passes no hidden test.
@@ -41,6 +44,7 @@ from pathlib import Path
 from agentgym import DataError
 from agentgym.envs.appgen.filelint import plain_file_access
 from agentgym.envs.appgen.grading import GradeResult, grade
+from agentgym.envs.appgen.helperlint import helper_verdicts
 from agentgym.envs.appgen.taskset import (
     VISIBLE_TESTS_DIR,
     AppTask,
@@ -201,6 +205,14 @@ def check_task(
             "files through apptest.files",
             not plain,
             "; ".join(plain) or "no hidden test touches a path without it",
+        )
+    )
+    verdicts = helper_verdicts(task)
+    add(
+        Check(
+            "helpers decide no assertion",
+            not verdicts,
+            "; ".join(verdicts) or "no hidden helper gets plain data inside an assertion",
         )
     )
 

@@ -242,10 +242,12 @@ class LocalSandbox(Sandbox):
         _rmtree(self._root)
 
     def reset(self) -> None:
-        """Empty the workspace and the private tmp (commands leave no processes behind)."""
+        """Empty the workspace and the private tmp and give them their modes back
+        (commands leave no processes behind)."""
         with self._lock:
             self._check_open()
-            for d in (self.workspace, self._tmp):
+            for d, mode in ((self.workspace, 0o755), (self._tmp, 0o700)):
+                os.chmod(d, mode)
                 for entry in os.listdir(d):
                     _rmtree(os.path.join(d, entry))
 

@@ -284,8 +284,10 @@ def test_bwrap_hides_agentgyms_own_files_when_they_live_in_usr(monkeypatch):
 def test_close_deletes_the_workspace_and_reset_empties_it():
     sb = open_sandbox("local")
     sb.write_files({"a/b.txt": "x"})
+    sb.run("chmod 000 a; chmod 700 .")  # a holder closes what it made, and the workspace
     sb.reset()
     assert sb.list_files() == []
+    assert os.stat(sb.workspace).st_mode & 0o777 == 0o755  # its mode back
     root = sb.workspace
     assert os.path.isdir(root)
     sb.close()

@@ -111,9 +111,19 @@ def test_a_process_the_reset_cannot_kill_replaces_the_container(pool):
         pool.release(sb)
 
 
-def test_nothing_can_be_mounted():
-    """Mounts: no process of the container holds CAP_SYS_ADMIN, and Docker's seccomp
-    profile refuses new user namespaces, so no holder can leave one."""
+#: a keyctl system call (join a new session keyring): 0 if keyrings can be used
+KEYCTL = (
+    "import ctypes, os, platform\n"
+    "n = {'x86_64': 250, 'aarch64': 219}[platform.machine()]\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "print(libc.syscall(n, 1, 0), os.strerror(ctypes.get_errno()))\n"
+)
+
+
+def test_what_no_holder_can_leave():
+    """Mounts (no process holds CAP_SYS_ADMIN; Docker's seccomp profile refuses new user
+    namespaces), kernel keyrings (it refuses keyctl) and the modes of the shared places
+    (root's: only the owner, or CAP_FOWNER, may change them)."""
     with SandboxPool(size=1, backend="docker", prune=False) as own, own.sandbox() as sb:
         before = sb.run("cat /proc/self/mountinfo").stdout
         for user in (None, ROOT):
@@ -122,6 +132,9 @@ def test_nothing_can_be_mounted():
             )
             assert r.exit_code != 0, r
         assert sb.run("cat /proc/self/mountinfo").stdout == before
+        assert sb.run(["python3", "-c", KEYCTL]).stdout == "-1 Operation not permitted\n"
+        for place in ("/tmp", "/dev/shm", "/dev/mqueue"):
+            assert sb.run(f"chmod 700 {place}").exit_code != 0, place
 
 
 def test_the_writable_layer_of_a_writable_root_replaces_the_container():

@@ -314,3 +314,16 @@ def test_chmod_700_of_the_workspace_zeroes_no_other_episode(env, task):
     assert "drwx------" in obs[-1].content, obs[-1].content
     assert honest(env, task) == 1.0
     assert honest(env, task) == 1.0
+
+
+def test_every_episode_plays_in_a_container_no_one_held(env):
+    """What no reset clears (the container's counters of processes started and memory
+    used, its next pid) reaches no agent: each episode's workspace is a container no one
+    held before, and gradings have containers of their own."""
+    seen = []
+    for _ in range(3):
+        env.reset(seed=0)
+        seen.append(env.unwrapped._sandbox.container_id)
+    with env.unwrapped._grading_pool.sandbox() as sb:
+        grading = sb.container_id
+    assert len(set(seen)) == 3 and grading not in seen

@@ -20,7 +20,3 @@ def load(app, shorts=True):
             continue
         r = app.post("/api/items", {"name": name, "kind": kind, "warmth": warmth, "rain_ok": rain_ok})
         assert r.status == 201, r
-
-
-def names(outfit):
-    return {k: (v["name"] if v else None) for k, v in outfit.items()}
