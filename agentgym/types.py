@@ -1,8 +1,9 @@
 """Core record types: messages, completions, turns and episodes.
 
-All of them are plain dataclasses that round-trip through JSON (``to_dict`` /
-``from_dict``), so episodes can be streamed to JSONL and read back by the trainer, the
-benchmark runner or a person with ``jq``.
+All of them round-trip through JSON (``to_dict`` / ``from_dict``), so episodes can be
+streamed to JSONL and read back by the trainer, the benchmark runner or a person with
+``jq``. A :class:`Message` is itself the OpenAI-style dict (observations serialise as they
+are); the others are plain dataclasses.
 """
 
 from __future__ import annotations
@@ -22,18 +23,56 @@ ROLES: tuple[str, ...] = ("system", "user", "assistant")
 TURN_KINDS: tuple[str, ...] = ("act", "summary")
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One chat message. Observations are lists of these (OpenAI chat format)."""
+class Message(dict):
+    """One chat message. Observations are lists of these (OpenAI chat format).
 
-    role: Role
-    content: str
+    A message *is* the dict ``{"role": ..., "content": ...}`` that OpenAI's API and chat
+    templates take, so an observation goes to any client, ``json.dumps`` or
+    ``tokenizer.apply_chat_template`` as it is; it also reads as a record
+    (``m.role``, ``m.content``). Like the frozen record it was, it cannot be changed and
+    it hashes by value.
+    """
 
-    def __post_init__(self) -> None:
-        if self.role not in ROLES:
-            raise ConfigError(f"Message role must be one of {ROLES}, got {self.role!r}.")
-        if not isinstance(self.content, str):
-            raise ConfigError(f"Message content must be a str, got {type(self.content).__name__}.")
+    __slots__ = ()
+
+    def __init__(self, role: Role | Mapping[str, Any], content: str | None = None) -> None:
+        if not isinstance(role, str):  # Message({"role": ..., "content": ...}), as dict() does
+            given = dict(role)
+            role, content = given.get("role"), given.get("content")
+        if role not in ROLES:
+            raise ConfigError(f"Message role must be one of {ROLES}, got {role!r}.")
+        if not isinstance(content, str):
+            raise ConfigError(f"Message content must be a str, got {type(content).__name__}.")
+        super().__init__(role=role, content=content)
+
+    @property
+    def role(self) -> Role:
+        return self["role"]
+
+    @property
+    def content(self) -> str:
+        return self["content"]
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash((self["role"], self["content"]))
+
+    def __repr__(self) -> str:
+        return f"Message(role={self.role!r}, content={self.content!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Message, (self.role, self.content))
+
+    def __copy__(self) -> Message:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> Message:
+        return self
+
+    def _immutable(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a Message cannot be changed; build a new one: Message(role, content)")
+
+    __setitem__ = __delitem__ = __ior__ = _immutable  # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _immutable  # type: ignore[assignment]
 
     def to_dict(self) -> dict[str, str]:
         return {"role": self.role, "content": self.content}

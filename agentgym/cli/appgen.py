@@ -71,7 +71,18 @@ def _check_task(args: argparse.Namespace) -> int:
 
     from agentgym.envs.appgen import check_task, find_task_dirs
 
-    dirs = [d for given in args.dirs for d in find_task_dirs(given)]
+    dirs = []
+    for given in args.dirs:
+        found = find_task_dirs(given)
+        if not found:
+            from agentgym import ConfigError
+
+            raise ConfigError(
+                f"{given} holds no AppGen task: a task is a folder with a task.toml (its "
+                "spec, tests and solution beside it), or a folder of such folders. Start one "
+                f"with `agentgym appgen new-task NAME --dir {given}`."
+            )
+        dirs += found
     out = sys.stderr if args.json else sys.stdout  # with --json, stdout holds only reports
     reports = []
     for d in dirs:

@@ -222,3 +222,35 @@ def test_ctrl_c_of_a_two_process_run_stops_with_a_checkpoint_and_no_traceback(tm
     assert "--resume" in text.splitlines()[-1], text[-2000:]
     assert any((out / "checkpoints").glob("step_*")), text[-2000:]
     shutil.rmtree(out)
+
+
+# ------------------------------------------------------------------- smaller ones
+
+
+def test_check_task_on_a_folder_without_a_task_says_so(capsys, tmp_path):
+    (tmp_path / "notes").mkdir()
+    err = _refused(
+        capsys,
+        ["appgen", "check-task", str(tmp_path / "notes")],
+        "task.toml",
+        str(tmp_path / "notes"),
+        "agentgym appgen new-task",
+    )
+    assert err.count("error") == 1
+
+
+def test_observations_go_straight_to_an_openai_client():
+    import gymnasium as gym
+
+    from agentgym import Message, to_openai
+
+    env = gym.make("agentgym/MemoryRecall-v0")
+    obs, _ = env.reset(seed=0)
+    env.close()
+    # what openai.OpenAI().chat.completions.create(messages=obs) serialises
+    body = json.loads(json.dumps({"model": "m", "messages": obs}))
+    assert body["messages"] == to_openai(obs)
+    assert body["messages"][0].keys() == {"role", "content"}
+    m = Message("user", "hi")
+    assert dict(m) == {"role": "user", "content": "hi"} and m["content"] == "hi"
+    assert m == Message.from_dict(dict(m))
