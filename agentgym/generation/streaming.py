@@ -98,7 +98,13 @@ class StreamingPolicy:
         self._queue = []
         if not live:
             return
-        ids = self.engine.submit([r for r, _ in live])
+        try:
+            ids = self.engine.submit([r for r, _ in live])
+        except Exception as e:  # a request the engine refuses (too long): its callers fail
+            for _, fut in live:
+                if not fut.done():
+                    fut.set_exception(e)
+            return
         self.batch_sizes.append(len(ids))
         for rid, (_, fut) in zip(ids, live, strict=True):
             self._waiting[rid] = fut

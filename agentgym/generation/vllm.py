@@ -386,16 +386,19 @@ class VLLMEngine(RolloutEngine):
         """Queue requests for the next engine step (driving rank); returns their ids."""
         if self.sleeping and self.lockstep is None:  # a replica wakes in drive(), all ranks
             self.wake()
-        ids = []
-        now = time.time()
-        for r in requests:
-            prompt = list(encode_prompt(self.tokenizer, r.messages)) + list(r.prefix)
+        prompts = [
+            list(encode_prompt(self.tokenizer, r.messages)) + list(r.prefix) for r in requests
+        ]
+        for prompt in prompts:  # all checked before any enters
             if self.max_model_len is not None and len(prompt) >= self.max_model_len:
                 raise ConfigError(
                     f"a prompt of {len(prompt)} tokens does not fit the vLLM engine's "
                     f"max_model_len {self.max_model_len}; raise max_model_len or lower the "
                     "environments' conversation token budget."
                 )
+        ids = []
+        now = time.time()
+        for r, prompt in zip(requests, prompts, strict=True):
             seed = r.sampling.seed if r.sampling.seed is not None else self._rng.getrandbits(31)
             self._next_request += 1
             rid = str(self._next_request)
