@@ -67,47 +67,5 @@ GREEDY=(--config "$RUN_DIR/dapo/config.yaml" --temperature 0 --episodes "$EPISOD
 "$AG" eval "${GREEDY[@]}" --policy "hf:$RUN_DIR/sft/model" > "$RUN_DIR/greedy_before.json"
 "$AG" eval "${GREEDY[@]}" --policy "hf:$RUN_DIR/sft/model@$RUN_DIR/dapo" > "$RUN_DIR/greedy_after.json"
 
-"$ROOT/.venv/bin/python" - "$RUN_DIR" "$START" "$SFT_END" "$DAPO_END" <<'PY'
-import json, sys, time
-from pathlib import Path
-
-from agentgym import load_config
-from agentgym.trainers import TrainConfig
-
-run, (start, sft_end, dapo_end) = Path(sys.argv[1]), map(int, sys.argv[2:5])
-cfg = load_config(TrainConfig, run / "dapo" / "config.yaml")
-rows = [json.loads(l) for l in (run / "dapo" / "metrics.jsonl").read_text().splitlines() if l.strip()]
-evals = [r for r in rows if "eval/reward" in r]
-before, after = evals[0], evals[-1]
-steps = [r for r in rows if "charts/env_reward" in r]
-filtered = sum(r["charts/groups_filtered"] for r in steps) / max(1, sum(r["charts/groups_generated"] for r in steps))
-greedy = [json.loads((run / f"greedy_{w}.json").read_text())["mean_reward"] for w in ("before", "after")]
-
-
-def mean(rs, key):
-    vals = [r[key] for r in rs if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
-    return sum(vals) / len(vals) if vals else float("nan")
-
-
-n, temp = int(before["eval/episodes"]), cfg.eval.temperature
-b, a = before["eval/reward"], after["eval/reward"]
-first, last = steps[:5], steps[-5:]
-print()
-print(f"Held-out tasks ({n})                      warm start (SFT)   after DAPO ({after['step']} steps)   after-before")
-print(f"recall, sampled at temperature {temp:g}      {b:>16.1%}   {a:>22.1%}   {a - b:>+12.3f}")
-print(f"recall, greedy (the copy skill alone)   {greedy[0]:>16.1%}   {greedy[1]:>22.1%}   {greedy[1] - greedy[0]:>+12.3f}")
-print(f"episode: {before['eval/conversations_mean']:.1f} conversations; summary tokens per episode "
-      f"{before['eval/summary_tokens_mean']:.1f} -> {after['eval/summary_tokens_mean']:.1f}; working context "
-      f"(largest prompt) {before['eval/working_context_mean']:.0f} -> {after['eval/working_context_mean']:.0f} tokens")
-print(f"training reward at temperature {cfg.rollout.temperature:g}: {mean(first, 'charts/env_reward'):.3f} "
-      f"(first 5 steps) -> {mean(last, 'charts/env_reward'):.3f} (last 5); groups filtered (all rewards "
-      f"equal): {filtered:.0%}; overlong episodes: {mean(steps, 'charts/overlong_share'):.0%}")
-print(f"credit by turn kind, per step: trained tokens act {mean(steps, 'kinds/act_tokens'):.0f}, summary "
-      f"{mean(steps, 'kinds/summary_tokens'):.0f}; log-prob gain per token (toward the advantage) act "
-      f"{mean(steps, 'kinds/act_logprob_gain'):+.4f}, summary {mean(steps, 'kinds/summary_logprob_gain'):+.4f}")
-ok = a - b >= 0.15
-print(f"target (after >= before + 0.15, sampled): {'reached' if ok else 'NOT reached'}")
-now = time.time()
-print(f"wall time: stage 1 {sft_end - start:.0f} s, stage 2 {dapo_end - sft_end:.0f} s (with its evaluations), "
-      f"greedy evaluations {now - dapo_end:.0f} s, total {now - start:.0f} s; plots in {run / 'dapo' / 'plots'}")
-PY
+# the table, and what it says in words (scripts/memory_recall_table.py)
+"$ROOT/.venv/bin/python" "$ROOT/scripts/memory_recall_table.py" "$RUN_DIR" "$START" "$SFT_END" "$DAPO_END"

@@ -210,21 +210,31 @@ PROGRESS_KEYS = (
     ("charts/accuracy", "acc"),
     ("charts/response_tokens_mean", "tok"),
     ("losses/total", "loss"),
+    ("losses/value", "vloss"),
+    ("critic/explained_variance", "ev"),
     ("losses/approx_kl_ref", "kl"),
     ("charts/lr", "lr"),
     ("charts/idle_share", "idle"),
     ("time/step_s", "s/step"),
 )
+#: shown only when they move: the policy-gradient surrogate is zero by construction at
+#: the start of an on-policy update (ratio 1, advantages centred), and the KL is logged
+#: as 0 when it is off
+_QUIET_WHEN_ZERO = {"loss": 1e-6, "kl": 0.0}
 
 
 def progress_stats(metrics: dict[str, Any]) -> dict[str, Any]:
-    """The :data:`PROGRESS_KEYS` present in a step's metrics, under their short names."""
-    return {
-        short: metrics[k]
-        for k, short in PROGRESS_KEYS
-        if metrics.get(k) is not None
-        and not (isinstance(metrics[k], float) and not math.isfinite(metrics[k]))
-    }
+    """The :data:`PROGRESS_KEYS` present in a step's metrics, under their short names
+    (a surrogate loss or KL that is zero left out: it says nothing)."""
+    out = {}
+    for key, short in PROGRESS_KEYS:
+        value = metrics.get(key)
+        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+            continue
+        if short in _QUIET_WHEN_ZERO and abs(value) <= _QUIET_WHEN_ZERO[short]:
+            continue
+        out[short] = value
+    return out
 
 
 def write_summary(out: str | Path) -> None:
@@ -301,7 +311,9 @@ def _plot_run(run_dir: str | Path) -> list[Path]:
         evals = [r for r in every if "eval/reward" in r]
         written.append(_plot_reward(plt, rows, evals, out_dir / "reward.png", run_dir.name))
         written.append(_plot_lengths(plt, rows, out_dir / "response_length.png", run_dir.name))
-        training = _plot_training(plt, rows, out_dir / "training.png", run_dir.name)
+        training = _plot_training(
+            plt, rows, out_dir / "training.png", run_dir.name, kl_off=_kl_off(run_dir, rows)
+        )
         if training is not None:
             written.append(training)
     spans = read_jsonl(run_dir / "timeline.jsonl")
@@ -330,12 +342,18 @@ def _finite_points(
     return tuple(p[0] for p in pts), tuple(p[1] for p in pts)
 
 
+def _sparse(xs: Sequence[int]) -> bool:
+    """Whether points at steps ``xs`` skip steps (evaluations every N steps)."""
+    return any(b - a > 1 for a, b in itertools.pairwise(xs))
+
+
 def _draw_series(ax: Any, series: Sequence[tuple]) -> int:
     """Draw each ``(rows, key, label, style)`` by its finite values only, so that
     the legend names only lines that are drawn: a series without one is left out, one
     equal to a series already drawn joins that line's label, and points carry markers
-    where a line alone could hide them (few steps). Integer step ticks. Returns the
-    number of lines drawn."""
+    where a line alone could hide them (few steps); a series measured at a few steps only
+    (evaluations) is markers without a line, its steps in its label. Integer step ticks.
+    Returns the number of lines drawn."""
     from matplotlib.ticker import MaxNLocator
 
     drawn: list[tuple[tuple, tuple, Any]] = []
@@ -348,7 +366,11 @@ def _draw_series(ax: Any, series: Sequence[tuple]) -> int:
             same[2].set_label(f"{same[2].get_label()} = {label}")
             continue
         kw = {"marker": "o", "markersize": 3} if len(xs) <= 30 else {}
-        (line,) = ax.plot(xs, ys, label=label, **{**kw, **style})
+        if _sparse(xs):  # measured at a few steps only: no line implies what came between
+            kw = {"marker": "o", "markersize": 6, "linestyle": "none"}
+            at = ", ".join(map(str, xs)) if len(xs) <= 5 else f"{len(xs)} steps"
+            label = f"{label} (steps {at})" if len(xs) <= 5 else f"{label} ({at})"
+        (line,) = ax.plot(xs, ys, label=label, **{**style, **kw})
         drawn.append((xs, ys, line))
     steps = sorted({x for xs, _, _ in drawn for x in xs})
     if 0 < len(steps) <= 12:
@@ -380,15 +402,30 @@ def _plot_reward(plt: Any, rows: list, evals: list, path: Path, name: str) -> Pa
     return _save(fig, path)
 
 
+def _per_turn(rows: Sequence[Mapping[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """Rows with ``kind``'s mean trained tokens per turn (``kinds/<kind>_tokens`` over
+    ``kinds/<kind>_turns``), where the step had such turns."""
+    out = []
+    for r in rows:
+        turns, tokens = r.get(f"kinds/{kind}_turns"), r.get(f"kinds/{kind}_tokens")
+        if isinstance(turns, int | float) and turns > 0 and isinstance(tokens, int | float):
+            out.append({"step": r["step"], "tokens": tokens / turns})
+    return out
+
+
 def _plot_lengths(plt: Any, rows: list, path: Path, name: str) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
-    n = _draw_series(
-        ax,
-        [
-            (rows, "charts/response_tokens_mean", "mean", {}),
-            (rows, "charts/response_tokens_max", "max", {}),
-        ],
-    )
+    series = [
+        (rows, "charts/response_tokens_mean", "mean", {}),
+        (rows, "charts/response_tokens_max", "max", {}),
+    ]
+    summaries = _per_turn(rows, "summary")
+    if summaries:  # multi-conversation episodes: what each kind of turn writes
+        series += [
+            (_per_turn(rows, "act"), "tokens", "act turns (mean)", {"linestyle": "--"}),
+            (summaries, "tokens", "summary turns (mean)", {"linestyle": ":"}),
+        ]
+    n = _draw_series(ax, series)
     ax.set_ylabel("response tokens")
     ax.set_title(f"response length per step: {name}")
     if n:
@@ -397,8 +434,27 @@ def _plot_lengths(plt: Any, rows: list, path: Path, name: str) -> Path:
     return _save(fig, path)
 
 
-def _plot_training(plt: Any, rows: list, path: Path, name: str) -> Path | None:
-    panels = [(title, keys) for title, keys in TRAINING_PANELS if any(_has(rows, k) for k in keys)]
+def _kl_off(run_dir: Path, rows: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the run trained without a KL term: its config says ``kl_coef: 0``, or
+    (no config) every KL value logged is 0."""
+    import yaml
+
+    try:
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+        return float((cfg.get("algorithm") or {}).get("kl_coef", 0.0)) == 0.0
+    except (OSError, yaml.YAMLError, TypeError, ValueError, AttributeError):
+        keys = ("losses/kl", "losses/approx_kl_ref")
+        return all(r.get(k, 0.0) == 0.0 for r in rows for k in keys)
+
+
+def _plot_training(
+    plt: Any, rows: list, path: Path, name: str, *, kl_off: bool = False
+) -> Path | None:
+    panels = [
+        (title, keys)
+        for title, keys in TRAINING_PANELS
+        if any(_has(rows, k) for k in keys) and not (kl_off and title == "KL")
+    ]
     if not panels:
         return None
     cols = min(3, len(panels))

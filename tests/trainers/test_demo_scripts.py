@@ -40,6 +40,10 @@ def test_the_memory_recall_demo_runs_to_its_table(tmp_path):
     ):
         assert line in out, out[-3000:]
     assert "summary tokens per episode" in out and "overlong episodes" in out
+    # the table says in words what changed, gives its units, and never prints nan
+    assert "Held-out recall sampled at temperature 1" in out and "greedy recall" in out
+    assert "nats" in out and "nan" not in out.lower().replace("n/a", ""), out[-3000:]
+    assert "What was learned" in out or "DAPO did not raise sampled recall" in out
     # both stages ran with the demo's seed; the step row has the turn-kind breakdown
     dapo = tmp_path / "demo" / "dapo"
     sft = yaml.safe_load((tmp_path / "demo" / "sft" / "config.yaml").read_text())

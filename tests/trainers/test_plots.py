@@ -183,3 +183,86 @@ def test_a_timeline_of_one_process_has_no_resume_mark(tmp_path, figures):
     phases = _bars(ax, 1)
     # one clock: the bars keep their own distances (step 2 starts 4 s after step 1)
     assert phases[0][0] == pytest.approx(0.0) and phases[3][0] == pytest.approx(4.0)
+
+
+# ------------------------------------------------- issue 44: plots imply only what was measured
+
+
+def _sparse_run(tmp_path, *, kl_coef=0.0, summaries=True):
+    """Ten steps, held-out evaluations at steps 0 and 10 only, KL off (logged as 0),
+    MemoryRecall-like act and summary turns."""
+    run = tmp_path / "sparse"
+    run.mkdir()
+    rows = [{"step": 0, "eval/reward": 0.2}]
+    for step in range(1, 11):
+        row = {
+            "step": step,
+            "charts/reward": 0.1 * step,
+            "charts/response_tokens_mean": 11.4,  # (40 + 120) / 14 turns
+            "charts/response_tokens_max": 30.0,
+            "losses/total": 1e-8,
+            "losses/kl": 0.0 if not kl_coef else 0.01 * step,
+            "losses/approx_kl_ref": 0.0 if not kl_coef else 0.02 * step,
+            "losses/grad_norm": 1.0,
+            "kinds/act_turns": 8.0,
+            "kinds/act_tokens": 40.0,
+            "kinds/summary_turns": 6.0 if summaries else 0.0,
+            "kinds/summary_tokens": 120.0 if summaries else 0.0,
+        }
+        rows.append(row)
+    rows[-1]["eval/reward"] = 0.9
+    _write(run / "metrics.jsonl", rows)
+    (run / "config.yaml").write_text(f"algorithm: {{kl_coef: {kl_coef}}}\nrollout: {{}}\n")
+    return run
+
+
+def test_sparse_evaluations_are_points_not_a_line(tmp_path, figures):
+    run_logging.plot_run(_sparse_run(tmp_path))
+    (ax,) = figures["reward.png"].axes
+    held = next(line for line in ax.get_lines() if "held-out" in line.get_label())
+    assert held.get_linestyle() in ("None", "", " ", "none")  # no line between steps 0 and 10
+    assert held.get_marker() not in (None, "None", "", " ")
+    assert "steps 0, 10" in held.get_label()
+    train = next(line for line in ax.get_lines() if "train reward" in line.get_label())
+    assert train.get_linestyle() == "-"  # measured at every step: a line
+
+
+def test_no_kl_panel_when_kl_is_off(tmp_path, figures):
+    run_logging.plot_run(_sparse_run(tmp_path))
+    titles = [ax.get_title() for ax in figures["training.png"].axes if ax.get_visible()]
+    assert "KL" not in titles
+    figures.clear()
+    on = tmp_path / "on"
+    on.mkdir()
+    run_logging.plot_run(_sparse_run(on, kl_coef=0.04))
+    titles = [ax.get_title() for ax in figures["training.png"].axes if ax.get_visible()]
+    assert "KL" in titles
+
+
+def test_reply_lengths_split_act_and_summary_turns(tmp_path, figures):
+    run_logging.plot_run(_sparse_run(tmp_path))
+    (ax,) = figures["response_length.png"].axes
+    labels = [line.get_label() for line in _drawn_lines(ax)]
+    act = next(line for line in ax.get_lines() if line.get_label().startswith("act"))
+    summary = next(line for line in ax.get_lines() if line.get_label().startswith("summary"))
+    assert list(act.get_ydata()) == [5.0] * 10 and list(summary.get_ydata()) == [20.0] * 10
+    assert len(labels) == 4, labels
+
+
+def test_the_progress_line_shows_what_moves():
+    vapo = {
+        "charts/reward": 0.5,
+        "losses/total": -2.5e-8,  # the surrogate at ratio 1: zero by construction
+        "losses/kl": 0.0,
+        "losses/approx_kl_ref": 0.0,
+        "losses/value": 0.0114,
+        "critic/explained_variance": 0.31,
+        "charts/lr": 1e-4,
+    }
+    shown = run_logging.progress_stats(vapo)
+    assert shown["vloss"] == 0.0114 and shown["ev"] == 0.31
+    assert "kl" not in shown and "loss" not in shown
+    assert run_logging.progress_stats({"losses/total": 0.7, "losses/approx_kl_ref": 0.01}) == {
+        "loss": 0.7,
+        "kl": 0.01,
+    }

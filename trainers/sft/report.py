@@ -75,7 +75,7 @@ def plot_sft(run_dir: str | Path) -> list[Path]:
         p
         for p in (
             _panels(out / "training.png", step_rows(rows), TRAINING_PANELS, "-"),
-            _panels(out / "eval.png", [r for r in rows if "eval/reward" in r], EVAL_PANELS, "o-"),
+            _panels(out / "eval.png", [r for r in rows if "eval/reward" in r], EVAL_PANELS, "o"),
         )
         if p is not None
     ]
