@@ -324,3 +324,48 @@ def test_every_readme_command_runs_in_order(tmp_path):
         assert any(key in c for c in skipped), f"NOT_RUN_HERE names {key!r}: no such command"
     assert _listing(REPO / "runs") == before  # the checkout's run folders: untouched
     assert len(ran) >= 20
+
+
+# ---------------------------------------------------------------------- after the quickstart
+def _output_dir(cmd: str) -> str | None:
+    """Where an ``agentgym train`` / ``agentgym sft`` command writes its run."""
+    words = cmd.split()
+    given = next((w.split("=", 1)[1] for w in words if w.startswith("run.output_dir=")), None)
+    if given is not None:
+        return given.rstrip("/")
+    config = next((w for w in words if w.endswith(".yaml")), None)
+    if config is None:
+        return None
+    return (yaml.safe_load((REPO / config).read_text()).get("run") or {}).get("output_dir")
+
+
+def _quickstart_folders() -> set[str]:
+    """The run folders ``scripts/quickstart.sh`` leaves (with its default RUN_DIR)."""
+    text = (REPO / "scripts" / "quickstart.sh").read_text()
+    run_dir = re.search(r'RUN_DIR="\$\{RUN_DIR:-([^}]+)\}"', text).group(1)
+    found = re.findall(r"run\.output_dir=\$RUN_DIR/(\w+)", text)
+    assert found, "the quickstart's stages name their run folders"
+    return {f"{run_dir}/{name}" for name in found}
+
+
+def test_the_readme_commands_work_after_the_quickstart_too():
+    """After the quickstart its stages' folders hold runs: a README command that starts a
+    run there would be refused ("already holds a run"), so each README run command writes
+    a folder of its own, or continues the quickstart's with --resume-if-present."""
+    taken = _quickstart_folders()
+    assert taken == {"runs/quickstart/sft", "runs/quickstart/dapo"}
+    clash = []
+    for lang, commands in readme_blocks((REPO / "README.md").read_text()):
+        for cmd in commands if lang == "bash" else ():
+            if not cmd.startswith(("agentgym train ", "agentgym sft ")) or "--print" in cmd:
+                continue
+            if _output_dir(cmd) in taken and "--resume-if-present" not in cmd:
+                clash.append(cmd)
+    assert not clash, clash
+
+
+def test_the_readme_says_what_has_not_run():
+    readme = (REPO / "README.md").read_text()
+    assert "## What runs today" in readme
+    section = readme.split("## What runs today")[1].split("\n## ")[0]
+    assert "671B" in section and "has not run on GPUs" in section

@@ -5,6 +5,13 @@ from __future__ import annotations
 
 import argparse
 
+#: what every plan says about itself: the figures are models, not runs
+NOT_RUN = (
+    "These figures are an estimate from the planner's memory and time models (docs/plan.md), "
+    "not a measurement: training at this scale has not run on GPUs yet, and for the 671B "
+    "config multi-rank vLLM rollout is still in progress."
+)
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -84,11 +91,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         data = json.loads(plans_to_json(lora, full))
         data["time"] = step.to_dict()
+        data["note"] = NOT_RUN
         print(json.dumps(data, indent=2))
     else:
         print(format_plans(lora, full))
         print()
         print(format_step(step, "Step time (time model; docs/plan.md lists its assumptions)"))
+        print()
+        print(NOT_RUN)
     return 0
 
 
@@ -108,7 +118,7 @@ def _search(args: argparse.Namespace, inputs) -> int:
     result = search_layouts(inputs, mode=mode, top=args.top)
     disagg = disaggregated_option(inputs, result)
     if args.json:
-        print(json.dumps(search_to_dict(result, disagg), indent=2))
+        print(json.dumps({**search_to_dict(result, disagg), "note": NOT_RUN}, indent=2))
         return 0
     print(format_search(result, disagg))
     if mode == "lora":
@@ -117,6 +127,8 @@ def _search(args: argparse.Namespace, inputs) -> int:
         print()
         print("the winner's memory, item by item:")
         print(format_plans(lora, full).split("\nAssumptions:")[0])
+    print()
+    print(NOT_RUN)
     return 0
 
 

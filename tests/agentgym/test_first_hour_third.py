@@ -254,3 +254,10 @@ def test_observations_go_straight_to_an_openai_client():
     m = Message("user", "hi")
     assert dict(m) == {"role": "user", "content": "hi"} and m["content"] == "hi"
     assert m == Message.from_dict(dict(m))
+
+
+def test_plan_says_its_figures_are_estimates_not_runs(capsys):
+    assert main(["plan", "configs/deepseek_v3_671b_48xh100.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "LoRA: FITS" in out
+    assert "has not run on GPUs" in out and "estimate" in out
