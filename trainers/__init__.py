@@ -42,6 +42,7 @@ _LAZY = {
     "ModelConfig": "agentgym.trainers.config",
     "RolloutConfig": "agentgym.trainers.config",
     "Learner": "agentgym.trainers.learner",
+    "engine_placement": "agentgym.trainers.engine_check",
     "env_corpus": "agentgym.trainers.env_setup",
     "env_kwargs": "agentgym.trainers.env_setup",
     "evaluate_async": "agentgym.trainers.evaluation",

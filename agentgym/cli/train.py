@@ -154,10 +154,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = load_config(PlanConfig, config, overrides)
     if args.print_config:
         _print_config(cfg)
+        _startup_checks(cfg, args)  # every check that needs no model, as a launch runs them
         return 0
-    from agentgym.plan import check_collective_timeout
-
-    check_collective_timeout(cfg)  # before any process starts
+    _startup_checks(cfg, args)  # before any process starts
     from agentgym.trainers import shutdown, under_torchrun
 
     if under_torchrun():
@@ -213,6 +212,34 @@ def cmd_train(args: argparse.Namespace) -> int:
     if info.is_main:
         print(f"[agentgym train] done: {_written(cfg.run.output_dir)}")
     return 0
+
+
+def _world_size(cfg: Any, args: argparse.Namespace) -> int:
+    """The processes of the run: torchrun's world in a rank, ``--nproc x --nnodes`` when
+    given, else the device mesh's size, else one."""
+    from agentgym.trainers import Layout, under_torchrun
+
+    if under_torchrun():
+        return int(os.environ["WORLD_SIZE"])
+    if args.nproc is not None or args.nnodes > 1:
+        return (args.nproc or 1) * args.nnodes
+    if cfg.distributed.strategy == "none":
+        return 1
+    return Layout.from_config(cfg.distributed).world_size
+
+
+def _startup_checks(cfg: Any, args: argparse.Namespace) -> None:
+    """What a launch checks before any process loads the model: the collective timeout
+    against the planner's rollout estimate, and the rollout engine's place on the ranks
+    against the trainer's (its lines on stderr; a mismatch raises)."""
+    from agentgym.plan import check_collective_timeout
+    from agentgym.trainers import engine_placement, under_torchrun
+
+    check_collective_timeout(cfg)
+    lines = engine_placement(cfg, _world_size(cfg, args))
+    if lines and not under_torchrun():
+        for line in lines:
+            print(f"[agentgym train] {line}", file=sys.stderr)
 
 
 def _preflight(cfg: Any) -> None:

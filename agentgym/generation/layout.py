@@ -177,9 +177,14 @@ class EngineLayout:
 
     def describe(self, num_layers: int | None = None, num_experts: int | None = None) -> list[str]:
         """Lines for ``--print-config``: replicas, stages and expert placement."""
+        driven = (
+            "driven by rank 0"
+            if self.replicas == 1
+            else f"replica r driven by rank r x {self.size}"
+        )
         lines = [
             f"engine: {self.replicas} replica(s) of tp {self.tp} x pp {self.pp} over "
-            f"{self.world_size} ranks; replica r is driven by rank r x {self.size}"
+            f"{self.world_size} ranks, {driven}"
         ]
         if num_layers is not None and self.pp > 1:
             split = ", ".join(

@@ -170,6 +170,19 @@ class Layout:
         pp, dp_shard = divmod(rest, self.dp_shard)
         return Coords(pp=pp, dp_shard=dp_shard, ep=ep, tp=tp)
 
+    def expert_index(self, rank: int) -> int:
+        """``rank``'s place in its stage's expert group (``ep * tp`` ranks, tp fastest)."""
+        c = self.coords(rank)
+        return c.ep * self.tp + c.tp
+
+    def experts_of(self, rank: int, num_experts: int) -> range:
+        """The routed experts ``rank`` trains (all of them without expert parallelism)."""
+        if self.expert_split == 1:
+            return range(num_experts)
+        per = num_experts // self.expert_split
+        i = self.expert_index(rank)
+        return range(i * per, (i + 1) * per)
+
     def dp_rank(self, rank: int) -> int:
         """Which share of the micro-batches ``rank`` trains on (``0 .. dp - 1``)."""
         c = self.coords(rank)

@@ -170,7 +170,7 @@ class ParallelLearner(Learner):
         group = ExpertGroup(
             group=self.pmesh.expert_group,
             size=layout.expert_split,
-            index=coords.ep * layout.tp + coords.tp,
+            index=layout.expert_index(self.dist.rank),
             tp_mesh=self.pmesh.tp if layout.tp > 1 else None,
         )
         self._expert_group = group
