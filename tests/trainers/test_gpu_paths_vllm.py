@@ -21,8 +21,10 @@ import pytest
 import torch
 from conftest import TINY_QWEN
 
-from agentgym import ConfigError, load_config
+from agentgym import ConfigError, Message, SamplingParams, load_config
 from agentgym.generation import (
+    GenerationRequest,
+    Replicas,
     VLLMEngineOptions,
     adapter_config_dict,
     build_preset,
@@ -87,12 +89,18 @@ def test_expert_lora_is_declared_3d_to_vllm(tokenizer):
 
 
 class _RecordingLLM:
-    """Stands in for ``vllm.LLM`` (no engine start): records its arguments and the LoRA
-    requests it is given."""
+    """Stands in for ``vllm.LLM`` (no engine start): records its arguments and the
+    requests that enter it (each step finishes none)."""
 
     def __init__(self, **kwargs):
         self.kwargs = kwargs
-        self.llm_engine = SimpleNamespace(model_config=SimpleNamespace(max_model_len=512))
+        self.added: list[tuple] = []
+        self.llm_engine = SimpleNamespace(
+            model_config=SimpleNamespace(max_model_len=512),
+            add_request=lambda *a, **kw: self.added.append((a, kw)),
+            abort_request=lambda ids: None,
+            step=lambda: [],
+        )
 
 
 @pytest.fixture
@@ -108,6 +116,12 @@ def recording_vllm(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", module)
     monkeypatch.setitem(sys.modules, "vllm.lora", SimpleNamespace(request=request))
     monkeypatch.setitem(sys.modules, "vllm.lora.request", request)
+    loader = type("WorkerLoRAManager", (), {"_load_adapter": lambda self, request: None})
+    monkeypatch.setitem(
+        sys.modules, "vllm.lora.worker_manager", SimpleNamespace(WorkerLoRAManager=loader)
+    )
+    kinds = SimpleNamespace(RequestOutputKind=SimpleNamespace(FINAL_ONLY="final"))
+    monkeypatch.setitem(sys.modules, "vllm.sampling_params", kinds)
     platform = SimpleNamespace(
         is_sleep_mode_available=lambda: True, is_cpu=lambda: False, device_type="cuda"
     )
@@ -133,6 +147,8 @@ def test_vllm_engine_gets_the_trainers_dtype_and_the_3d_declaration(
     try:
         assert engine.llm.kwargs["dtype"] == "bfloat16"  # "auto" is the trainer's dtype
         assert engine.llm.kwargs.get("enable_mixed_moe_lora_format", False) == is_3d
+        engine.submit([GenerationRequest((Message("user", "hi"),), SamplingParams(max_tokens=2))])
+        engine.advance()  # the request enters with the adapter's LoRA request
         assert recording_vllm == [{"is_3d_lora_weight": True} if is_3d else {}]
     finally:
         engine.close()
@@ -143,11 +159,39 @@ def test_vllm_engine_gets_the_trainers_dtype_and_the_3d_declaration(
     named.close()
 
 
-def test_vllm_with_several_ranks_is_refused(monkeypatch, tokenizer):
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    peft = apply_lora(build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), LoraSettings())
-    with pytest.raises(ConfigError, match="would land on GPU 0"):
-        make_engine("vllm", model=peft, tokenizer=tokenizer)
+def test_vllm_on_the_trainers_ranks_runs_under_torchruns_launcher(
+    recording_vllm, tmp_path, tokenizer
+):
+    """Rank 1 of 2, each rank a replica of its own: vLLM's external_launcher executor
+    (one in-process worker, on the trainer's process group); in one process the uni
+    executor keeps the worker in-process too (it reads the adapters held in memory)."""
+    from agentgym.generation import save_model
+
+    base = build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN)
+    folder = save_model(base, tokenizer, tmp_path / "m")
+    peft = apply_lora(base, LoraSettings(r=4))
+    engine = make_engine(
+        "vllm", model=peft, tokenizer=tokenizer, model_path=folder, rank=1, world_size=2
+    )
+    try:
+        assert engine.llm.kwargs["distributed_executor_backend"] == "external_launcher"
+        assert engine.replicas == Replicas(index=1, count=2, leads=True)
+        assert engine.lockstep is None  # a replica of one rank steps alone
+        assert engine.adapter_id is None  # several ranks: the sync hands the adapter over
+    finally:
+        engine.close()
+    one = make_engine("vllm", model=peft, tokenizer=tokenizer, model_path=folder)
+    assert one.llm.kwargs["distributed_executor_backend"] == "uni" and one.adapter_id == 1
+    one.close()
+    with pytest.raises(ConfigError, match="does not divide the 3 processes"):
+        make_engine(
+            "vllm",
+            model=peft,
+            tokenizer=tokenizer,
+            model_path=folder,
+            world_size=3,
+            options={"tensor_parallel_size": 2},
+        )
 
 
 #: the Linear leaves vLLM's model classes take LoRA on (their packed modules unpacked, as
@@ -274,7 +318,7 @@ def test_a_deepseek_model_path_without_vllms_routing_keys_gets_a_copy_that_has_t
 ):
     """A DeepSeek-V3 folder saved by transformers lacks ``topk_method`` and
     ``scoring_func``; vLLM would not load it as transformers computes it, so the engine
-    loads a copy of the base weights whose config states them."""
+    loads a folder whose config states them and whose weights are links to the original."""
     from agentgym.generation import save_model
 
     base = build_preset("tiny-deepseek-v3", tokenizer, overrides=MLA_576)
@@ -294,6 +338,10 @@ def test_a_deepseek_model_path_without_vllms_routing_keys_gets_a_copy_that_has_t
         assert used == tmp_path / "work" / "vllm_base"
         config = json.loads((used / "config.json").read_text())
         assert (config["topk_method"], config["scoring_func"]) == ("noaux_tc", "sigmoid")
+        weights = used / "model.safetensors"  # linked to, never copied (671B would not fit)
+        assert (
+            weights.is_symlink() and weights.resolve() == (folder / "model.safetensors").resolve()
+        )
         assert "lacks ['scoring_func', 'topk_method']" in capsys.readouterr().err
     finally:
         engine.close()

@@ -252,7 +252,7 @@ def test_long_seeded_prompts_beyond_one_steps_token_budget(run):
 
 
 def test_no_sleep_mode_on_cpu_off_by_default_and_refused_when_asked(run, tokenizer, capsys):
-    from agentgym.generation.vllm import resolve_sleep_mode, sleep_mode_available
+    from agentgym.generation.vllm_setup import resolve_sleep_mode, sleep_mode_available
 
     available, platform = sleep_mode_available()
     if available:
@@ -299,7 +299,10 @@ def test_sleep_frees_memory_and_wake_restores_generation(tmp_path, tokenizer):
         assert free_asleep - free_awake > 2**30
         scratch = torch.empty(2**28, dtype=torch.uint8, device="cuda")  # the trainer's turn
         del scratch
+        held, first_id = eng.held_adapter_bytes(), eng.adapter_id
         eng.wake()
+        # the adapter, held in memory, is issued again under a fresh id: vLLM rebuilds it
+        assert eng.adapter_id != first_id and eng.held_adapter_bytes() == held > 0
         assert not eng.sleeping and _ids(eng.generate(reqs)) == _ids(before)
         eng.sleep()  # generating while asleep wakes the engine first
         assert _ids(eng.generate(reqs)) == _ids(before) and not eng.sleeping
