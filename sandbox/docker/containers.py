@@ -64,7 +64,6 @@ def start_container(
     from docker.errors import APIError, ImageNotFound
     from docker.types import Ulimit
 
-    uid, gid = limits.user.split(":")
     mem = f"{limits.memory_mb}m"
     host_config = api.create_host_config(
         init=True,
@@ -74,7 +73,8 @@ def start_container(
         security_opt=["no-new-privileges"],
         read_only=limits.read_only_root,
         tmpfs={
-            WORKSPACE: f"size={limits.workspace_mb}m,uid={uid},gid={gid},mode=0755,exec",
+            # root's; made sticky and open to all once started (_open_workspace)
+            WORKSPACE: f"size={limits.workspace_mb}m,mode=1777,exec",
             "/tmp": f"size={limits.tmp_mb}m,mode=1777,exec",
         },
         mem_limit=mem,
@@ -114,6 +114,7 @@ def start_container(
     _register(cid, api)
     try:
         api.start(cid)
+        _open_workspace(api, cid)
     except Exception as e:
         with contextlib.suppress(Exception):
             api.remove_container(cid, force=True)
@@ -124,6 +125,19 @@ def start_container(
         ) from e
     log.debug("started sandbox container %s (%s)", name, cid[:12])
     return cid, name
+
+
+def _open_workspace(api: Any, container_id: str) -> None:
+    """Make the workspace's mount root root's and sticky (1777), as ``/tmp``, before any
+    command runs: every user may add files and remove its own, and no holder can change
+    the mount root itself (its mode, an ACL, extended attributes, its times), which
+    outlives every holder of a pooled sandbox. (The engine gives a tmpfs mount root the
+    mode of the image's directory, whatever the mount asks for, so it is set here.)"""
+    run = api.exec_create(container_id, ["chmod", "1777", WORKSPACE], user=KEEPER_USER)
+    out = api.exec_start(run["Id"])
+    code = api.exec_inspect(run["Id"]).get("ExitCode")
+    if code != 0:
+        raise SandboxError(f"chmod 1777 {WORKSPACE} failed (exit {code}): {out!r}")
 
 
 def remove_container(api: Any, container_id: str) -> None:

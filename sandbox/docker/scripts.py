@@ -62,9 +62,6 @@ CLEANED = b"agentgym-sandbox: cleaned\n"
 #: reclaims, are not counted): the container's init, its keeper and the cleaning shell use
 #: about 0.5 MiB. A container above it after a clean is replaced.
 IDLE_MEMORY_BYTES = 8 << 20
-#: the mode the workspace's root gets back at each clean (its owner, the sandbox user,
-#: may change it; no one can change its owner)
-WORKSPACE_MODE = "755"
 # the places a command can write, emptied when a pooled sandbox changes hands
 _WRITABLE = ("/workspace", "/tmp", "/dev/shm", "/dev/mqueue")
 _GLOBS = " ".join(f"{d}/* {d}/.[!.]* {d}/..?*" for d in _WRITABLE)
@@ -140,8 +137,8 @@ _VERIFY = f"""verify() {{
 }}"""
 
 # The wrapper every exec runs: $1 = clean first (0: no; 1: kill this user's processes,
-# empty the writable places, remove this user's System V IPC objects, give the workspace
-# its mode back and check that the container is back to its idle state; 2: the same,
+# empty the writable places, remove this user's System V IPC objects and check that the
+# container is back to its idle state; 2: the same,
 # leaving what this user may not remove to another user's pass, without the check; 3 and
 # 4: as 1 and 2 for root, whose kill -1 would reach the container's keeper), $2 = working
 # directory, $3 = timeout in seconds, $4 = the most memory an idle container holds (the
@@ -156,7 +153,6 @@ if [ "$1" != 0 ]; then
     1|2) i=0; while kill -9 -1 && [ "$i" -lt 200 ]; do i=$((i+1)); done;;
     *) kill_root() {{ {KILL_ALL_ROOT.replace("; exit 0", "")}; }}; kill_root;;
   esac
-  case "$1" in 1) chmod {WORKSPACE_MODE} {WORKSPACE};; esac
   dirty=
   for f in {_GLOBS}; do if [ -e "$f" ] || [ -L "$f" ]; then dirty=1; break; fi; done
   if [ -n "$dirty" ]; then

@@ -73,13 +73,46 @@ def test_posix_message_queues_are_gone(pool):
     assert same and sb.run("ls -A /dev/mqueue").stdout == ""
 
 
-@pytest.mark.parametrize("mode", ["700", "000", "1777"])
-def test_the_workspace_gets_its_mode_back(pool, mode: str):
-    sb, same = hand_over(pool, f"chmod {mode} /workspace")
-    assert same
-    st = sb.run("stat -c '%a %u:%g' /workspace", user=ROOT).stdout.split()
-    assert st == ["755", "1000:1000"], st
-    assert sb.run("ls /workspace", user="1001:1001").exit_code == 0
+#: what a holder could try on the workspace's mount root, which outlives every holder: its
+#: mode, an ACL that shuts the grader's uid out, an extended attribute holding data, times
+#: that carry data; each prints what became of it
+WORKSPACE_ROOT = r"""
+import os, struct
+def entry(tag, perm, uid):
+    return struct.pack("<HHI", tag, perm, uid & 0xFFFFFFFF)
+acl = struct.pack("<I", 2) + entry(1, 7, -1) + entry(2, 0, 1001) + entry(4, 5, -1)
+acl += entry(0x10, 5, -1) + entry(0x20, 5, -1)
+for name, act in [
+    ("chmod", lambda: os.chmod("/workspace", 0o700)),
+    ("acl", lambda: os.setxattr("/workspace", "system.posix_acl_access", acl)),
+    ("xattr", lambda: os.setxattr("/workspace", "user.left", b"data")),
+    ("utime", lambda: os.utime("/workspace", (1234567, 7654321))),
+]:
+    try:
+        act()
+        print(name, "done")
+    except OSError as e:
+        print(name, e.strerror)
+"""
+
+
+def test_the_workspace_root_cannot_be_changed(pool):
+    """The mount root is root's and sticky (as /tmp): no holder can change its mode, set
+    an ACL or an attribute on it, or set its times; every user can enter it."""
+    sb = pool.acquire()
+    try:
+        r = sb.run(["python3", "-c", WORKSPACE_ROOT])
+        assert r.stdout.split("\n")[:4] == [
+            "chmod Operation not permitted",
+            "acl Operation not permitted",
+            "xattr Operation not permitted",
+            "utime Operation not permitted",
+        ], r
+        st = sb.run("stat -c '%a %u:%g' /workspace").stdout.split()
+        assert st == ["1777", "0:0"], st
+        assert sb.run("touch mine && ls /workspace", user="1001:1001").exit_code == 0
+    finally:
+        pool.release(sb)
 
 
 def test_memory_held_where_no_clean_reaches_replaces_the_container(pool):

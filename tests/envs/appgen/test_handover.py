@@ -303,15 +303,31 @@ def test_a_helper_left_by_a_graded_project_zeroes_no_other_episode(env, task):
     assert honest(env, task) == 1.0
 
 
-def test_chmod_700_of_the_workspace_zeroes_no_other_episode(env, task):
+#: an agent's command: shut the grader's uid (1001) out of the workspace with an ACL
+ACL_1001 = r"""
+import os, struct
+def entry(tag, perm, uid):
+    return struct.pack("<HHI", tag, perm, uid & 0xFFFFFFFF)
+acl = struct.pack("<I", 2) + entry(1, 7, -1) + entry(2, 0, 1001) + entry(4, 5, -1)
+acl += entry(0x10, 5, -1) + entry(0x20, 5, -1)
+for path in ("/workspace", "/workspace/calc"):
+    try:
+        os.setxattr(path, "system.posix_acl_access", acl)
+    except OSError as e:
+        print(path, e.strerror)
+"""
+
+
+@pytest.mark.parametrize("close", ["chmod 700", "an ACL"])
+def test_a_workspace_closed_to_others_zeroes_no_other_episode(env, task, close: str):
     """The agent closes its workspace to every other uid, and its episode ends without a
     grading (abandoned: the env is reset), so the next holder of that workspace is not its
     own grading, which would find the workspace closed and score the attacker 0."""
     env.reset(seed=0)
-    obs, *_ = env.step(
-        "<run>chmod 700 /workspace; chmod 700 /workspace/calc; ls -ld /workspace</run>"
-    )
-    assert "drwx------" in obs[-1].content, obs[-1].content
+    if close == "chmod 700":
+        env.step("<run>chmod 700 /workspace; chmod 700 /workspace/calc</run>")
+    else:
+        env.step(writes({"acl.py": ACL_1001.encode()}) + "<run>python3 acl.py</run>")
     assert honest(env, task) == 1.0
     assert honest(env, task) == 1.0
 
