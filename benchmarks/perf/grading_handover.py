@@ -11,6 +11,11 @@ pays for its sandboxes, with the pools as the env uses them:
   ``episode_metrics["grade_seconds"]``);
 * ``episode_s``: the whole episode, wall clock.
 
+The env's pools are per limits (each task's ``command_timeout`` among them), so a task's
+first episode starts its pools' first containers: its figures are reported apart
+(``cold``); with ``--repeats 2`` or more the later rounds (``warm``) are what a training
+run pays once its pools are started, and the ratios are taken on them.
+
 With ``--baseline DIR`` (a checkout of another commit, e.g. ``git worktree add DIR
 <commit>``) the same episodes run in two long-lived processes, one importing this code and
 one the baseline's (so each keeps its pools warm, as a training run does), alternating
@@ -18,7 +23,8 @@ task by task and which goes first, so that load hits both alike. The baseline's
 ``agentgym`` is laid out from its ``pyproject.toml`` (``package-dir``) in a temporary
 directory of links. Every episode must score 1.0 (the reference), or the run fails.
 Ratios: ``grade_s_ratio``, ``setup_s_ratio``, ``episode_s_ratio`` = mean this code / mean
-baseline (above 1: this code is slower). Without a baseline, this code's figures alone.
+baseline over the warm rounds (the cold one with ``--repeats 1``; above 1: this code is
+slower). Without a baseline, this code's figures alone.
 
 Run: ``python -m agentgym.benchmarks.perf.grading_handover [--baseline DIR] [--tasks A B]
 [--repeats N]`` (needs ``scripts/ensure_docker.sh``).
@@ -148,8 +154,10 @@ def run(
         try:
             for i, name in enumerate(names * repeats):
                 for side in sides if i % 2 == 0 else sides[::-1]:
-                    rows[side.label].append(side.play(name))
-                    print(f"{side.label:>9} {name:<18} " + _fmt(rows[side.label][-1]), flush=True)
+                    row = side.play(name)
+                    row["round"] = i // len(names)
+                    rows[side.label].append(row)
+                    print(f"{side.label:>9} {name:<18} " + _fmt(row), flush=True)
         finally:
             for side in sides:
                 side.close()
@@ -164,21 +172,23 @@ def _fmt(row: dict[str, Any]) -> str:
 def _result(rows, sides, names, repeats, load) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     ratios: dict[str, float] = {}
+    kept = "warm" if repeats > 1 else "cold"
     for side in sides:
         key = "this" if side.label == "this code" else "baseline"
-        for fig in FIGURES:
-            values = [r[fig] for r in rows[side.label]]
-            figures[f"{key}/{fig}_mean"] = round(statistics.mean(values), 3)
-            figures[f"{key}/{fig}_total"] = round(sum(values), 1)
-        figures[f"{key}/first_setup_s"] = round(rows[side.label][0]["setup_s"], 3)
+        for part, chosen in (("cold", [0]), ("warm", range(1, repeats))):
+            picked = [r for r in rows[side.label] if r["round"] in chosen]
+            for fig in FIGURES if picked else ():
+                values = [r[fig] for r in picked]
+                figures[f"{key}/{part}/{fig}_mean"] = round(statistics.mean(values), 3)
+                figures[f"{key}/{part}/{fig}_total"] = round(sum(values), 1)
         figures[f"{key}/code"] = side.ready
     if len(sides) == 2:
         for fig in FIGURES:
             ratios[f"{fig}_ratio"] = round(
-                figures[f"this/{fig}_mean"] / figures[f"baseline/{fig}_mean"], 3
+                figures[f"this/{kept}/{fig}_mean"] / figures[f"baseline/{kept}/{fig}_mean"], 3
             )
     notes = (
-        f"{len(names)} tasks x {repeats}, Docker backend, reference solutions as one-reply "
+        f"ratios on the {kept} round(s); {len(names)} tasks x {repeats}, Docker backend, reference solutions as one-reply "
         f"episodes; {os.cpu_count()} CPUs, load average {load[0]:.1f} at the start and "
         f"{load[1]:.1f} at the end"
         + ("; interleaved with the baseline task by task" if len(sides) == 2 else "")
