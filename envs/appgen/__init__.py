@@ -3,7 +3,7 @@
 * :mod:`.taskset` loads task directories (spec, scaffold, visible and hidden tests,
   reference solution, ``task.toml``) and hashes them;
 * :mod:`.protocol` parses the agent's actions;
-* :mod:`.grading` runs the hidden tests in a fresh sandbox, defended against tampering;
+* :mod:`.grading` runs the hidden tests in a sandbox of their own, defended against tampering;
 * :mod:`.env` is the environment, :class:`AppGenEnv`;
 * :mod:`.authoring` writes a starter task, :mod:`.checktask` proves a task directory sound
   (``agentgym appgen new-task`` / ``check-task``).

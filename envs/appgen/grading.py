@@ -1,7 +1,8 @@
 """Grading an AppGen project: hidden tests that the code under test cannot subvert.
 
-:func:`grade` runs a task's hidden tests against the agent's project in a fresh sandbox
-and reads back per-test outcomes; the reward is the share of hidden test cases that pass.
+:func:`grade` runs a task's hidden tests against the agent's project in a sandbox of its
+own (AppGen's pool of gradings, which no agent ever holds: see
+:mod:`agentgym.envs.appgen.sandboxes`) and reads back per-test outcomes; the reward is the share of hidden test cases that pass.
 A policy optimised against the grader will look for any way to be told "passed", so the
 design rests on one rule: **no code the agent wrote runs in a process that records
 outcomes, holds the report secret, or can reach the hidden tests, and nothing it does can
@@ -13,15 +14,19 @@ The boundary (Docker backend), in the order a grading runs:
 1. The project's files and the spawner's modules are written as the sandbox user (uid
    1000, no capability).
 2. :data:`SEAL_USER` (root with the grader's group) writes the grader's modules, its ini
-   and the hidden tests (from its standard input) into a fresh directory of root's in
-   ``/tmp``: mode 0750, files 0640, group the grader's (:data:`SEAL`), and exits. Nothing
-   of the project has run yet, and nothing of the grading run is root afterwards.
+   and the hidden tests (from its standard input) into a fresh directory of root's:
+   mode 0750, files 0640, group the grader's (:data:`SEAL`), inside ``/tmp``'s
+   :data:`SEALED_PARENT` (0710), which the project cannot enter, so it cannot learn the
+   directory's name; then it exits. Nothing of the project has run yet, and nothing of the
+   grading run is root afterwards.
 3. The spawner starts, as the sandbox user: it imports its standard modules, compiles the
    project, then puts the project on its ``sys.path`` and forks one worker per test.
 4. The grader (:data:`GRADER_USER`, an unprivileged uid of its own: no capability, no
-   ``CAP_DAC_OVERRIDE``) gets the configuration and the report secret on its standard
-   input, checks that nothing on its ``sys.path`` can be written (the standard library's
-   directories are read-only, its own directory is root's and comes after them), imports
+   ``CAP_DAC_OVERRIDE``) makes itself non-dumpable (no process of its uid, such as its
+   browser, may then trace it or read its memory, yama or not), gets the configuration
+   and the report secret on its standard input, checks that nothing on its ``sys.path``
+   can be written (the standard library's directories are read-only, its own directory
+   is root's and comes after them), imports
    everything it will need, then runs pytest. It reads its files through its group and
    can write none of them; the project's processes (another uid) cannot read them,
    signal the grader, trace it or read its memory.
@@ -45,10 +50,14 @@ The boundary (Docker backend), in the order a grading runs:
 Limits: every test has a timeout (SIGALRM in the grader, and a deadline on every answer
 from the worker); the whole run has the task's ``grade_timeout``, and the grader stops
 starting tests shortly before it, so the outcomes so far are still reported. Workers have
-a CPU-time limit and an OOM score that makes the kernel kill them before the grader. A
+a CPU-time limit and an OOM score that makes the kernel kill them before the grader,
+pinned by a Landlock ruleset the spawner puts itself under (nothing under ``/proc``
+writable), so project code cannot set it back. A
 worker that crashes, exits, hangs or is killed fails only the test it served; the next
 test gets a fresh one, after every process the previous one left is killed. After
-grading, the sandbox's reset kills every process and removes every file of every user.
+grading, the sandbox's reset kills every process and removes every file and IPC object of
+every user, and replaces a container it cannot show back to idle. The hidden tests'
+helper modules are always the grader's copies (their names are never the project's).
 Only the project's own source and data files are copied (:func:`filter_project`); pytest
 runs with the grader's own ini, ``--noconftest``, no cache, importlib mode, plugin
 autoloading off. Only test cases the task expects (found statically) count.
@@ -69,6 +78,10 @@ What this does not defend against:
 * Kernel exploits and Docker escapes (see :mod:`agentgym.sandbox.docker.sandbox`).
 * A project that exhausts memory, processes or disk can make its own tests fail, or the
   grader's run fail (then every test counts as failed): never pass.
+* What a grading container's reset cannot clear (its counters of processes started and
+  memory used, the next pid: a few bits) a graded project could leave for the next
+  graded project in that container, never for an agent. Load, memory pressure and timing
+  of the shared host reach every container running at the same time.
 """
 
 from __future__ import annotations

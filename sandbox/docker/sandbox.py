@@ -7,7 +7,10 @@ Isolation (defaults, each configurable through :class:`~agentgym.sandbox.Sandbox
   bounding set keeps only ``CAP_DAC_OVERRIDE``, which only a command run as root by the
   host can hold; the sandbox user never does),
 * read-only root filesystem; the only writable places are size-bounded tmpfs mounts:
-  ``/workspace`` (the workspace), ``/tmp`` and Docker's ``/dev/shm``,
+  ``/workspace`` (the workspace) and ``/tmp`` (both root's and sticky, so no holder can
+  change their mount roots), and Docker's ``/dev/shm`` and ``/dev/mqueue``,
+* System V IPC of its own (``ipc_mode="private"``), with ``kernel.shm_rmid_forced=1``: a
+  shared-memory segment dies with the last process attached to it,
 * memory (swap included), CPU and pids limits from the container's cgroups,
 * commands run as a non-root user (``1000:1000``); the container's own processes (an init
   and an idle keeper) run as root, so nothing a command does can signal them and stop the
@@ -29,9 +32,12 @@ signal, trace or read the memory of each other (no ``CAP_KILL``, no ``CAP_SYS_PT
 and private files are protected by their modes, so one container can hold a grader and
 the code it grades. Root in the container is such a second user with one power more:
 ``CAP_DAC_OVERRIDE``, so it may read and change whatever the sandbox user wrote. A
-reset then cleans once per user that ran something: the sandbox user first (what it may
-remove), then each other user, and the last pass checks that nothing is left (else the
-container is replaced). :meth:`~agentgym.sandbox.Sandbox.start` runs a command detached.
+reset then cleans once per user that ran something: each other user first (what it may
+remove: its processes, files, IPC objects), then the sandbox user, whose pass checks
+that the container is back to its idle state: no process but its init and keeper, no
+file in the writable places, no System V IPC object, no more memory than an idle
+container holds (else the container is replaced; docs/sandbox.md has the table of what
+a holder can leave and what clears it). :meth:`~agentgym.sandbox.Sandbox.start` runs a command detached.
 
 A container that dies under a command (killed or removed from outside, the engine
 restarted) is not a command result: any failed exec is followed by a look at the
