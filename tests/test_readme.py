@@ -349,17 +349,22 @@ def _quickstart_folders() -> set[str]:
 
 
 def test_the_readme_commands_work_after_the_quickstart_too():
-    """After the quickstart its stages' folders hold runs: a README command that starts a
-    run there would be refused ("already holds a run"), so each README run command writes
-    a folder of its own, or continues the quickstart's with --resume-if-present."""
+    """After the quickstart its stages' folders hold runs: a README (or docs) command that
+    starts a run there would be refused ("already holds a run"), so each run command
+    writes a folder of its own, or continues the quickstart's with --resume-if-present."""
     taken = _quickstart_folders()
     assert taken == {"runs/quickstart/sft", "runs/quickstart/dapo"}
     clash = []
-    for lang, commands in readme_blocks((REPO / "README.md").read_text()):
-        for cmd in commands if lang == "bash" else ():
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    for lang, commands in (b for page in pages for b in readme_blocks(page.read_text())):
+        if lang not in ("bash", "text"):
+            continue
+        if lang == "text":  # an unmarked block: its command lines, as a shell block's
+            commands = shell_commands(commands[0].splitlines())
+        for cmd in commands:
             if not cmd.startswith(("agentgym train ", "agentgym sft ")) or "--print" in cmd:
                 continue
-            if _output_dir(cmd) in taken and "--resume-if-present" not in cmd:
+            if _output_dir(cmd) in taken and "--resume" not in cmd:  # or --resume-if-present
                 clash.append(cmd)
     assert not clash, clash
 
