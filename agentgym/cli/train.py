@@ -245,7 +245,7 @@ def _startup_checks(cfg: Any, args: argparse.Namespace) -> None:
 def _preflight(cfg: Any) -> None:
     """What every rank would find first, found once here before any process starts (a
     missing model, an unknown env or env argument): one message, no folder."""
-    from agentgym import env_arguments, resolve_env_id
+    from agentgym import UnknownNameError, env_arguments, resolve_env_id
     from agentgym.generation import check_model_folder
 
     if cfg.model.path:
@@ -255,8 +255,6 @@ def _preflight(cfg: Any) -> None:
         known = env_arguments(env_id)
         for name in spec.kwargs:
             if name not in known:
-                from agentgym import UnknownNameError
-
                 raise UnknownNameError(
                     f"argument for {env_id}",
                     name,
