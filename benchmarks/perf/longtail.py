@@ -285,6 +285,45 @@ def run(
     }
 
 
+#: the planner's 671B layout (``agentgym plan``), for :func:`planner_estimate`
+PLANNER_CONFIG = "configs/deepseek_v3_671b_48xh100.yaml"
+PLANNER_TAIL = "rollout tail (few sequences left)"
+
+
+def planner_estimate(config: str = PLANNER_CONFIG) -> dict[str, Any]:
+    """What the planner's time model (:mod:`agentgym.plan`) says T-PPO gains at scale.
+
+    All-sync DAPO: the planner's step for ``config``. T-PPO: the same config with
+    ``algorithm.name=tppo`` (a critic: one valuation pass and its own training pass per
+    mini-batch) and a window of a third of the response cap, its step without the
+    rollout tail (a pool of responses in flight keeps the batch full: every decode step
+    runs at full concurrency). Both train the same response tokens per step, so the ratio
+    of their step times is the ratio of trained tokens per second.
+    """
+    from agentgym import load_config
+    from agentgym.plan import PlanConfig, plan_inputs, step_spec, step_time
+
+    sync = step_time(step_spec(plan_inputs(load_config(PlanConfig, config))))
+    base = load_config(PlanConfig, config)
+    window = max(1, base.rollout.max_tokens // 3)
+    tppo_cfg = load_config(
+        PlanConfig, config, ["algorithm.name=tppo", f"rollout.truncate_window={window}"]
+    )
+    tppo = step_time(step_spec(plan_inputs(tppo_cfg)))
+    tail = tppo.idle.get(PLANNER_TAIL, 0.0)
+    tppo_s = tppo.seconds - tail
+    return {
+        "config": config,
+        "window": window,
+        "all_sync_step_s": round(sync.seconds, 1),
+        "all_sync_tail_s": round(sync.idle.get(PLANNER_TAIL, 0.0), 1),
+        "all_sync_env_s": round(sync.idle.get("env/reward", 0.0), 1),
+        "tppo_step_s": round(tppo_s, 1),
+        "tppo_critic_s": round(tppo.seconds - sync.seconds, 1),
+        "tppo_vs_dapo_trained_tokens_per_s": round(sync.seconds / tppo_s, 2),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="a smaller, faster workload")
@@ -301,7 +340,21 @@ def main(argv: list[str] | None = None) -> int:
         default="hf",
         help="the rollout engine of the three trainers (vllm: CUDA, or vLLM's CPU build)",
     )
+    p.add_argument(
+        "--planner",
+        action="store_true",
+        help="also print the planner's T-PPO estimate for the 671B layout",
+    )
     args = p.parse_args(argv)
+    if args.planner:
+        est = planner_estimate()
+        print(
+            f"planner ({est['config']}): all-sync step {est['all_sync_step_s']} s (rollout "
+            f"tail {est['all_sync_tail_s']} s, env {est['all_sync_env_s']} s); T-PPO (window "
+            f"{est['window']}) {est['tppo_step_s']} s (critic +{est['tppo_critic_s']} s, no "
+            f"tail): {est['tppo_vs_dapo_trained_tokens_per_s']}x all-sync DAPO's trained "
+            "tokens/s"
+        )
     out = run(
         quick=args.quick,
         measured_steps=args.steps,
