@@ -14,6 +14,9 @@ import pytest
 # Passive waiting sleeps instead, as scripts/quickstart.sh does; set OMP_WAIT_POLICY to
 # choose otherwise. Set here, before anything imports torch; every child inherits it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# every key a test's training run writes must be in trainers/metric_keys.py's table
+# (docs/metrics.md); the runs the tests start in other processes inherit it
+os.environ.setdefault("AGENTGYM_STRICT_METRICS", "1")
 
 
 def pytest_collection_modifyitems(config, items):

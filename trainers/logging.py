@@ -57,14 +57,21 @@ class JsonlWriter:
 
     ``enabled=False`` makes every call a no-op (ranks other than 0 of a sharded run).
     Trackers attached with :meth:`attach` get every row too (the file's stem, e.g.
-    ``metrics`` or ``timeline``, says what the row is).
+    ``metrics`` or ``timeline``, says what the row is). ``check``: called on every row
+    before it is written (the metrics log's key table, under ``AGENTGYM_STRICT_METRICS``).
     """
 
     def __init__(
-        self, path: str | Path, *, truncate_after_step: int | None = None, enabled: bool = True
+        self,
+        path: str | Path,
+        *,
+        truncate_after_step: int | None = None,
+        enabled: bool = True,
+        check: Any = None,
     ) -> None:
         self.path = Path(path)
         self.enabled = enabled
+        self.check = check
         self.trackers: Any = None
         if not enabled:
             return
@@ -83,6 +90,8 @@ class JsonlWriter:
     def write(self, row: Mapping[str, Any]) -> None:
         if not self.enabled:
             return
+        if self.check is not None:
+            self.check(row)
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps({k: _clean(v) for k, v in row.items()}) + "\n")
         if self.trackers is not None:

@@ -92,6 +92,7 @@ from agentgym.trainers.logging import (
     start_tracking,
     write_summary,
 )
+from agentgym.trainers.metric_keys import check_row
 from agentgym.trainers.model_setup import build_policy_model
 from agentgym.trainers.rollout_phase import RolloutPhase
 from agentgym.trainers.runtime import setup_torch
@@ -281,8 +282,12 @@ class DAPOTrainer:
         dropped: they are redone), its config.yaml, TensorBoard / W&B (rank 0 writes)."""
         cfg = self.cfg
         main, after = self.dist.is_main, self.step if resume else -1  # rows after: redone
+        strict = os.environ.get("AGENTGYM_STRICT_METRICS") == "1"  # every key in the table
         self.metrics_log = JsonlWriter(
-            self.out / "metrics.jsonl", truncate_after_step=after, enabled=main
+            self.out / "metrics.jsonl",
+            truncate_after_step=after,
+            enabled=main,
+            check=check_row if strict else None,
         )
         self.timeline_log = JsonlWriter(
             self.out / "timeline.jsonl", truncate_after_step=after, enabled=main
