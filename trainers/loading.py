@@ -7,14 +7,15 @@ parallelize, allocate, load each rank's part):
 1. :func:`meta_model_and_tokenizer`: the architecture from ``config.json`` on the meta
    device (no memory), its floating parameters given ``model.dtype``; the non-persistent
    buffers (rotary frequencies) recomputed on the host by the model's own init rule;
-2. :func:`~.models.apply_lora_on_meta`: peft's LoRA, drawn exactly as on a loaded base (the same
-   seed gives the same adapter), while the base stays on meta;
+2. :func:`~.models.apply_lora_on_meta`: peft's LoRA on the meta device too, with a record
+   of how peft draws its values (:mod:`.lora_draws`);
 3. the mesh learner cuts its stage, its experts and its tensor-parallel slices and
    shards with FSDP2, all on meta, then :func:`load_rank_share` allocates what the rank
    keeps (``to_empty``) and reads it from the checkpoint (:mod:`.hf_reader`): each
    DTensor's local box (``compute_local_shape_and_global_offset``), each expert share's
-   experts, straight in the target dtype. Nothing else is read; no rank ever holds a
-   whole copy.
+   experts, straight in the target dtype; the adapter's share gets the values one process
+   draws with the same seed (replayed from the seed, rows outside the share skipped).
+   Nothing else is read or drawn; no rank ever holds a whole copy of either.
 
 The state-dict adapter (checkpoint names -> the model's): transformers 5 holds a MoE
 layer's routed experts fused (``experts.gate_up_proj: [E, 2I, H]``,
@@ -275,29 +276,42 @@ def load_rank_share(
     source: CheckpointSource,
     expert_offsets: dict[str, int],
     *,
+    expert_adapters: dict[str, tuple[str, int, int]] | None = None,
     reader: CheckpointReader | None = None,
 ) -> CheckpointReader:
-    """Allocate this rank's tensors of the split, meta-built ``model`` and read them.
+    """Allocate this rank's tensors of the split, meta-built ``model`` and read them; a
+    meta adapter (:func:`~.models.apply_lora_on_meta`) gets its share's first values
+    (:class:`~.lora_draws.AdapterDraws`).
 
     Args:
         model: the training model, parallelized (DTensors, expert shares, its stage).
         source: the checkpoint and how to read it.
         expert_offsets: name -> global index of the first expert a stack parameter holds.
+        expert_adapters: name -> (``lora_A`` / ``lora_B``, first expert, experts in all)
+            of the adapter tensors holding a share of the experts.
         reader: reuse this reader (its byte count goes on).
 
     Returns:
         The reader (``bytes_read``: what this rank read).
     """
+    from agentgym.trainers.lora_draws import DRAWS_ATTR
+
     reader = reader or CheckpointReader(source.path)
     kept_fp8 = {id(p) for p in quantized_expert_params(model, source)}
     fp8 = {n for n, p in model.named_parameters() if id(p) in kept_fp8}  # by name: to_empty
     have = _allocate(model, source.device)
     loader = ShareLoader(reader, source, expert_offsets)
     owners = {n: m for n, m in model.named_modules()}
+    draws = getattr(model, DRAWS_ATTR, None)
+    drawn: list[tuple[str, torch.Tensor, list[tuple[int, int]]]] = []
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name in have:
                 continue  # the adapter (and a critic's head): made with their values
+            if draws is not None and name in draws.final:
+                local, box = _local_box(p.data)
+                drawn.append((name, local, _adapter_box(name, box, draws, expert_adapters)))
+                continue
             if name in fp8:
                 module_name, _, leaf = name.rpartition(".")
                 if hasattr(p, "device_mesh"):
@@ -320,8 +334,30 @@ def load_rank_share(
                 if full in have:
                     continue
                 loader.tensor(full, b, [(0, n) for n in b.shape])
+    if drawn:
+        draws.fill(drawn)
     reader.close()
     return reader
+
+
+def _adapter_box(
+    name: str,
+    box: list[tuple[int, int]],
+    draws: Any,
+    expert_adapters: dict[str, tuple[str, int, int]] | None,
+) -> list[tuple[int, int]]:
+    """A local adapter tensor's box in the whole tensor peft drew: an expert share's
+    ``lora_A`` rows start at its first expert's (``r`` rows per expert)."""
+    kind, first, total = (expert_adapters or {}).get(name, ("", 0, 0))
+    if not kind:
+        return box
+    whole = draws.shapes[name][0]
+    if kind == "lora_B":  # experts are its fastest column index: a share is no box
+        if draws.final[name] is not None:
+            raise ConfigError(f"{name}: an expert share of a drawn lora_B is not one box.")
+        return box
+    rows = whole[0] // total * first
+    return [(box[0][0] + rows, box[0][1] + rows), *box[1:]]
 
 
 def release_meta(model: nn.Module, source: CheckpointSource) -> None:

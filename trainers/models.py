@@ -17,8 +17,7 @@ Presets, loading a local folder and adapter state are the generation layer's
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -148,41 +147,16 @@ def apply_lora(model: nn.Module, lora: LoraSettings, *, seed: int = 0) -> Any:
     return peft_model
 
 
-@contextlib.contextmanager
-def _host_placeholders(model: nn.Module, device: torch.device) -> Iterator[None]:
-    """Meta parameters swapped for zero-stride placeholders on ``device`` (one element of
-    memory each) while the block runs, then back: peft sees real tensors, so it draws and
-    keeps the adapter's values, while the base is never allocated."""
-    swapped: list[tuple[nn.Module, str, nn.Parameter, nn.Parameter]] = []
-    made: dict[int, nn.Parameter] = {}
-    for module in model.modules():
-        for name, p in list(module._parameters.items()):
-            if p is None or not p.is_meta:
-                continue
-            if id(p) not in made:
-                stub = torch.zeros((), dtype=p.dtype, device=device).expand(p.shape)
-                made[id(p)] = nn.Parameter(stub, requires_grad=p.requires_grad)
-            module._parameters[name] = made[id(p)]
-            swapped.append((module, name, p, made[id(p)]))
-    try:
-        yield
-    finally:
-        for module, name, meta, stub in swapped:
-            if module._parameters.get(name) is stub:  # peft wraps modules, keeps weights
-                meta.requires_grad_(stub.requires_grad)
-                module._parameters[name] = meta
-        left = [n for n, p in model.named_parameters() if id(p) in {id(s) for s in made.values()}]
-        if left:
-            raise ConfigError(f"LoRA on a meta-built model left placeholders in {left[:3]}.")
+def apply_lora_on_meta(model: nn.Module, lora: LoraSettings, *, seed: int) -> Any:
+    """:func:`apply_lora` on a meta-built base (:mod:`.loading`), the adapter on the meta
+    device too: nothing is drawn or allocated here. The model carries how peft drew its
+    adapter (:class:`~.lora_draws.AdapterDraws`, under ``DRAWS_ATTR``), so that each rank
+    draws the values of the share it keeps when its share is allocated: the values a
+    loaded base gets with the same seed."""
+    from agentgym.trainers.lora_draws import DRAWS_ATTR, record_draws
 
-
-def apply_lora_on_meta(
-    model: nn.Module, lora: LoraSettings, *, seed: int, device: torch.device
-) -> Any:
-    """:func:`apply_lora` on a meta-built base (:mod:`.loading`): the adapter is made on
-    ``device`` with the values a loaded base would get (same seed, same order)."""
-    with _host_placeholders(model, device):
-        peft_model = apply_lora(model, lora, seed=seed)
+    peft_model, draws = record_draws(model, lambda m: apply_lora(m, lora, seed=seed), seed=seed)
+    setattr(peft_model, DRAWS_ATTR, draws)
     return peft_model
 
 
@@ -314,9 +288,8 @@ def build_on_meta(
     device = resolve_device(cfg.device, backend)
     dtype = resolve_dtype(cfg.dtype, device)
     source = CheckpointSource(str(cfg.path), dtype, device, keep_fp8_experts=cfg.quantize == "fp8")
-    if lora is not None:  # on the host: moved with the rank's share (to_empty), so a GPU
-        # never holds the whole adapter (twice: the generation model's and its copy)
-        model = apply_lora_on_meta(model, lora, seed=lora_seed, device=torch.device("cpu"))
+    if lora is not None:  # on meta: each rank draws its share's values when it allocates it
+        model = apply_lora_on_meta(model, lora, seed=lora_seed)
     if mesh:
         setattr(model, SOURCE_ATTR, source)
         return model, tokenizer

@@ -129,7 +129,7 @@ def main() -> None:
     torch.set_num_threads(1)
     info = start_distributed(DistributedConfig(strategy="fsdp2", **args.sizes), lora=True)
     warm, _ = meta_model_and_tokenizer(args.ckpt)  # imports, lazy modules: off the count
-    apply_lora_on_meta(warm, LoraSettings(**LORA), seed=0, device=torch.device("cpu"))
+    apply_lora_on_meta(warm, LoraSettings(**LORA), seed=0)
     for name in ("torch.distributed.fsdp", "torch.distributed.tensor.parallel"):
         importlib.import_module(name)
     del warm

@@ -5,7 +5,8 @@ micro-batching, same metrics) whose model is split over the mesh of
 ``distributed: {dp_shard, tp, ep, pp}``:
 
 1. the unsplit peft model the loop built stays the *generation model* (the HF engine's);
-   a copy becomes the *training model* and the generation model's tensors are freed;
+   its module tree, copied with every tensor moved into the copy (no weight held twice),
+   becomes the *training model*, and the generation model keeps empty parameters;
 2. the training model is cut to this rank's pipeline stage (:mod:`.pipeline`), its
    routed experts split over the expert group (:mod:`.experts`), its attention, MLPs and
    embedding/head split over ``tp`` (:mod:`.tensor_parallel`), and what remains sharded
@@ -92,6 +93,18 @@ class _Renamed(Mapping[str, torch.Tensor]):
         return len(self.rename)
 
 
+def _training_copy(gen: nn.Module) -> nn.Module:
+    """The training model: ``gen``'s module tree copied with its parameters *moved* (the
+    copy's parameters hold ``gen``'s tensors, which ``gen`` then gives up), so no weight is
+    ever held twice; a quantized frozen base is shared (the generation model keeps it
+    whole, the training model keeps its share). Buffers are copied (small)."""
+    memo: dict[int, Any] = {}
+    for p in gen.parameters():
+        if id(p) not in memo:
+            memo[id(p)] = p if is_quantized(p) else nn.Parameter(p.data, p.requires_grad)
+    return copy.deepcopy(gen, memo)
+
+
 class ParallelLearner(Learner):
     """The learner under ``distributed.strategy: fsdp2`` with a mesh (module docstring).
 
@@ -150,7 +163,7 @@ class ParallelLearner(Learner):
         coords = self.pmesh.coords
         shapes = {n: (p.shape, p.dtype) for n, p in gen.named_parameters()}
         self.gen_model = gen
-        self.model = copy.deepcopy(gen)  # of a meta-built model (model.path): the adapter
+        self.model = _training_copy(gen)  # gen's tensors moved into it: no byte copied
         source = source_of(gen)
         if source is not None:  # the generation model: gathered at each rollout
             release_meta(gen, source)
@@ -186,7 +199,10 @@ class ParallelLearner(Learner):
         self._apply_fsdp(lm, layers)
         if source is not None:  # allocate and read this rank's share (no whole copy)
             offsets = {n: s.offset for n, (kind, s) in experts.items() if kind == "base"}
-            load_rank_share(self.model, source, offsets)
+            adapters = {
+                n: (kind, s.offset, s.total) for n, (kind, s) in experts.items() if kind != "base"
+            }
+            load_rank_share(self.model, source, offsets, expert_adapters=adapters)
         self.params = ParamMap(self.model, shapes, self.pmesh, num_layers, experts, group)
         self.runner = (
             PipelineRunner(
