@@ -43,6 +43,7 @@ _LAZY = {
     "RolloutConfig": "agentgym.trainers.config",
     "Learner": "agentgym.trainers.learner",
     "engine_placement": "agentgym.trainers.engine_check",
+    "refuse_unservable": "agentgym.trainers.engine_check",
     "env_corpus": "agentgym.trainers.env_setup",
     "env_kwargs": "agentgym.trainers.env_setup",
     "evaluate_async": "agentgym.trainers.evaluation",

@@ -31,24 +31,34 @@ from agentgym.generation import PRESETS, EngineLayout, engine_layout
 from agentgym.trainers.parallel.layout import Layout
 
 
-def model_shape(model: Any) -> tuple[int | None, int]:
-    """``(decoder layers, routed experts)`` of a ``model`` config section, from its
-    ``architecture``, its ``path``'s ``config.json`` or its preset (None layers when none
-    says; 0 experts for a dense model)."""
-    config: dict[str, Any] = {}
+def model_config(model: Any) -> dict[str, Any]:
+    """The ``config.json`` fields of a ``model`` config section, as far as they are known
+    without the weights: its ``path``'s ``config.json``, its ``architecture`` or its
+    preset (empty when none says)."""
     if getattr(model, "path", None) and (Path(model.path) / "config.json").is_file():
-        config = json.loads((Path(model.path) / "config.json").read_text(encoding="utf-8"))
-    elif getattr(model, "architecture", None):
-        config = dict(model.architecture)
-    elif getattr(model, "preset", None) in PRESETS:
+        return json.loads((Path(model.path) / "config.json").read_text(encoding="utf-8"))
+    if getattr(model, "architecture", None):
+        return dict(model.architecture)
+    if getattr(model, "preset", None) in PRESETS:
         config = {**PRESETS[model.preset], **dict(model.preset_overrides or {})}
+        if model.preset == "tiny-deepseek-v3":
+            config.setdefault("model_type", "deepseek_v3")
+        return config
+    return {}
+
+
+def model_shape(model: Any) -> tuple[int | None, int]:
+    """``(decoder layers, routed experts)`` of a ``model`` config section
+    (:func:`model_config`; None layers when unknown, 0 experts for a dense model)."""
+    config = model_config(model)
     layers = config.get("num_hidden_layers")
     experts = config.get("n_routed_experts") or config.get("num_local_experts") or 0
     return (int(layers) if layers else None), int(experts)
 
 
 def engine_placement(cfg: Any, world_size: int) -> list[str]:
-    """The engine's layout against the trainer's, as lines to print.
+    """The engine's layout against the trainer's, as lines to print (what this machine's
+    vLLM can serve is :func:`refuse_unservable`'s).
 
     Raises:
         ConfigError: the engine's ``tp x pp`` does not divide the ranks, or its stages
@@ -69,7 +79,9 @@ def engine_placement(cfg: Any, world_size: int) -> list[str]:
         lines.append(f"stages: engine stage s = trainer stage s on every rank ({split} layers)")
     if experts and mesh.expert_split > 1 and engine.expert_parallel:
         moved = [
-            r for r in range(world_size) if engine.experts_of(r, experts) != mesh.experts_of(r, experts)
+            r
+            for r in range(world_size)
+            if engine.experts_of(r, experts) != mesh.experts_of(r, experts)
         ]
         lines.append(
             "experts: each engine worker serves the experts its rank trains (none travel at a sync)"
@@ -100,3 +112,23 @@ def _check_stages(engine: EngineLayout, mesh: Layout) -> None:
                 f"{per_stage} ranks: set rollout.engine_options.tensor_parallel_size="
                 f"{per_stage} (one engine replica of pp {mesh.pp} x tp {per_stage})."
             )
+
+
+def refuse_unservable(cfg: Any) -> None:
+    """Raise before any process starts what every rank's vLLM would raise: vLLM not
+    installed, or a model it cannot serve on this platform (MLA's head sizes, LoRA on a
+    mixture-of-experts model on its CPU build: :func:`~agentgym.generation.vllm_refusal`).
+    """
+    from agentgym.generation import import_vllm, vllm_refusal
+
+    if cfg.rollout.engine != "vllm":
+        return
+    import_vllm()
+    config = model_config(cfg.model)
+    if not config:
+        return
+    from vllm.platforms import current_platform
+
+    why = vllm_refusal(config, cpu=current_platform.is_cpu(), lora=cfg.lora.enabled)
+    if why is not None:
+        raise ConfigError(why)

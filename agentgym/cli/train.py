@@ -230,13 +230,22 @@ def _world_size(cfg: Any, args: argparse.Namespace) -> int:
 
 def _startup_checks(cfg: Any, args: argparse.Namespace) -> None:
     """What a launch checks before any process loads the model: the collective timeout
-    against the planner's rollout estimate, and the rollout engine's place on the ranks
-    against the trainer's (its lines on stderr; a mismatch raises)."""
+    against the planner's rollout estimate, the rollout engine's place on the ranks
+    against the trainer's (its lines on stderr; a mismatch raises), and whether this
+    machine's vLLM serves the model (``--print-config``, which validates a config for
+    another machine, only says so)."""
+    from agentgym import ConfigError
     from agentgym.plan import check_collective_timeout
-    from agentgym.trainers import engine_placement, under_torchrun
+    from agentgym.trainers import engine_placement, refuse_unservable, under_torchrun
 
     check_collective_timeout(cfg)
     lines = engine_placement(cfg, _world_size(cfg, args))
+    try:
+        refuse_unservable(cfg)
+    except ConfigError as e:
+        if not args.print_config:
+            raise
+        lines.append(f"not on this machine: {e}")
     if lines and not under_torchrun():
         for line in lines:
             print(f"[agentgym train] {line}", file=sys.stderr)

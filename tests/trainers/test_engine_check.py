@@ -51,3 +51,25 @@ def test_a_layout_that_cannot_work_is_refused_with_what_to_set(overrides, messag
 
 def test_the_hf_engine_has_nothing_to_place():
     assert engine_placement(_cfg("rollout.engine=hf", "rollout.engine_options={}"), 48) == []
+
+
+def test_what_this_machines_vllm_cannot_serve_is_refused_before_any_process_starts(tmp_path):
+    """The 671B launch on vLLM's CPU build: refused by the launcher with the reason,
+    before a process or a run folder exists; --print-config only says so."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("vllm")
+    out = tmp_path / "run"
+    base = [sys.executable, "-m", "agentgym", "train", str(CONFIG), f"run.output_dir={out}"]
+    launch = subprocess.run(
+        [*base, "--nproc", "8", "--nnodes", "6", "--master-addr", "127.0.0.1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert launch.returncode == 2, launch.stderr[-2000:]
+    assert "cannot serve LoRA on a mixture-of-experts model" in launch.stderr
+    assert "Traceback" not in launch.stderr and not out.exists()
+    shown = subprocess.run([*base, "--print-config"], capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0 and "not on this machine: vLLM's CPU build" in shown.stderr
