@@ -269,13 +269,20 @@ class DAPOTrainer:
             }
         )
         self.step = int(state["step"])
-        self.rollouts.load_state_dict(state)
-        if isinstance(self.steps, TruncatedSteps):  # the responses in flight
-            self.steps.load_state_dict(state)
-        self.rollouts.quarantined.update(
+        for part in self._parts():
+            part.load_state_dict(state)
+        # tasks that failed after the checkpoint was written are in the run folder's record
+        self.rollouts.tasks.quarantine(
             failures.read_quarantine(self.out / failures.QUARANTINE_FILE)
         )
         return ckpt
+
+    def _parts(self) -> tuple[Any, ...]:
+        """What a checkpoint keeps besides the learner's tensors, each part saving and
+        restoring itself (``state_dict`` / ``load_state_dict``, JSON-ready): the task
+        stream with its quarantine (:class:`~.rollout_phase.RolloutPhase`) and the step
+        kind (T-PPO: its responses in flight; DAPO's: nothing)."""
+        return (self.rollouts, self.steps)
 
     def _open_logs(self, resume: bool) -> None:
         """The run's JSONL logs (on resume, the rows after the checkpoint's step are
@@ -533,9 +540,9 @@ class DAPOTrainer:
         """A checkpoint of this step: the learner's state (adapter, critic, optimizer),
         the task stream, T-PPO's responses in flight (a collective: all ranks call it)."""
         learner = self.learner.state_dict()
-        trainer_state = {**self.rollouts.state_dict(), "updates": learner["updates"]}
-        if isinstance(self.steps, TruncatedSteps):
-            trainer_state |= self.steps.state_dict()  # T-PPO's pool
+        trainer_state = {"updates": learner["updates"]}
+        for part in self._parts():
+            trainer_state |= part.state_dict()
         critic = learner["critic"]
         return save_checkpoint(
             self.ckpt_dir,

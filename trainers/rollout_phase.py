@@ -19,7 +19,7 @@ import asyncio
 import json
 import random
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +88,7 @@ class Collected:
         failed: episodes that could not be scored (infrastructure failures, after
             ``rollout.episode_retries``); their groups are dropped and their tasks
             quarantined.
+        batches: the requests of each engine batch (HF) or step's arrivals (vLLM).
         rounds: generation rounds run.
         groups_seen / groups_dropped: groups played, and those dropped as all-equal.
         groups_failed: groups dropped because an episode of theirs failed.
@@ -96,6 +97,7 @@ class Collected:
 
     kept: list[Group] = field(default_factory=list)
     episodes: list[Episode] = field(default_factory=list)
+    batches: list[int] = field(default_factory=list)
     failed: list[Episode] = field(default_factory=list)
     rounds: int = 0
     groups_seen: int = 0
@@ -129,16 +131,24 @@ class TaskStream:
         self.quarantined: set[tuple[str, int]] = set()
 
     def state_dict(self) -> dict[str, Any]:
-        """The stream's position, JSON-ready (for a checkpoint)."""
+        """The stream's position and its quarantined tasks, JSON-ready (for a checkpoint)."""
         return {
             "next_seed": self.next_seed,
             "task_rng": json.loads(json.dumps(self.rng.getstate())),
+            "quarantined": sorted([env, seed] for env, seed in self.quarantined),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue the stream where :meth:`state_dict` left it."""
         self.next_seed = int(state["next_seed"])
         self.rng.setstate(_as_tuples(state["task_rng"]))
+        self.quarantine(state.get("quarantined", []))
+
+    def quarantine(self, tasks: Iterable[tuple[str, int]]) -> None:
+        """Never draw these tasks (env id, seed) again: their episodes failed. The one
+        place the quarantine grows (a failed group, T-PPO's failed episodes, the run
+        folder's ``quarantine.jsonl`` on resume)."""
+        self.quarantined.update((str(env), int(seed)) for env, seed in tasks)
 
     def draw(self, n: int) -> dict[int, list[int]]:
         """``n`` fresh training tasks: env index -> reset seeds (env chosen by weight)."""
@@ -205,6 +215,10 @@ class RolloutPhase:
         """Continue the task stream where :meth:`state_dict` left it."""
         self.tasks.load_state_dict(state)
 
+    def quarantine(self, episodes: Iterable[Episode]) -> None:
+        """Never draw these episodes' tasks again (:meth:`TaskStream.quarantine`)."""
+        self.tasks.quarantine((ep.env_id, int(ep.seed or 0)) for ep in episodes)
+
     def draw_tasks(self, n: int) -> dict[int, list[int]]:
         """``n`` fresh training tasks (see :meth:`TaskStream.draw`)."""
         return self.tasks.draw(n)
@@ -215,6 +229,7 @@ class RolloutPhase:
         (or ``max_generation_rounds`` ran); ``policy`` is the engine's batching policy."""
         cfg, algo, r = self.cfg, self.cfg.algorithm, self.cfg.rollout
         out = Collected()
+        before = len(policy.batch_sizes)
         per_round = r.tasks_per_round or r.batch_tasks
         while len(out.kept) < r.batch_tasks and out.rounds < algo.max_generation_rounds:
             need = r.batch_tasks - len(out.kept)
@@ -229,7 +244,7 @@ class RolloutPhase:
             for g in groups:
                 if any(e.failed for e in g):  # an unscored sample: the group means nothing
                     out.groups_failed += 1
-                    self.tasks.quarantined.add((g[0].env_id, int(g[0].seed or 0)))
+                    self.quarantine(g[:1])
                     continue
                 gid = torch.zeros(len(g), dtype=torch.long)
                 rewards = shaped_rewards(g, gid, cfg)
@@ -241,6 +256,7 @@ class RolloutPhase:
                 break
         out.capped = len(out.kept) < r.batch_tasks
         out.kept = out.kept[: r.batch_tasks]
+        out.batches = list(policy.batch_sizes[before:])
         return out
 
     def _sampling(self, step: int, round_index: int) -> SamplingParams:

@@ -8,6 +8,8 @@ A :class:`StepKind` fills three of the step's phases and names its charts::
     score(rollout) -> Scored        rewards, advantages, the samples to train
     train(scored) -> metrics        the learner's update(s) (:mod:`.update`)
     metrics(rollout, scored, trained) -> the step's row (without the timeline's figures)
+    state_dict() / load_state_dict() what of it a checkpoint keeps (T-PPO: its responses
+                                    in flight; DAPO's: nothing)
 
 :class:`GroupSteps` is DAPO's, and PPO's, VAPO's and A*PO's: groups of ``G`` episodes
 per task, dynamic sampling, group advantages (or the critic's GAE, computed inside the
@@ -61,6 +63,8 @@ class StepKind(Protocol):
     def score(self, rollout: Any) -> Scored: ...
     def train(self, scored: Scored) -> dict[str, float]: ...
     def metrics(self, rollout: Any, scored: Scored, trained: dict[str, float]) -> dict: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
     def close(self) -> None: ...
 
 
@@ -101,12 +105,10 @@ class GroupSteps:
     ) -> None:
         self.cfg, self.rollouts, self.policy, self.learner = cfg, rollouts, policy, learner
         self.tokenizer, self.apo_values, self.say = tokenizer, apo_values, say
-        self._batches_before = 0
         self._capped_steps = 0  # steps whose dynamic sampling ran out of rounds
 
     def rollout(self, step: int) -> Collected:
         """Rounds of generation until ``batch_tasks`` informative groups (or the cap)."""
-        self._batches_before = len(self.policy.batch_sizes)
         got = self.rollouts.collect(self.policy, step)
         algo = self.cfg.algorithm
         if got.capped and algo.dynamic_sampling:
@@ -210,11 +212,18 @@ class GroupSteps:
         m["charts/update_skipped"] = int(scored.skip)
         m["charts/masked_episodes"] = scored.masked
         m.update(kind_counts(scored.samples))  # act vs summary turns and tokens trained
-        sizes = self.policy.batch_sizes[self._batches_before :]
+        sizes = got.batches
         m["charts/engine_batches"] = len(sizes)
         m["charts/engine_batch_mean"] = float(np.mean(sizes)) if sizes else 0.0
         m.update(trained)
         return m
+
+    def state_dict(self) -> dict[str, Any]:
+        """Nothing of its own outlives a step (the task stream is the rollouts')."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Nothing to restore (see :meth:`state_dict`)."""
 
     def close(self) -> None:
         """Nothing of its own: the trainer closes the rollouts and the policy."""

@@ -186,8 +186,7 @@ class TruncatedSteps:
         tasks of episodes that failed after their retries are quarantined."""
         done, groups = self.pool.exchange(self.pool.advance(step))
         got = WindowRollout(done, groups)
-        for ep in got.failed:
-            self.rollouts.quarantined.add((ep.env_id, int(ep.seed or 0)))
+        self.rollouts.quarantine(got.failed)
         return got
 
     def score(self, got: WindowRollout) -> WindowScored:
