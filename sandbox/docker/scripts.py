@@ -117,8 +117,8 @@ _VERIFY = f"""verify() {{
       s=${{s##*) }}; set -- $s; [ "$1" = Z ] || [ "$1" = X ] || {{ left=$p; break; }}
     done
     [ -z "$left" ] && break
-    n=$((n+1)); [ $n -gt 100 ] && fail "process $left is left"
-    sleep 0.05
+    n=$((n+1)); [ $n -gt 300 ] && fail "process $left is left"
+    [ $n -gt 50 ] && sleep 0.02  # a killed process exits within a walk or two, mostly
   done
   for f in {_SYSVIPC}; do
     i=0; while read -r line; do i=$((i+1)); done < "$f"
