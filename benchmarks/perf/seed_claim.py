@@ -14,8 +14,8 @@ Arms: {context format} x {algorithm}, every one from the same warm start:
 * formats: ``summary`` (a memory summary after every part; each conversation holds the
   task, the memory and one part), ``long`` (one conversation holds every part, every
   reply and the question: ``memory: false``, no truncation) and ``window`` (the long
-  context cut to the summary arm's per-conversation token budget, ``context_window``:
-  the task line stays, the oldest parts and replies fall out);
+  context cut to the summary arm's working context, ``context_window``: the task line
+  stays, the oldest parts and replies fall out);
 * algorithms: ``dapo`` (clip-higher 0.2/0.28, dynamic sampling, token-mean loss,
   DAPO's soft overlong punishment) and ``grpo`` (``algorithm.name: grpo``, as
   DeepSeekMath published it: symmetric clip 0.2, each sequence's token mean averaged
@@ -120,21 +120,14 @@ SMOKE = Settings(
 
 # ----------------------------------------------------------------------------- configs
 def format_envs(fmt: str) -> list[dict[str, Any]]:
-    """The ``envs`` section of one format: the summary config's env, with its memory
-    switched off (``long``), and cut to the memory's token budget (``window``)."""
+    """The ``envs`` section of one format: seedclaim_sft.yaml's env of that format (its
+    envs are the formats, in :data:`FORMATS`' order)."""
     import yaml
 
-    (env,) = yaml.safe_load(RL_CONFIG.read_text())["envs"]
-    kwargs = dict(env["kwargs"])
-    if fmt == "summary":
-        return [{"id": env["id"], "kwargs": kwargs}]
-    budget = int(kwargs["memory"]["token_budget"])
-    kwargs["memory"] = False
-    if fmt == "window":
-        kwargs["context_window"] = budget
-    elif fmt != "long":
+    if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; one of {FORMATS}")
-    return [{"id": env["id"], "kwargs": kwargs}]
+    env = yaml.safe_load(SFT_CONFIG.read_text())["envs"][FORMATS.index(fmt)]
+    return [{"id": env["id"], "kwargs": env["kwargs"]}]
 
 
 def warm_start(out: Path, seed: int, s: Settings) -> Path:
@@ -289,6 +282,11 @@ def mean_curve(runs: Sequence[dict[str, Any]], key: str) -> list[dict[str, float
     return out
 
 
+def generated_by(run: dict[str, Any], step: int) -> float:
+    """Tokens the run's policy generated in training up to and including ``step``."""
+    return sum(x["generated_tokens"] for x in run["steps"] if x["step"] <= step)
+
+
 def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Per arm, over its seeds: final recall, steps to the reference arm's and the
     baseline's final recall (seed-mean curves), stability, cost per step."""
@@ -374,8 +372,8 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> Path:
                 xs, [p["lo"] for p in c], [p["hi"] for p in c], color=colors[fmt], alpha=0.12
             )
         c = mean_curve(runs, "sampled")
-        per_step = statistics.mean(x["generated_tokens"] for r in runs for x in r["steps"])
-        axes[2].plot([p["step"] * per_step / 1e3 for p in c], [p["sampled"] for p in c], **kw)
+        spent = [statistics.mean(generated_by(r, p["step"]) for r in runs) for p in c]
+        axes[2].plot([x / 1e3 for x in spent], [p["sampled"] for p in c], **kw)
     titles = (
         "held-out recall, sampled (T=1)",
         "held-out recall, greedy",
@@ -388,7 +386,7 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> Path:
         ax.grid(alpha=0.3)
     axes[0].set_xlabel("training step")
     axes[1].set_xlabel("training step")
-    axes[2].set_xlabel("thousand tokens generated (mean per step x steps)")
+    axes[2].set_xlabel("thousand tokens generated in training (seed mean)")
     axes[0].legend(fontsize=8)
     n = len(next(iter(results.values())))
     fig.suptitle(
