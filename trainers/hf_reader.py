@@ -6,7 +6,9 @@ shards listed in ``model.safetensors.index.json``) and reads any box of any tens
 into the destination's memory: only the bytes of the box leave the file, no file is
 memory-mapped (a mapped file's touched pages count in the process's resident memory,
 whole rows of them for a column slice), and :attr:`CheckpointReader.bytes_read` counts
-what was read.
+what was read. Into a fake tensor (a dry run, :mod:`agentgym.trainers.dry_run`) nothing is
+read and the bytes are counted as if they were: a header-only checkpoint then plans a
+rank's reads.
 
 DeepSeek's fp8 checkpoints (``config.json``: ``quantization_config: {quant_method: fp8,
 fmt: e4m3, weight_block_size: [128, 128]}``) store a Linear weight ``W`` as
@@ -165,6 +167,11 @@ class CheckpointReader:
             raise ConfigError(f"cannot read {name}{box} into a {out.dtype} {list(out.shape)}.")
         if out.numel() == 0:
             return out
+        if _is_fake(out):  # a dry run: the bytes are counted, nothing is read
+            n = out.numel() * out.element_size()
+            self.bytes_read += n
+            CheckpointReader.process_bytes_read += n
+            return out
         item = out.element_size()
         strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
         # the trailing dimensions the box covers whole make one contiguous run per index
@@ -253,6 +260,13 @@ class CheckpointReader:
         full = scale.repeat_interleave(br, 0).repeat_interleave(bc, 1)
         full = full[r0 - sbox[0][0] * br :, c0 - sbox[1][0] * bc :][: r1 - r0, : c1 - c0]
         return (q.float() * full).to(dtype)
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a fake tensor (``FakeTensorMode``: a dry run, no memory)."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    return bool(is_fake(t))
 
 
 def _product(ranges: list[range]) -> Any:

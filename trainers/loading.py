@@ -33,6 +33,7 @@ fp8; an unquantized one still loads through ``from_pretrained`` (:mod:`.models`)
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,12 +61,20 @@ class CheckpointSource:
         device: where the rank computes.
         keep_fp8_experts: keep the routed experts in the checkpoint's block fp8
             (``model.quantize: fp8`` on a block-fp8 checkpoint).
+        fake: a dry run's ``FakeTensorMode`` (:mod:`.dry_run`): the rank's tensors are
+            allocated as fake tensors (shapes, no memory) and nothing is read; the
+            checkpoint's headers alone are needed.
     """
 
     path: str
     dtype: torch.dtype
     device: torch.device
     keep_fp8_experts: bool = False
+    fake: Any = None
+
+    def allocating(self) -> Any:
+        """The context tensors are allocated in: the dry run's fake mode, or none."""
+        return self.fake if self.fake is not None else contextlib.nullcontext()
 
 
 def checkpoint_config(path: str | Path) -> dict[str, Any]:
@@ -138,9 +147,13 @@ def _expert_stack(name: str) -> tuple[str, str] | None:
 def _local_box(t: torch.Tensor) -> tuple[torch.Tensor, list[tuple[int, int]]]:
     """The local tensor of ``t`` (itself, or a DTensor's shard) and its box in ``t``."""
     if hasattr(t, "device_mesh") and hasattr(t, "placements"):
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
         from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-        shape, offset = compute_local_shape_and_global_offset(t.shape, t.device_mesh, t.placements)
+        with unset_fake_temporarily():  # arithmetic on the mesh (a dry run's fake mode)
+            shape, offset = compute_local_shape_and_global_offset(
+                t.shape, t.device_mesh, t.placements
+            )
         return t.to_local(), [(o, o + s) for o, s in zip(offset, shape, strict=True)]
     return t, [(0, n) for n in t.shape]
 
@@ -294,6 +307,17 @@ def load_rank_share(
     Returns:
         The reader (``bytes_read``: what this rank read).
     """
+    with source.allocating():
+        return _load_rank_share(model, source, expert_offsets, expert_adapters, reader)
+
+
+def _load_rank_share(
+    model: nn.Module,
+    source: CheckpointSource,
+    expert_offsets: dict[str, int],
+    expert_adapters: dict[str, tuple[str, int, int]] | None,
+    reader: CheckpointReader | None,
+) -> CheckpointReader:
     from agentgym.trainers.lora_draws import DRAWS_ATTR
 
     reader = reader or CheckpointReader(source.path)
@@ -364,6 +388,11 @@ def release_meta(model: nn.Module, source: CheckpointSource) -> None:
     """Make a meta-built generation model usable by :class:`~.parallel.ParallelLearner`:
     its meta parameters become empty host tensors (filled at each rollout by gathering)
     and its persistent buffers (small: router biases) are read whole."""
+    with source.allocating():
+        _release_meta(model, source)
+
+
+def _release_meta(model: nn.Module, source: CheckpointSource) -> None:
     reader = CheckpointReader(source.path)
     loader = ShareLoader(reader, source, {})
     for module_name, module in model.named_modules():
@@ -424,6 +453,17 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """What this rank holds of ``t``: a DTensor's local shard, else ``t`` itself."""
+    return _local_box(t.data if isinstance(t, nn.Parameter) else t)[0]
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes of ``t`` on this rank: a DTensor's local shard, a quantized tensor's data and
+    scales."""
+    return _nbytes(local_tensor(t))
+
+
 def local_bytes(model: nn.Module) -> int:
     """Bytes of the tensors this rank holds (parameters and buffers, quantized ones
     with their scales): its share of the weights."""
@@ -433,6 +473,5 @@ def local_bytes(model: nn.Module) -> int:
         if id(t) in seen:
             continue
         seen.add(id(t))
-        local, _ = _local_box(t.data if isinstance(t, nn.Parameter) else t)
-        total += _nbytes(local)
+        total += tensor_bytes(t)
     return total

@@ -94,15 +94,16 @@ def is_checkpointed(layer: nn.Module) -> bool:
 
 
 def _storage_key(t: torch.Tensor) -> tuple[Any, ...] | None:
-    """An identity of ``t``'s storage (None for tensors without one: meta, subclasses)."""
+    """An identity of ``t``'s storage (None for tensors without one: meta, subclasses);
+    fake tensors (a dry run) have one each, without memory."""
     if hasattr(t, "to_local"):  # a DTensor: its local shard is what this rank holds
         t = t.to_local()
     elem = getattr(t, "elem", None)  # a collective's result (AsyncCollectiveTensor)
     if isinstance(elem, torch.Tensor):
         t = elem
     try:
-        storage = t.untyped_storage()
-        return (t.device.type, storage.data_ptr(), storage.nbytes())
+        storage = t.untyped_storage()  # its C++ object: also a dry run's fake storages
+        return (t.device.type, storage._cdata, storage.nbytes())
     except (RuntimeError, NotImplementedError):
         return None
 

@@ -27,6 +27,10 @@ experts module itself) by :func:`expert_parallel_forward`:
 4. the results are weighted by the router and summed per token in expert order, as the
    unsplit layer does, and (``tp > 1``) gathered back over the tensor-parallel ranks.
 
+In a dry run (fake tensors, :mod:`agentgym.trainers.dry_run`) the router's choices have no
+values: the counts of step 2 are then the planner's balanced routing
+(:func:`_balanced_counts`), and everything else runs as it is.
+
 The maths is the unsplit layer's; only the order of float additions inside a matmul can
 differ (tested: the multi-process run equals the one-process run to float tolerance).
 :func:`gather_expert_tensor` and :func:`shard_expert_tensor` convert a parameter between
@@ -35,6 +39,7 @@ its full (peft) layout and a rank's share, for checkpoints, generation and resum
 
 from __future__ import annotations
 
+import contextlib
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -321,6 +326,39 @@ def _all_to_all(
     return out.wait() if hasattr(out, "wait") else out
 
 
+def _token_counts(
+    flat: torch.Tensor, shard: ExpertShard, group: ExpertGroup
+) -> tuple[torch.Tensor, list[int], list[int], list[int]]:
+    """The (token, expert) pairs this rank receives, ``[ranks, local experts]``, and as
+    numbers: the rows it sends to each rank, receives from each, and holds per local
+    expert."""
+    from torch._subclasses.fake_tensor import is_fake, unset_fake_temporarily
+
+    fake = is_fake(flat)
+    with unset_fake_temporarily() if fake else contextlib.nullcontext():
+        if fake:
+            send, recv = _balanced_counts(flat.numel(), shard, group)
+        else:
+            counts = torch.bincount(flat, minlength=shard.total)
+            send = counts.view(group.size, shard.local)
+            recv = torch.empty_like(send)
+            dist.all_to_all_single(recv, send.contiguous(), group=group.group)
+        return recv, send.sum(1).tolist(), recv.sum(1).tolist(), recv.sum(0).tolist()
+
+
+def _balanced_counts(
+    pairs: int, shard: ExpertShard, group: ExpertGroup
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A dry run's routing (fake tensors carry no router choices): ``pairs`` spread evenly
+    over the experts on every rank alike, the planner's balanced routing (made outside
+    the fake mode, so that the split sizes are numbers)."""
+    per, extra = divmod(pairs, shard.total)
+    counts = torch.full((shard.total,), per, dtype=torch.long)
+    counts[:extra] += 1
+    send = counts.view(group.size, shard.local)
+    return send, send[group.index].expand(group.size, -1).clone()
+
+
 def expert_parallel_forward(
     self: nn.Module,
     hidden_states: torch.Tensor,
@@ -346,18 +384,15 @@ def expert_parallel_forward(
     flat = top_k_index.reshape(-1)
     order = torch.argsort(flat, stable=True)
     token = order // k
-    counts = torch.bincount(flat, minlength=shard.total)
-    send = counts.view(group.size, shard.local)
-    recv = torch.empty_like(send)
-    dist.all_to_all_single(recv, send.contiguous(), group=group.group)
-    send_rows, recv_rows = send.sum(1).tolist(), recv.sum(1).tolist()
+    recv, send_rows, recv_rows, per_expert = _token_counts(flat, shard, group)
     x = _all_to_all(hidden_states[token], recv_rows, send_rows, group.group)
     # the received rows come per source rank, each sorted by expert: regroup by expert
     expert_of_row = torch.repeat_interleave(
-        torch.arange(shard.local, device=x.device).repeat(group.size), recv.flatten()
+        torch.arange(shard.local, device=x.device).repeat(group.size),
+        recv.flatten().to(x.device),
+        output_size=sum(recv_rows),
     )
     perm = torch.argsort(expert_of_row, stable=True)
-    per_expert = recv.sum(0).tolist()
     xs = x[perm]
     whole = dequantized_stacks(experts)
     outs, start = [], 0

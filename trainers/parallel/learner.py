@@ -253,7 +253,7 @@ class ParallelLearner(Learner):
         quantized base stays (it is frozen, and gathering torchao tensors is not wired)."""
         for p in self.gen_model.parameters():
             if not is_quantized(p):
-                p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+                p.data = p.data.new_empty(0)  # like p (a dry run's fake tensors too)
 
     def _gathered_names(self) -> list[str]:
         """The parameters :meth:`generation` gathers: all but a quantized base and the
