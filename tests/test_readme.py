@@ -374,3 +374,23 @@ def test_the_readme_says_what_has_not_run():
     assert "## What runs today" in readme
     section = readme.split("## What runs today")[1].split("\n## ")[0]
     assert "671B" in section and "has not run on GPUs" in section
+
+
+def test_the_serve_example_asks_in_the_trained_tasks_format():
+    """docs/integrations.md serves the quickstart's model: its example prompt must be one
+    the model was trained on (a tiny model answers its own task's format only)."""
+    import gymnasium as gym
+
+    import agentgym  # noqa: F401 - registers the envs
+
+    kwargs = yaml.safe_load((REPO / "configs" / "quickstart_sft.yaml").read_text())["envs"][0]
+    env = gym.make(kwargs["id"], **kwargs["kwargs"])
+    prompts = [env.reset(seed=s)[0][-1].content for s in range(20)]
+    env.close()
+    shape = re.compile(r"Compute \d+ [-+*] \d+\.")
+    assert all(shape.fullmatch(p) for p in prompts), prompts
+    page = (REPO / "docs" / "integrations.md").read_text()
+    section = page.split("## `agentgym serve`")[1].split("\n## ")[0]
+    asked = re.findall(r'"content": "([^"]+)"', section)
+    assert asked and all(shape.fullmatch(a) for a in asked), asked
+    assert "Answer: 42" in section  # its real output is shown
