@@ -178,6 +178,7 @@ def test_check_task_proves_the_starter_sound(tmp_path, capsys, monkeypatch):
         "loads",
         "hash stable",
         "files through apptest.files",
+        "helpers decide no assertion",
         "reference passes",
         "scaffold fails",
         "visible tests pass",
