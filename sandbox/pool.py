@@ -340,7 +340,7 @@ class SandboxPool:
                     _close_quietly(result)
                 else:
                     self._idle.append(result)
-            elif result is not None:
+            elif result is not None and not self._closed:  # closed meanwhile: no matter
                 log.warning("SandboxPool: could not start a fresh sandbox: %s", result)
             self._cond.notify()
 

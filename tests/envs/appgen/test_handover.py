@@ -292,14 +292,12 @@ def test_an_agent_that_squats_memory_zeroes_no_other_episode(env, task):
     left = int(told.split("left ")[1].split()[0])
     assert left < 24 << 20, told  # the squat held: under 24 MiB left in that container
     assert honest(env, task) == 1.0
-    assert honest(env, task) == 1.0
 
 
 def test_a_helper_left_by_a_graded_project_zeroes_no_other_episode(env, task):
     reward, breakdown, _ = episode(env, writes(with_package_code(task, GRADED_SQUAT)) + "<submit/>")
     assert reward == 1.0, breakdown["errors"]  # the attacker keeps its own score
-    time.sleep(3)  # the gap before the next holder: the helper squats meanwhile
-    assert honest(env, task) == 1.0
+    time.sleep(2)  # the gap before the next holder: the helper squats meanwhile
     assert honest(env, task) == 1.0
 
 
@@ -328,7 +326,6 @@ def test_a_workspace_closed_to_others_zeroes_no_other_episode(env, task, close: 
         env.step("<run>chmod 700 /workspace; chmod 700 /workspace/calc</run>")
     else:
         env.step(writes({"acl.py": ACL_1001.encode()}) + "<run>python3 acl.py</run>")
-    assert honest(env, task) == 1.0
     assert honest(env, task) == 1.0
 
 
