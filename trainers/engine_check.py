@@ -28,7 +28,7 @@ from typing import Any
 
 from agentgym import ConfigError
 from agentgym.generation import PRESETS, EngineLayout, engine_layout
-from agentgym.trainers.parallel.layout import Layout
+from agentgym.trainers.parallel import Layout
 
 
 def model_config(model: Any) -> dict[str, Any]:
