@@ -37,12 +37,16 @@ _LAZY = {
     # the DAPO run and its config
     "DAPOTrainer": "agentgym.trainers.loop",
     "TrainConfig": "agentgym.trainers.config",
+    "check_launch": "agentgym.trainers.config",
     "EnvSpec": "agentgym.trainers.config",
     "LoraSettings": "agentgym.trainers.config",
     "ModelConfig": "agentgym.trainers.config",
     "RolloutConfig": "agentgym.trainers.config",
     "Learner": "agentgym.trainers.learner",
     "engine_placement": "agentgym.trainers.engine_check",
+    # one rank of a launch, run here on fake tensors (agentgym train --dry-run)
+    "dry_run_rank": "agentgym.trainers.dry_run",
+    "RankFigures": "agentgym.trainers.dry_run",
     "refuse_unservable": "agentgym.trainers.engine_check",
     "env_corpus": "agentgym.trainers.env_setup",
     "env_kwargs": "agentgym.trainers.env_setup",

@@ -7,7 +7,8 @@ Layout of ``<run>/checkpoints/step_000042/``::
     optimizer.pt              optimizer state (sharded runs: optimizer.rank<r>-of-<n>.pt)
     rng.pt                    torch (CPU and every visible GPU), python and numpy RNG states
     trainer_state.json        step, task-seed counter, env-mixing RNG, ...
-    checksums.json            every other file's size and SHA-256, written last
+    checksums.json            every other file's size and SHA-256 (of each 256 MiB chunk
+                              for a larger file), written last
 
 A checkpoint is written into a temporary sibling directory and renamed into place, and
 ``<run>/checkpoints/latest`` (a one-line file naming it) is replaced atomically after
@@ -19,7 +20,10 @@ What a resume reads is checked against ``checksums.json`` first
 (:func:`verify_checkpoint`): a file missing, truncated or changed since (a flipped bit)
 is named, and :func:`resume_checkpoint` falls back to the newest checkpoint that is
 intact. Old checkpoints are pruned only after a new one is written and summed, so the
-newest intact one is never deleted.
+newest intact one is never deleted. Every rank sums a share of the checkpoint's files
+(:func:`checksums`: files and 256 MiB chunks dealt out over the ranks), so summing a 59 GB
+checkpoint of 48 ranks costs each about 1.2 GB of reading, not one rank all of it while
+the others wait at the barrier.
 """
 
 from __future__ import annotations
@@ -173,16 +177,16 @@ def _write_files(
         (tmp / "trainer_state.json").write_text(
             json.dumps({**trainer_state, "step": step, "world_size": dist.world_size}, indent=1)
         )
-    barrier(dist)
-    torch.save(optimizer_state, tmp / _optimizer_file(dist.rank, dist.world_size))
-    barrier(dist)
-    if dist.is_main:
-        sums = {}
-        for f in sorted(tmp.rglob("*")):
+        for f in sorted(tmp.rglob("*")):  # what this rank wrote reaches the disk
             if f.is_file():
-                with f.open("rb") as fh:
-                    os.fsync(fh.fileno())
-                sums[f.relative_to(tmp).as_posix()] = _digest(f)
+                _fsync(f)
+    barrier(dist)
+    shard = tmp / _optimizer_file(dist.rank, dist.world_size)
+    torch.save(optimizer_state, shard)
+    _fsync(shard)
+    barrier(dist)
+    sums = checksums(tmp, dist)
+    if dist.is_main:
         _atomic_write_text(tmp / CHECKSUMS, json.dumps(sums, indent=1) + "\n")
 
 
@@ -204,13 +208,94 @@ def _publish(root: Path, name: str, keep: int, dist: DistInfo) -> Path:
     return final
 
 
-def _digest(path: Path) -> dict[str, Any]:
-    """A file's size and SHA-256."""
+#: files above this size are summed piece by piece (``sha256_chunks``), the pieces shared
+#: out over the ranks
+CHUNK_BYTES = 256 << 20
+
+
+def _fsync(path: Path) -> None:
+    with path.open("rb") as fh:
+        os.fsync(fh.fileno())
+
+
+def _pieces(root: Path) -> list[tuple[str, int, int]]:
+    """``(file, chunk, size)`` of every file under ``root``, in a fixed order: a file of
+    at most :data:`CHUNK_BYTES` is one piece (chunk -1: summed whole)."""
+    out = []
+    for f in sorted(p for p in root.rglob("*") if p.is_file() and p.name != CHECKSUMS):
+        rel, size = f.relative_to(root).as_posix(), f.stat().st_size
+        if size <= CHUNK_BYTES:
+            out.append((rel, -1, size))
+        else:
+            out += [(rel, i, size) for i in range(-(-size // CHUNK_BYTES))]
+    return out
+
+
+def _sum_piece(root: Path, rel: str, chunk: int) -> str:
+    """SHA-256 of a file, or of its chunk ``chunk`` (:data:`CHUNK_BYTES` from
+    ``chunk * CHUNK_BYTES``)."""
     h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
+    with (root / rel).open("rb") as f:
+        left = -1
+        if chunk >= 0:
+            f.seek(chunk * CHUNK_BYTES)
+            left = CHUNK_BYTES
+        while left != 0:
+            block = f.read(1 << 20 if left < 0 else min(1 << 20, left))
+            if not block:
+                break
             h.update(block)
-    return {"bytes": path.stat().st_size, "sha256": h.hexdigest()}
+            left = left - len(block) if left > 0 else left
+    return h.hexdigest()
+
+
+def checksums(root: Path, dist: DistInfo = SINGLE) -> dict[str, dict[str, Any]]:
+    """Every file's size and SHA-256 under ``root`` (a file above :data:`CHUNK_BYTES`: the
+    SHA-256 of each chunk), summed by all ranks together: each sums every
+    ``world_size``-th piece and the sums are exchanged (every rank calls it, after every
+    file is written). No rank reads more than its share, so a checkpoint of tens of GB is
+    summed in the time of one share, not by one rank while the others wait."""
+    from agentgym.trainers.distributed import all_gather_objects
+
+    pieces = _pieces(root)
+    mine = {
+        (rel, chunk): _sum_piece(root, rel, chunk)
+        for rel, chunk, _ in pieces[dist.rank :: dist.world_size]
+    }
+    done: dict[tuple[str, int], str] = {}
+    for part in all_gather_objects(mine, dist):
+        done.update(part)
+    sums: dict[str, dict[str, Any]] = {}
+    for rel, chunk, size in pieces:
+        entry = sums.setdefault(rel, {"bytes": size})
+        if chunk < 0:
+            entry["sha256"] = done[(rel, chunk)]
+        else:
+            entry["chunk_bytes"] = CHUNK_BYTES
+            entry.setdefault("sha256_chunks", []).append(done[(rel, chunk)])
+    return sums
+
+
+def _digest(path: Path, want: Mapping[str, Any]) -> str | None:
+    """Where ``path`` differs from its checksum entry ``want`` (same size assumed): None
+    when it matches, else which part differs."""
+    if "sha256_chunks" not in want:
+        return None if _sum_piece(path.parent, path.name, -1) == want["sha256"] else "its SHA-256"
+    step = int(want["chunk_bytes"])
+    if step != CHUNK_BYTES:  # written with another chunk size: sum with that one
+        return _digest_chunks(path, want["sha256_chunks"], step)
+    for i, hexdigest in enumerate(want["sha256_chunks"]):
+        if _sum_piece(path.parent, path.name, i) != hexdigest:
+            return f"the SHA-256 of its bytes {i * step:,}-{(i + 1) * step - 1:,}"
+    return None
+
+
+def _digest_chunks(path: Path, digests: list[str], step: int) -> str | None:
+    with path.open("rb") as f:
+        for i, hexdigest in enumerate(digests):
+            if hashlib.sha256(f.read(step)).hexdigest() != hexdigest:
+                return f"the SHA-256 of its bytes {i * step:,}-{(i + 1) * step - 1:,}"
+    return None
 
 
 def _write_error(root: Path, name: str, e: Exception) -> CheckpointError:
@@ -249,16 +334,17 @@ def verify_checkpoint(path: str | Path) -> None:
         f = path / rel
         if not f.is_file():
             raise CheckpointError(f"checkpoint {path}: {rel} is missing.")
-        got = _digest(f) if f.stat().st_size == want["bytes"] else {"bytes": f.stat().st_size}
-        if got["bytes"] != want["bytes"]:
+        size = f.stat().st_size
+        if size != want["bytes"]:
             raise CheckpointError(
-                f"checkpoint {path}: {rel} is {got['bytes']} bytes, {want['bytes']} were "
+                f"checkpoint {path}: {rel} is {size} bytes, {want['bytes']} were "
                 "written (truncated or replaced)."
             )
-        if got["sha256"] != want["sha256"]:
+        differs = _digest(f, want)
+        if differs is not None:
             raise CheckpointError(
                 f"checkpoint {path}: {rel} changed since it was written "
-                "(its SHA-256 differs: a damaged disk or an edit)."
+                f"({differs} differs: a damaged disk or an edit)."
             )
 
 

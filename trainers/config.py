@@ -584,3 +584,87 @@ def _check_vllm_wiring(cfg: TrainConfig) -> None:
         "rollouts would not be the trained policy's. Leave kv_b_proj out (the default "
         "targets do), or use rollout.engine=hf.",
     )
+
+
+# ----------------------------------------------------------------------------- a launch
+#: file system types that live on one machine: a run folder several nodes share is never
+#: on one of these
+LOCAL_FILESYSTEMS = ("ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "f2fs")
+
+
+def check_launch(cfg: TrainConfig, *, world_size: int, nnodes: int) -> list[str]:
+    """What a launch of ``world_size`` processes on ``nnodes`` nodes needs beyond each
+    section's own checks; returns warning lines.
+
+    * Several nodes share one run folder (checkpoints, heartbeats, the run lock): a
+      relative ``run.output_dir`` is refused (each node would resolve it against its own
+      working directory), a folder on a local file system is a warning.
+    * ``rollout.concurrency`` below the episodes a step gives each rank that plays them
+      (an engine replica's driver under vLLM, every rank with the embedded engine) keeps
+      the engine part empty: a warning with the value to set.
+
+    Raises:
+        ConfigError: a relative ``run.output_dir`` with several nodes.
+    """
+    from pathlib import Path
+
+    from agentgym import ConfigError
+
+    out: list[str] = []
+    folder = Path(cfg.run.output_dir)
+    if nnodes > 1:
+        if not folder.is_absolute():
+            raise ConfigError(
+                f"run.output_dir is the relative {cfg.run.output_dir!r} and this launch spans "
+                f"{nnodes} nodes: each would write its own folder (heartbeats, checkpoints, "
+                "the run lock are shared through it). Set run.output_dir to an absolute path "
+                "on a file system every node mounts (run.output_dir=/shared/runs/NAME)."
+            )
+        fs = _filesystem(folder)
+        if fs in LOCAL_FILESYSTEMS:
+            out.append(
+                f"run.output_dir {folder} is on a local file system ({fs}) on this node, but "
+                f"the launch spans {nnodes} nodes: the others would not see it. Put it on a "
+                "shared file system (NFS, Lustre, ...)."
+            )
+    share = -(-cfg.rollout.batch_tasks * cfg.rollout.group_size // _players(cfg, world_size))
+    if cfg.rollout.concurrency < share:
+        out.append(
+            f"rollout.concurrency={cfg.rollout.concurrency} plays at most that many episodes "
+            f"at once, but a step gives each rank that plays them {share} "
+            f"(rollout.batch_tasks x group_size = "
+            f"{cfg.rollout.batch_tasks * cfg.rollout.group_size} over "
+            f"{_players(cfg, world_size)}): the engine runs part empty. Set "
+            f"rollout.concurrency={share}."
+        )
+    return out
+
+
+def _players(cfg: TrainConfig, world_size: int) -> int:
+    """The ranks that play a step's episodes: one per vLLM engine replica, else all."""
+    if cfg.rollout.engine != "vllm" or world_size <= 1:
+        return max(world_size, 1)
+    opts = cfg.rollout.engine_settings
+    size = max(
+        1, getattr(opts, "tensor_parallel_size", 1) * getattr(opts, "pipeline_parallel_size", 1)
+    )
+    return max(1, world_size // size)
+
+
+def _filesystem(path: Any) -> str | None:
+    """The type of the file system ``path`` (or its nearest existing parent) is on."""
+    from pathlib import Path
+
+    here = Path(path).absolute()
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    best, kind = "", None
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    for line in mounts:
+        parts = line.split()
+        if len(parts) >= 3 and str(here).startswith(parts[1]) and len(parts[1]) >= len(best):
+            best, kind = parts[1], parts[2]
+    return kind

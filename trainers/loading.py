@@ -76,6 +76,16 @@ class CheckpointSource:
         """The context tensors are allocated in: the dry run's fake mode, or none."""
         return self.fake if self.fake is not None else contextlib.nullcontext()
 
+    @property
+    def on_host(self) -> bool:
+        """The rank's tensors are host memory (CPU training), read straight into; in a
+        dry run they stand for a GPU's, reached through a host buffer as there."""
+        return self.device.type == "cpu" and self.fake is None
+
+    def to_device(self, t: torch.Tensor) -> torch.Tensor:
+        """A host buffer moved to the rank's device (a copy in a dry run, as on a GPU)."""
+        return t.to(self.device, copy=self.fake is not None)
+
 
 def checkpoint_config(path: str | Path) -> dict[str, Any]:
     """``config.json`` of a checkpoint directory (a dict)."""
@@ -202,7 +212,8 @@ class ShareLoader:
         """Read a box into ``target``: straight into its memory when it is a contiguous
         host tensor of the file's dtype, else through one host copy of the box."""
         direct = (
-            target.device.type == "cpu"
+            self.source.on_host
+            and target.device.type == "cpu"
             and target.is_contiguous()
             and self.reader.info(key).dtype == target.dtype
         )
@@ -258,10 +269,33 @@ def quantized_expert_params(model: nn.Module, source: CheckpointSource | None) -
     }
 
 
-def _allocate(model: nn.Module, device: torch.device) -> set[str]:
+def _allocate(model: nn.Module, device: torch.device, skip: set[str] = frozenset()) -> set[str]:
     """Storage on ``device`` for every meta tensor of ``model`` (``to_empty``, so FSDP2
-    re-pads its shards), the tensors that already had values (the adapter, rotary
-    frequencies) keeping them; returns the names of those."""
+    re-pads its shards) but the parameters named in ``skip`` (left on meta: the routed
+    experts kept in fp8, made from the checkpoint's fp8 values, never in the base dtype),
+    the tensors that already had values (rotary frequencies) keeping them; returns the
+    names of those."""
+    held = _set_aside(model, skip)
+    try:
+        return _allocate_all(model, device)
+    finally:
+        for module, leaf, p in held:
+            module._parameters[leaf] = p
+
+
+def _set_aside(model: nn.Module, names: set[str]) -> list[tuple[nn.Module, str, nn.Parameter]]:
+    """Take the parameters ``names`` out of their modules (a ``None`` slot) for a moment."""
+    owners = dict(model.named_modules())
+    out = []
+    for name in names:
+        module_name, _, leaf = name.rpartition(".")
+        module = owners[module_name]
+        out.append((module, leaf, module._parameters[leaf]))
+        module._parameters[leaf] = None
+    return out
+
+
+def _allocate_all(model: nn.Module, device: torch.device) -> set[str]:
     kept = {}
     for name, t in [*model.named_parameters(), *model.named_buffers()]:
         local, _ = _local_box(t.data if isinstance(t, nn.Parameter) else t)
@@ -323,7 +357,7 @@ def _load_rank_share(
     reader = reader or CheckpointReader(source.path)
     kept_fp8 = {id(p) for p in quantized_expert_params(model, source)}
     fp8 = {n for n, p in model.named_parameters() if id(p) in kept_fp8}  # by name: to_empty
-    have = _allocate(model, source.device)
+    have = _allocate(model, source.device, skip=fp8)
     loader = ShareLoader(reader, source, expert_offsets)
     owners = {n: m for n, m in model.named_modules()}
     draws = getattr(model, DRAWS_ATTR, None)
@@ -345,8 +379,9 @@ def _load_rank_share(
                 q, s = loader.fp8_experts(
                     checkpoint_name(name), expert_offsets.get(name, 0), p.shape[0]
                 )
+                q, s = source.to_device(q), source.to_device(s)  # the host buffers go
                 w = block_fp8_tensor(q, s, reader.block or (128, 128), source.dtype)
-                setattr(owners[module_name], leaf, nn.Parameter(w.to(source.device), False))
+                setattr(owners[module_name], leaf, nn.Parameter(w, False))
                 continue
             local, box = _local_box(p.data)
             loader.tensor(name, local, box)

@@ -53,6 +53,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     _run_folder_flags(p, resume=True)
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="run one rank's set-up and first training step here, on CPU, at the model's "
+        "real shapes (fake process group and tensors: nothing is allocated or read), and "
+        "print its memory beside the planner's; exit 1 if it fails or does not fit",
+    )
+    p.add_argument(
+        "--rank",
+        default="0",
+        metavar="R[,R...]",
+        help="with --dry-run: the ranks to run, one after the other (default 0)",
+    )
     g = p.add_argument_group(
         "multi-process (torchrun)",
         "with distributed.strategy deepspeed or fsdp2; the command re-launches itself "
@@ -157,6 +170,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         _startup_checks(cfg, args)  # every check that needs no model, as a launch runs them
         return 0
     _startup_checks(cfg, args)  # before any process starts
+    if getattr(args, "dry_run", False):
+        return _dry_run(cfg, args.rank)
     from agentgym.trainers import shutdown, under_torchrun
 
     if under_torchrun():
@@ -214,6 +229,21 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dry_run(cfg: Any, ranks: str) -> int:
+    """``--dry-run``: each rank's set-up and first step here, beside the planner
+    (:func:`agentgym.plan.dry_run_report`); 1 when one fails or does not fit."""
+    from agentgym import ConfigError
+    from agentgym.plan import dry_run_report, exit_status
+
+    try:
+        chosen = [int(r) for r in ranks.split(",") if r.strip()]
+    except ValueError:
+        raise ConfigError(
+            f"--rank takes ranks separated by commas (0,7,47), got {ranks!r}."
+        ) from None
+    return exit_status(dry_run_report(cfg, chosen))
+
+
 def _world_size(cfg: Any, args: argparse.Namespace) -> int:
     """The processes of the run: torchrun's world in a rank, ``--nproc x --nnodes`` when
     given, else the device mesh's size, else one."""
@@ -235,15 +265,17 @@ def _startup_checks(cfg: Any, args: argparse.Namespace) -> None:
     machine's vLLM serves the model (``--print-config``, which validates a config for
     another machine, only says so)."""
     from agentgym import ConfigError
-    from agentgym.plan import check_collective_timeout
-    from agentgym.trainers import engine_placement, refuse_unservable, under_torchrun
+    from agentgym.plan import check_collective_timeout, check_detector
+    from agentgym.trainers import check_launch, engine_placement, refuse_unservable, under_torchrun
 
     check_collective_timeout(cfg)
-    lines = engine_placement(cfg, _world_size(cfg, args))
+    world = _world_size(cfg, args)
+    warnings = check_detector(cfg) + check_launch(cfg, world_size=world, nnodes=args.nnodes)
+    lines = engine_placement(cfg, world) + [f"warning: {w}" for w in warnings]
     try:
         refuse_unservable(cfg)
     except ConfigError as e:
-        if not args.print_config:
+        if not (args.print_config or getattr(args, "dry_run", False)):  # for another machine
             raise
         lines.append(f"not on this machine: {e}")
     if lines and not under_torchrun():

@@ -25,7 +25,9 @@ names of :mod:`agentgym.trainers` (the policy losses, the mesh layout, the pipel
 * :mod:`.search_memory` / :mod:`.search` / :mod:`.explain` -- ``agentgym plan --search``.
 * :mod:`.calibration` -- published step times with their setups, and the model's.
 * :mod:`.time_report` -- the step and search reports.
-* :mod:`.timeout` -- ``distributed.timeout_s`` against the planner's rollout estimate.
+* :mod:`.timeout` -- ``distributed.timeout_s`` and the fault detector's thresholds
+  against the planner's estimates (the rollout, the engine's first start).
+* :mod:`.dry_run` -- a rank's dry run (``agentgym train --dry-run``) beside the planner.
 
 Typical use::
 
@@ -58,9 +60,17 @@ from agentgym.plan.config import (
     step_spec,
 )
 from agentgym.plan.disagg import DisaggLayout, DisaggResult, best_disaggregated
+from agentgym.plan.dry_run import RankCheck, dry_run_report, exit_status
 from agentgym.plan.hardware import GPUS, Cluster, GpuSpec, gpu_spec
 from agentgym.plan.memory import GIB, LineItem
-from agentgym.plan.plans import ASSUMPTIONS, Plan, plan_full_finetune, plan_lora
+from agentgym.plan.plans import (
+    ASSUMPTIONS,
+    EngineMemory,
+    Plan,
+    engine_memory,
+    plan_full_finetune,
+    plan_lora,
+)
 from agentgym.plan.report import format_plans, plans_to_json
 from agentgym.plan.search import (
     Layout,
@@ -78,7 +88,12 @@ from agentgym.plan.specs import (
     TrainSpec,
 )
 from agentgym.plan.time_report import format_search, format_step, search_to_dict
-from agentgym.plan.timeout import check_collective_timeout, rollout_seconds
+from agentgym.plan.timeout import (
+    check_collective_timeout,
+    check_detector,
+    rollout_seconds,
+    startup_seconds,
+)
 from agentgym.plan.timing import StepSpec, StepTime, step_time
 from agentgym.plan.workload import Workload
 
@@ -98,6 +113,7 @@ __all__ = [
     "DisaggLayout",
     "DisaggResult",
     "Efficiency",
+    "EngineMemory",
     "Figure",
     "GpuSpec",
     "Hardware",
@@ -110,6 +126,7 @@ __all__ = [
     "PlanConfig",
     "PlanInputs",
     "PlanSettings",
+    "RankCheck",
     "RolloutSpec",
     "Scored",
     "SearchResult",
@@ -123,9 +140,13 @@ __all__ = [
     "best_disaggregated",
     "calibrate",
     "check_collective_timeout",
+    "check_detector",
     "count_lora_parameters",
     "count_parameters",
     "disaggregated_option",
+    "dry_run_report",
+    "engine_memory",
+    "exit_status",
     "format_plans",
     "format_search",
     "format_step",
@@ -139,6 +160,7 @@ __all__ = [
     "rollout_seconds",
     "search_layouts",
     "search_to_dict",
+    "startup_seconds",
     "step_spec",
     "step_time",
 ]

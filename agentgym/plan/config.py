@@ -77,6 +77,8 @@ class PlanSettings:
         gpu: the accelerator (``h100``, ``h800``, ``h200``, ``h20``, ``a100``): its peak
             FLOP/s and bandwidths for the time model.
         gpus_per_node: GPUs joined by NVLink in one node.
+        host_mem_gib: host memory of one node, GiB (``null``: not checked); the engine's
+            pinned weights while it sleeps (level 1) are held against it.
         network_gbit: inter-node bandwidth per GPU, Gbit/s (``null``: the GPU's usual NIC).
         offload_train_state: the trainer's state goes to the host during rollout.
         workload: what a step generates (:class:`WorkloadSettings`).
@@ -96,6 +98,7 @@ class PlanSettings:
     grad_dtype: str = "fp32"
     gpu: str = "h100"
     gpus_per_node: int = 8
+    host_mem_gib: float | None = None
     network_gbit: float | None = None
     offload_train_state: bool = False
     workload: WorkloadSettings = field(default_factory=WorkloadSettings)
@@ -361,6 +364,8 @@ def plan_inputs(
     hardware = Hardware(
         gpus=gpus if gpus is not None else settings.gpus,
         gpu_mem_gib=gpu_mem_gib if gpu_mem_gib is not None else settings.gpu_mem_gib,
+        gpus_per_node=settings.gpus_per_node,
+        host_mem_gib=settings.host_mem_gib,
     )
     parallel = trainer_layout(cfg, settings.parallel)
     try:

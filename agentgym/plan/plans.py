@@ -10,6 +10,7 @@ behind each number. :data:`ASSUMPTIONS` lists what holds whatever the settings (
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -115,6 +116,7 @@ class Plan:
     layout: dict[str, Any]
     stage: int = 0
     warnings: tuple[str, ...] = field(default=())
+    engine: EngineMemory | None = None
 
     def phase_gib(self, phase: str) -> float:
         """GiB live during ``phase`` ("train" or "rollout")."""
@@ -162,6 +164,9 @@ class Plan:
             "lora_params": self.lora_params,
             "warnings": list(self.warnings),
             "assumptions": list(self.assumptions),
+            "engine": asdict(self.engine) | {"margin": self.engine.margin}
+            if self.engine
+            else None,
         }
 
 
@@ -366,12 +371,15 @@ def plan_lora(
     rollout: RolloutSpec | None,
     hardware: Hardware,
     overheads: bool = True,
+    stage: int | None = None,
 ) -> Plan:
     """Per-GPU memory of LoRA training on a frozen (possibly quantized) base.
 
     Args:
         overheads: add the per-GPU constants (CUDA context, NCCL, fragmentation); off for
             a comparison with measured tensor bytes.
+        stage: plan this pipeline stage rather than the worst one (a rank's dry run is
+            compared with its own stage's lines).
 
     Raises:
         ConfigError: the layout does not match the GPU count or the model.
@@ -390,8 +398,13 @@ def plan_lora(
             items += overhead_items(tensor)
         peak = max(phase_total(items, "train"), phase_total(items, "rollout"))
         per_stage.append((peak, -s, items))
-    _, neg_stage, items = max(per_stage, key=lambda t: (t[0], t[1]))
-    stage = -neg_stage
+    if stage is None:
+        _, neg_stage, items = max(per_stage, key=lambda t: (t[0], t[1]))
+        stage = -neg_stage
+    elif 0 <= stage < len(per_stage):
+        items = per_stage[stage][2]
+    else:
+        raise ConfigError(f"stage {stage} is outside the {len(per_stage)} pipeline stages.")
     warnings = rollout_warnings(items, rollout, hardware)
     return Plan(
         mode="lora",
@@ -408,6 +421,7 @@ def plan_lora(
         },
         stage=stage,
         warnings=warnings,
+        engine=engine_memory(items, rollout, hardware),
     )
 
 
@@ -475,24 +489,125 @@ def plan_full_finetune(
             "rollout": asdict(rollout) if rollout else None,
         },
         warnings=rollout_warnings(items, rollout, hardware),
+        engine=engine_memory(items, rollout, hardware),
+    )
+
+
+@dataclass(frozen=True)
+class EngineMemory:
+    """The colocated vLLM engine's memory against ``gpu_memory_utilization``, and its
+    host memory per node (GiB).
+
+    vLLM gives the KV cache what ``gpu_memory_utilization x`` the GPU leaves after its
+    weights and its profiled working set, and a cache short of ``max_num_seqs x
+    max_model_len`` is not an error: the scheduler admits fewer sequences and preempts
+    (recomputes) the rest, silently.
+
+    Attributes:
+        budget: ``gpu_memory_utilization x`` the GPU.
+        weights / workspace: the engine's weights (adapter included) and working set.
+        kv_need: the cache ``max_num_seqs`` sequences of ``max_model_len`` tokens need.
+        kv_room: what the budget leaves the cache; margin: ``kv_room - kv_need``.
+        seqs_fit: sequences of ``max_model_len`` the cache holds; max_num_seqs: asked.
+        pinned_per_node: host memory a node pins for the engines' weights while they
+            sleep (level 1 moves them to pinned host memory; 0 at levels 0 and 2).
+        node_gpus: the GPUs of a node.
+    """
+
+    budget: float
+    weights: float
+    workspace: float
+    kv_need: float
+    kv_room: float
+    seqs_fit: int
+    max_num_seqs: int
+    pinned_per_node: float
+    node_gpus: int
+
+    @property
+    def margin(self) -> float:
+        return self.kv_room - self.kv_need
+
+    def lines(self) -> list[str]:
+        """What ``agentgym plan`` prints of it."""
+        out = [
+            f"rollout KV cache: {self.kv_need:.1f} GiB for {self.max_num_seqs} sequences; "
+            f"gpu_memory_utilization leaves it {self.kv_room:.1f} GiB ({self.budget:.1f} "
+            f"- weights {self.weights:.1f} - workspace {self.workspace:.1f}): margin "
+            f"{self.margin:+.1f} GiB, {self.seqs_fit} sequences of max_model_len fit"
+        ]
+        if self.pinned_per_node:
+            out.append(
+                f"host memory per node: {self.pinned_per_node:.1f} GiB pinned while the engine "
+                f"sleeps (level 1: {self.node_gpus} GPUs x {self.weights:.1f} GiB of weights)"
+            )
+        return out
+
+
+def engine_memory(
+    items: Sequence[LineItem], rollout: RolloutSpec | None, hardware: Hardware
+) -> EngineMemory | None:
+    """The engine's :class:`EngineMemory` from a plan's rollout items (None without a
+    colocated vLLM engine)."""
+    if rollout is None or rollout.engine != "vllm":
+        return None
+    gib = {i.name: i.gib for i in items}
+    weights, workspace = gib.get("rollout weights", 0.0), gib.get("rollout workspace", 0.0)
+    kv_need = gib.get("rollout KV cache", 0.0)
+    budget = rollout.gpu_memory_utilization * hardware.gpu_mem_gib
+    room = budget - weights - workspace
+    per_seq = kv_need / rollout.max_num_seqs if kv_need else 0.0
+    fit = int(room // per_seq) if per_seq > 0 and room > 0 else 0
+    return EngineMemory(
+        budget=budget,
+        weights=weights,
+        workspace=workspace,
+        kv_need=kv_need,
+        kv_room=room,
+        seqs_fit=fit,
+        max_num_seqs=rollout.max_num_seqs,
+        pinned_per_node=weights * hardware.node_gpus if rollout.sleep_level == 1 else 0.0,
+        node_gpus=hardware.node_gpus,
     )
 
 
 def rollout_warnings(
     items: list[LineItem], rollout: RolloutSpec | None, hardware: Hardware
 ) -> tuple[str, ...]:
-    """A warning when the engine needs more than ``gpu_memory_utilization`` allows."""
-    if rollout is None or rollout.engine != "vllm":
+    """What makes the colocated engine unusable although the sum may fit: a KV cache
+    short of ``max_num_seqs x max_model_len`` (vLLM then preempts, silently, or does not
+    start), pinned host memory beyond ``plan.host_mem_gib``."""
+    eng = engine_memory(items, rollout, hardware)
+    if eng is None or rollout is None:
         return ()
-    need = sum(i.gib for i in items if i.name.startswith("rollout"))
-    budget = rollout.gpu_memory_utilization * hardware.gpu_mem_gib
-    if need > budget:
-        return (
-            f"the rollout engine needs {need:.1f} GiB but gpu_memory_utilization="
-            f"{rollout.gpu_memory_utilization} gives it {budget:.1f} GiB; raise it or lower "
-            "max_num_seqs / max_model_len (rollout.engine_options).",
+    out = []
+    gmu = rollout.gpu_memory_utilization
+    if eng.margin < 0:
+        need = (eng.weights + eng.workspace + eng.kv_need) / hardware.gpu_mem_gib
+        fix = (
+            f"raise gpu_memory_utilization to {need + 0.005:.2f}"
+            if need <= 1
+            else ("lower max_model_len or shard the engine further")
         )
-    return ()
+        what = (
+            "vLLM would not start (its KV cache holds no sequence of max_model_len)"
+            if eng.seqs_fit == 0
+            else f"vLLM would hold {eng.seqs_fit} of the max_num_seqs={rollout.max_num_seqs} "
+            "sequences at max_model_len and preempt (recompute) the others, silently"
+        )
+        out.append(
+            f"the rollout engine's KV cache needs {eng.kv_need:.1f} GiB but "
+            f"gpu_memory_utilization={gmu} leaves it {eng.kv_room:.1f} GiB: {what}; {fix}, "
+            f"or lower max_num_seqs to {max(eng.seqs_fit, 1)} (rollout.engine_options)."
+        )
+    host = hardware.host_mem_gib
+    if host is not None and eng.pinned_per_node > host:
+        out.append(
+            f"sleep level 1 pins {eng.pinned_per_node:.1f} GiB of host memory per node (the "
+            f"engines' weights) but plan.host_mem_gib is {host:g}: use sleep_level 2 (the "
+            "weights are reloaded from the checkpoint at wake) or nodes with more memory."
+        )
+    return tuple(out)
 
 
 def check_layout(

@@ -45,6 +45,8 @@ def format_plans(lora: Plan, full: Plan) -> str:
         f"{lora.gpu_mem_gib:g} GiB). Full fine-tune: {'FITS' if full.fits else 'DOES NOT FIT'} "
         f"({full.total_gib:.1f} of {full.gpu_mem_gib:g} GiB).",
     ]
+    if lora.engine is not None:
+        lines += [f"LoRA: {line}" for line in lora.engine.lines()]
     for w in (*lora.warnings, *(f"full FT: {w}" for w in full.warnings)):
         lines.append(f"warning: {w}")
     lines += ["", "Assumptions:"]

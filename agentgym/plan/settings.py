@@ -80,6 +80,9 @@ class Efficiency:
         host_io_gbps: reading and writing files, GB/s (the adapter each step; the base
             weights at a level-2 wake, which vLLM reloads from the checkpoint).
         sync_fixed_s: fixed seconds of a weight or adapter sync (engine side).
+        engine_start_s: seconds a colocated engine's first start takes beyond reading its
+            weights: profiling its working set, allocating the KV cache, capturing CUDA
+            graphs (vLLM on a large MoE model: about a minute; an assumption).
     """
 
     gemm: float = 0.5
@@ -98,12 +101,14 @@ class Efficiency:
     pcie_gbps: float = 25.0
     host_io_gbps: float = 5.0
     sync_fixed_s: float = 2.0
+    engine_start_s: float = 60.0
 
     def __post_init__(self) -> None:
         for name in ("gemm", "prefill", "decode_flops", "hbm", "nvlink", "network"):
             value = getattr(self, name)
             config_check(0 < value <= 1, f"plan.efficiency.{name} must be in (0, 1], got {value}.")
         config_check(self.moe_imbalance >= 1, "plan.efficiency.moe_imbalance must be >= 1.")
+        config_check(self.engine_start_s >= 0, "plan.efficiency.engine_start_s must be >= 0.")
         for name in ("pcie_gbps", "host_io_gbps"):
             config_check(getattr(self, name) > 0, f"plan.efficiency.{name} must be > 0.")
 

@@ -157,16 +157,29 @@ class RolloutSpec:
 
 @dataclass(frozen=True)
 class Hardware:
-    """The GPUs: how many, and GiB of memory on each (``plan.gpus``, ``plan.gpu_mem_gib``)."""
+    """The GPUs: how many, GiB of memory on each (``plan.gpus``, ``plan.gpu_mem_gib``), and
+    how many share a node and its host memory (``plan.gpus_per_node``,
+    ``plan.host_mem_gib``: GiB of host memory per node, None when not said)."""
 
     gpus: int = 8
     gpu_mem_gib: float = 80.0
+    gpus_per_node: int = 8
+    host_mem_gib: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.gpus, int) or self.gpus < 1:
             raise ConfigError(f"plan.gpus must be a positive integer, got {self.gpus!r}.")
         if not self.gpu_mem_gib > 0:
             raise ConfigError(f"plan.gpu_mem_gib must be positive, got {self.gpu_mem_gib!r}.")
+        if not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 1:
+            raise ConfigError(f"plan.gpus_per_node must be >= 1, got {self.gpus_per_node!r}.")
+        if self.host_mem_gib is not None and not self.host_mem_gib > 0:
+            raise ConfigError(f"plan.host_mem_gib must be positive, got {self.host_mem_gib!r}.")
+
+    @property
+    def node_gpus(self) -> int:
+        """GPUs of one node (fewer when the run is smaller than a node)."""
+        return min(self.gpus_per_node, self.gpus)
 
 
 def check_dtype(where: str, name: str) -> None:

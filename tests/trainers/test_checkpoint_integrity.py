@@ -136,3 +136,36 @@ def test_a_resume_rewrites_a_record_file_whole_or_not_at_all(tmp_path, monkeypat
     monkeypatch.undo()
     JsonlWriter(log, truncate_after_step=3)
     assert read_jsonl(log) == rows[:3]
+
+
+def test_a_large_file_is_summed_chunk_by_chunk_and_the_damaged_chunk_named(tmp_path, monkeypatch):
+    import agentgym.trainers.checkpoint as checkpoint
+
+    monkeypatch.setattr(checkpoint, "CHUNK_BYTES", 1000)
+    (tmp_path / "big.pt").write_bytes(bytes(range(256)) * 14)  # 3,584 bytes: 4 chunks
+    (tmp_path / "small.json").write_text("{}")
+    sums = checkpoint.checksums(tmp_path)
+    assert len(sums["big.pt"]["sha256_chunks"]) == 4 and sums["big.pt"]["chunk_bytes"] == 1000
+    assert "sha256" in sums["small.json"]
+    (tmp_path / CHECKSUMS).write_text(json.dumps(sums))
+    verify_checkpoint(tmp_path)
+    _flip(tmp_path / "big.pt", at=2500)
+    with pytest.raises(CheckpointError, match=r"big.pt changed .*bytes 2,000-2,999"):
+        verify_checkpoint(tmp_path)
+
+
+def test_every_rank_sums_a_share_of_the_checkpoint(tmp_path, monkeypatch):
+    """The pieces (whole small files, chunks of large ones) dealt out over 4 ranks: each
+    sums about a quarter of the bytes, and together every piece once."""
+    import agentgym.trainers.checkpoint as checkpoint
+
+    monkeypatch.setattr(checkpoint, "CHUNK_BYTES", 1000)
+    (tmp_path / "adapter.safetensors").write_bytes(b"a" * 9_500)  # the gathered adapter
+    for r in range(4):
+        (tmp_path / f"optimizer.rank{r}-of-4.pt").write_bytes(b"o" * 900)
+    pieces = checkpoint._pieces(tmp_path)
+    shares = [pieces[r::4] for r in range(4)]
+    assert sorted(p for share in shares for p in share) == sorted(pieces)
+    read = [sum(min(size - max(c, 0) * 1000, 1000) if c >= 0 else size for _, c, size in share)
+            for share in shares]  # fmt: skip
+    assert max(read) <= 1.3 * sum(read) / 4

@@ -275,3 +275,95 @@ def test_the_plan_counts_the_base_precision_the_trainer_keeps() -> None:
         return next(i.gib for i in plan.items if i.name == "base weights")
 
     assert base_gib(experts_fp8) > base_gib(all_fp8)  # bf16 dense Linears, unsharded
+
+
+# ------------------------------------------------------------ the engine's cost (issue 40)
+def test_the_kv_cache_margin_inside_gpu_memory_utilization_is_planned() -> None:
+    """The engine's budget is gpu_memory_utilization x the GPU; the KV cache gets what
+    its weights and working set leave, against max_num_seqs x max_model_len."""
+    lora, _ = plan_both(plan_inputs(load_config(PlanConfig, CONFIG_671B)))
+    eng = lora.engine
+    assert eng is not None
+    assert eng.budget == pytest.approx(0.55 * 80)
+    assert eng.kv_room == pytest.approx(eng.budget - eng.weights - eng.workspace)
+    assert eng.kv_need == pytest.approx(lora.item("rollout KV cache"))
+    assert eng.margin > 0 and eng.seqs_fit >= 256 and lora.fits
+    assert not any("preempt" in w for w in lora.warnings)
+
+
+def test_a_kv_cache_short_of_max_num_seqs_is_a_warning_with_the_fix() -> None:
+    cfg = load_config(PlanConfig, CONFIG_671B, ["rollout.engine_options.max_num_seqs=512"])
+    lora, _ = plan_both(plan_inputs(cfg))
+    eng = lora.engine
+    assert eng is not None and eng.margin < 0 and 0 < eng.seqs_fit < 512
+    (warning,) = [w for w in lora.warnings if "preempt" in w]
+    assert f"hold {eng.seqs_fit} of the max_num_seqs=512" in warning
+    need = (eng.weights + eng.workspace + eng.kv_need) / 80
+    assert f"gpu_memory_utilization to {need + 0.005:.2f}" in warning
+    assert not lora.fits
+    # at the utilization the warning names, the cache fits again
+    fixed = load_config(
+        PlanConfig,
+        CONFIG_671B,
+        ["rollout.engine_options.max_num_seqs=512",
+         f"rollout.engine_options.gpu_memory_utilization={need + 0.005:.2f}"],
+    )  # fmt: skip
+    assert plan_both(plan_inputs(fixed))[0].engine.margin >= 0
+
+
+def test_sleep_level_1_pins_the_engines_weights_on_each_node() -> None:
+    lora, _ = plan_both(plan_inputs(load_config(PlanConfig, CONFIG_671B)))
+    eng = lora.engine
+    assert eng.pinned_per_node == pytest.approx(8 * lora.item("rollout weights"))
+    assert 100 < eng.pinned_per_node < 130  # ~112 GiB: 8 GPUs x 14 GiB of engine weights
+    small = load_config(PlanConfig, CONFIG_671B, ["plan.host_mem_gib=96"])
+    lora, _ = plan_both(plan_inputs(small))
+    assert any("plan.host_mem_gib is 96" in w for w in lora.warnings) and not lora.fits
+    level2 = load_config(PlanConfig, CONFIG_671B, ["rollout.engine_options.sleep_level=2"])
+    assert plan_both(plan_inputs(level2))[0].engine.pinned_per_node == 0
+
+
+def test_the_engines_first_start_counts_against_the_collective_timeout() -> None:
+    from agentgym.plan import startup_seconds
+
+    cfg = load_config(PlanConfig, CONFIG_671B)
+    start = startup_seconds(cfg)
+    lora, _ = plan_both(plan_inputs(cfg))
+    read = (lora.item("base weights") + lora.item("rollout weights")) * 2**30 * 8 / 5e9
+    assert start == pytest.approx(read + 60)  # the node's reads, then the engine's warm-up
+    slow = load_config(
+        PlanConfig,
+        CONFIG_671B,
+        ["plan.efficiency.host_io_gbps=0.2", "distributed.timeout_s=1800"],
+    )
+    with pytest.raises(ConfigError, match=r"the first start .*distributed\.timeout_s=\d"):
+        from agentgym.plan import check_collective_timeout
+
+        check_collective_timeout(slow)
+
+
+def test_a_detector_threshold_below_the_longest_wait_is_refused_or_warned() -> None:
+    from agentgym.plan import check_detector, rollout_seconds
+
+    cfg = load_config(PlanConfig, CONFIG_671B)
+    assert check_detector(cfg) == []  # the config's 1200 s covers 1.5 x the rollout
+    short = load_config(PlanConfig, CONFIG_671B, ["health.stuck_after_s=120"])
+    with pytest.raises(ConfigError, match=r"health\.stuck_after_s=\d.*stop the run"):
+        check_detector(short)  # on_fault restart with max_restarts 0: the run would end
+    warned = load_config(
+        PlanConfig, CONFIG_671B, ["health.stuck_after_s=120", "distributed.on_fault=warn"]
+    )
+    (line,) = check_detector(warned)
+    assert f"({rollout_seconds(cfg):,.0f} s)" in line and "reported only" in line
+
+
+def test_a_launch_over_several_nodes_needs_an_absolute_run_folder() -> None:
+    from agentgym.trainers import check_launch
+
+    cfg = load_config(TrainConfig, CONFIG_671B, ["run.output_dir=runs/dapo"])
+    assert check_launch(cfg, world_size=48, nnodes=1) == []
+    with pytest.raises(ConfigError, match="absolute path on a file system every node mounts"):
+        check_launch(cfg, world_size=48, nnodes=6)
+    low = load_config(TrainConfig, CONFIG_671B, ["rollout.concurrency=128"])
+    (warning,) = [w for w in check_launch(low, world_size=48, nnodes=1)]
+    assert "rollout.concurrency=256" in warning  # one engine replica plays all 256

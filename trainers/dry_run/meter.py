@@ -14,7 +14,9 @@ number for number:
 
 from __future__ import annotations
 
+import contextlib
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -48,9 +50,56 @@ def optimizer_bytes(optimizer: torch.optim.Optimizer) -> int:
     return total
 
 
+def storage_keys(tensors: Any) -> set[int]:
+    """The storages ``tensors`` hold on this rank (a DTensor's local shard, a torchao
+    tensor's parts), as :class:`LiveBytes` keys them."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    keys: set[int] = set()
+    stack = [local_tensor(t) for t in tensors if isinstance(t, torch.Tensor)]
+    while stack:
+        t = stack.pop()
+        if is_traceable_wrapper_subclass(t):
+            stack += [getattr(t, n) for n in t.__tensor_flatten__()[0]]
+            continue
+        try:
+            keys.add(t.untyped_storage()._cdata)
+        except (RuntimeError, NotImplementedError, TypeError):
+            continue
+    return keys
+
+
 def grad_bytes(model: nn.Module) -> int:
     """Bytes of the gradients this rank holds."""
     return sum(tensor_bytes(p.grad) for p in model.parameters() if p.grad is not None)
+
+
+#: inside DTensor's sharding propagation (its global-shape tensors are metadata)
+_PROPAGATING: list[bool] = []
+
+
+@contextlib.contextmanager
+def uncounted_propagation() -> Iterator[None]:
+    """DTensor works out an op's output shape by running it on fake tensors of the global
+    shapes, in the fake mode already active when there is one (a dry run's): those are
+    metadata, never memory on a rank, and :class:`LiveBytes` leaves them out inside this
+    block (PyTorch's propagation is wrapped for its duration)."""
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+    original = ShardingPropagator._propagate_tensor_meta_non_cached
+
+    def propagate(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _PROPAGATING.append(True)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _PROPAGATING.pop()
+
+    ShardingPropagator._propagate_tensor_meta_non_cached = propagate
+    try:
+        yield
+    finally:
+        ShardingPropagator._propagate_tensor_meta_non_cached = original
 
 
 class LiveBytes(TorchDispatchMode):
@@ -61,10 +110,13 @@ class LiveBytes(TorchDispatchMode):
     so a sharded tensor counts as its local shard.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, fake: Any = None, *, record: bool = False) -> None:
         super().__init__()
         self.live = 0
         self.peak = 0
+        self.fake = fake
+        #: (storage, bytes added or freed), in order, when recording
+        self.events: list[tuple[int, int]] | None = [] if record else None
         self._refs: dict[int, Any] = {}
         self._sizes: dict[int, int] = {}
         self._resize: Any = None
@@ -93,9 +145,19 @@ class LiveBytes(TorchDispatchMode):
 
         if any(t is DTensor or issubclass(t, DTensor) for t in types):
             return NotImplemented
+        from torch._guards import active_fake_mode
+        from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
         out = func(*args, **(kwargs or {}))
+        mode = active_fake_mode()
+        if _PROPAGATING or (mode is not None and mode is not self.fake):
+            return out  # DTensor's shape propagation: metadata, not memory
         for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+            if (
+                isinstance(t, torch.Tensor)
+                and t.device.type != "meta"
+                and not is_traceable_wrapper_subclass(t)  # a torchao tensor: its parts count
+            ):
                 self._note(t)
         return out
 
@@ -128,10 +190,25 @@ class LiveBytes(TorchDispatchMode):
         self._sizes[key] += n
         self.live += n
         self.peak = max(self.peak, self.live)
+        if self.events is not None:
+            self.events.append((key, n))
 
     def _free(self, key: int) -> None:
         if self._refs.pop(key, None) is not None:
-            self.live -= self._sizes.pop(key)
+            n = self._sizes.pop(key)
+            self.live -= n
+            if self.events is not None:
+                self.events.append((key, -n))
+
+    def peak_without(self, keys: set[int]) -> int:
+        """The peak of what was live, leaving out the storages ``keys`` (recorded runs):
+        the host's share of a set-up whose device tensors are ``keys``."""
+        live = peak = 0
+        for key, n in self.events or ():
+            if key not in keys:
+                live += n
+                peak = max(peak, live)
+        return peak
 
     def reset_peak(self) -> None:
         self.peak = self.live

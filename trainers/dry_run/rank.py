@@ -50,10 +50,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from agentgym import ConfigError
-from agentgym.trainers.dry_run.meter import LiveBytes, grad_bytes, optimizer_bytes, share_bytes
+from agentgym.trainers.dry_run.meter import (
+    LiveBytes,
+    grad_bytes,
+    optimizer_bytes,
+    share_bytes,
+    storage_keys,
+    uncounted_propagation,
+)
 
 #: what the dry run's figures are called, in the order it prints them
 GIB = float(1 << 30)
@@ -170,6 +176,8 @@ def dry_run_rank(
     prompt_tokens: int = 0,
     gpus_per_node: int = 8,
     say: Callable[[str], None] = print,
+    step: bool = True,
+    gpu_kernels: bool = True,
 ) -> RankFigures:
     """Run rank ``rank`` of ``cfg``'s device mesh here (module docstring).
 
@@ -178,6 +186,9 @@ def dry_run_rank(
         seq_len: tokens of one sequence (prompt and reply) in the training call.
         prompt_tokens: of which the prompt (the rest is the reply the loss reads).
         gpus_per_node: ranks per node (the rank's ``LOCAL_RANK``).
+        step: run the training call too (else the set-up alone).
+        gpu_kernels: attention as a GPU runs it (:class:`_GpuAttention`); off, as this
+            CPU runs it (to compare with a CPU run).
 
     Raises:
         ConfigError: the config does not run a device mesh, or its set-up fails (the
@@ -198,8 +209,11 @@ def dry_run_rank(
         raise ConfigError(f"--rank {rank} is outside the {world} ranks of {layout.describe()}.")
     with tempfile.TemporaryDirectory(prefix="agentgym-dry-run-") as tmp:
         cfg, notes = _dry_config(cfg, Path(tmp))
-        with fake_world(rank, world):
-            figures = _run(cfg, layout, rank, seq_len, prompt_tokens, gpus_per_node, say)
+        with fake_world(rank, world), uncounted_propagation():
+            figures = _run(
+                cfg, layout, rank, seq_len, prompt_tokens, gpus_per_node, say,
+                step=step, gpu_kernels=gpu_kernels,
+            )  # fmt: skip
     figures.notes[:0] = notes
     return figures
 
@@ -259,6 +273,9 @@ def _run(
     prompt_tokens: int,
     gpus_per_node: int,
     say: Callable[[str], None],
+    *,
+    step: bool,
+    gpu_kernels: bool,
 ) -> RankFigures:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -281,7 +298,7 @@ def _run(
     )
     coords = layout.coords(rank)
     fake = FakeTensorMode(allow_non_fake_inputs=True)
-    meter = LiveBytes()
+    meter = LiveBytes(fake, record=True)
     alloc = _Allocation(fake, meter)
     t0 = time.monotonic()
     read_before = CheckpointReader.process_bytes_read
@@ -297,7 +314,8 @@ def _run(
     setup_s = time.monotonic() - t0
     with fake:  # a fake parameter is read inside its mode
         shares = share_bytes(learner.model)
-        device_bytes = shares["base"] + shares["adapter"] + _held(learner.gen_model)
+        models = (learner.model, learner.gen_model)
+        device = storage_keys([t for m in models for t in (*m.parameters(), *m.buffers())])
     stage_layers = _stage_layers(learner)
     num_experts = int(
         getattr(learner.gen_model.get_base_model().config, "n_routed_experts", 0) or 0
@@ -313,19 +331,16 @@ def _run(
         adapter=shares["adapter"],
         bytes_read=CheckpointReader.process_bytes_read - read_before,
         host_before_alloc=alloc.before or 0,
-        host_peak=max(alloc.before_peak, meter.peak - device_bytes),
+        host_peak=meter.peak_without(device),
         draw_numbers=_draw_numbers(learner, draws),
     )
-    _step(learner, cfg, figures, fake, seq_len, prompt_tokens, pad=int(pad))
+    if step:
+        _step(
+            learner, cfg, figures, fake, seq_len, prompt_tokens, pad=int(pad),
+            gpu_kernels=gpu_kernels,
+        )  # fmt: skip
     figures.engine = _engine(cfg, rank, layout.world_size, draws, stage_layers, num_experts)
     return figures
-
-
-def _held(model: nn.Module) -> int:
-    """Bytes of the (fake) tensors ``model`` holds: the generation model's buffers."""
-    from agentgym.trainers.loading import local_bytes
-
-    return local_bytes(model)
 
 
 def _stage_layers(learner: Any) -> list[int]:
@@ -391,6 +406,7 @@ def _step(
     prompt_tokens: int,
     *,
     pad: int,
+    gpu_kernels: bool,
 ) -> None:
     """One training call and an optimizer step on fake tensors, measured (module docstring)."""
     from agentgym.trainers.batch import Sample, make_microbatches
@@ -414,8 +430,9 @@ def _step(
     layers = {i: decoder_layers(lm)[1][i] for i in figures.layers}
     saved = SavedBytes(learner.model, layers)
     t0 = time.monotonic()
-    with fake, _static_pipeline_votes():
-        tracker = _Tracker(learner)
+    attention = _GpuAttention() if gpu_kernels else contextlib.nullcontext(None)
+    with fake, _static_pipeline_votes(), attention as kernels:
+        tracker = _Tracker(learner, fake)
         with tracker, saved.recording():
             learner.forward_backward(mbs, loss)
             figures.grads = grad_bytes(learner.model)
@@ -426,6 +443,16 @@ def _step(
     figures.tokens = mbs_per_rank * size * seq_len
     figures.saved_per_layer = {i: n // mbs_per_rank for i, n in saved.per_layer.items()}
     figures.step_peak, figures.step_peak_by = tracker.peak()
+    if kernels is not None and kernels.math:
+        figures.notes.append(
+            f"attention: {kernels.math} of {kernels.calls} calls run PyTorch's math path on a "
+            "GPU too (no fused kernel takes their shapes): [B, H, T, T] scores kept"
+        )
+    elif kernels is not None:
+        figures.notes.append(
+            "attention: a GPU's fused SDPA kernel (memory-efficient: no T x T scores); on CPU "
+            "PyTorch would take the math path for MLA's unequal head dims"
+        )
 
 
 class _Tracker:
@@ -436,11 +463,11 @@ class _Tracker:
     makes one per micro-batch; its ``MemTracker`` hooks every parameter for gradients,
     which frozen ones refuse."""
 
-    def __init__(self, learner: Any) -> None:
+    def __init__(self, learner: Any, fake: Any) -> None:
         shares = share_bytes(learner.model)
         held = shares["base"] + shares["adapter"]
         self.before = held + grad_bytes(learner.model) + optimizer_bytes(learner.optimizer)
-        self.live = LiveBytes()
+        self.live = LiveBytes(fake)
         model = learner.model
         grads = [p.grad for p in model.parameters() if p.grad is not None]
         states = [v for st in learner.optimizer.state.values() for v in st.values()]
@@ -458,6 +485,62 @@ class _Tracker:
             "held before": self.before,
             "allocated at most": self.live.peak,
         }
+
+
+class _GpuAttention:
+    """Scaled dot-product attention with the kernel a GPU would pick, by PyTorch's CUDA
+    rules (``sdp_utils.cpp``): on CPU PyTorch has no fused kernel for unequal query and
+    value head dims (MLA: 192 and 128) and takes the math path, which keeps the ``[B, H, T,
+    T]`` scores; a GPU runs the memory-efficient kernel (query and key dims equal, every
+    dim a multiple of 8 in half precision), which keeps the output and a ``[B, H, T]``
+    log-sum-exp. A call no fused GPU kernel takes keeps the math path (counted in
+    :attr:`math`). Active for the block only."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.math = 0
+        self._original: Any = None
+
+    def __enter__(self) -> _GpuAttention:
+        import torch.nn.functional as F
+
+        self._original = original = F.scaled_dot_product_attention
+
+        def sdpa(q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+                 is_causal: bool = False, scale: Any = None, enable_gqa: bool = False) -> Any:  # fmt: skip
+            self.calls += 1
+            if not _fused_on_gpu(q, k, v):
+                self.math += 1
+                return original(
+                    q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa=enable_gqa
+                )
+            bias = attn_mask
+            if bias is not None and bias.dtype == torch.bool:  # as PyTorch converts it
+                bias = torch.zeros_like(bias, dtype=q.dtype).masked_fill(~bias, float("-inf"))
+            grad = q.requires_grad or k.requires_grad or v.requires_grad
+            return torch.ops.aten._scaled_dot_product_efficient_attention(
+                q, k, v, bias, grad, dropout_p, is_causal, scale=scale
+            )[0]
+
+        F.scaled_dot_product_attention = sdpa
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch.nn.functional as F
+
+        F.scaled_dot_product_attention = self._original
+
+
+def _fused_on_gpu(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether a GPU's memory-efficient SDPA kernel takes these inputs (PyTorch's
+    ``check_head_dim_size_mem_efficient`` and shape checks): 4-D, as many key as query
+    heads, query and key head dims equal, every head dim a multiple of the GEMM alignment
+    (8 values in half precision, 4 in float32)."""
+    if q.dim() != 4 or k.shape[1] != q.shape[1] or v.shape[1] != q.shape[1]:
+        return False
+    align = 8 if q.dtype in (torch.float16, torch.bfloat16) else 4
+    dq, dv = q.shape[-1], v.shape[-1]
+    return dq == k.shape[-1] and dq % align == 0 and dv % align == 0
 
 
 @contextlib.contextmanager
