@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -81,8 +81,6 @@ class SyncStats:
     served: int = 0
     sent: int = 0
     received: int = 0
-    tensors: int = 0
-    history: list[dict[str, int]] = field(default_factory=list)
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -189,66 +187,70 @@ class AdapterSync:
     def __init__(self, engine: Any, *, num_experts: int = 0) -> None:
         self.engine = engine
         self.num_experts = num_experts
-        self.stats = SyncStats()
 
     def push(self, source: AdapterSource) -> SyncStats:
         """One sync (every rank calls it together); returns this rank's figures."""
-        import torch.distributed as dist
-
         shards = {s.name: s for s in source.adapter_shards()}
-        spanning = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        world, me = _place()
         shapes = {n: tuple(s.tensor.shape) for n, s in shards.items()}
-        if spanning:
-            shapes = _all_shapes(shapes)
-        needs = self.engine.adapter_needs(shapes, self.num_experts)
-        held = {
-            n: None if s.experts is None else (s.experts.start, s.experts.stop, s.total)
-            for n, s in shards.items()
-        }
-        wanted = {
-            n: None if w.experts is None else (w.experts.start, w.experts.stop, w.total)
-            for n, w in needs.items()
-        }
-        if spanning:
-            everyone = [None] * dist.get_world_size()
-            dist.all_gather_object(everyone, (held, wanted))
-            holdings, all_needs = [h for h, _ in everyone], [w for _, w in everyone]
-            me = dist.get_rank()
-        else:
-            holdings, all_needs, me = [held], [wanted], 0
-        pieces = plan_pieces(holdings, all_needs)
-        got = _exchange(pieces, shards, me) if spanning else {}
-        stats = SyncStats(
-            held=sum(_nbytes(s.tensor) for s in shards.values())
-            + sum(_nbytes(t) for t in got.values())
+        needs = self.engine.adapter_needs(
+            _all_shapes(shapes) if world > 1 else shapes, self.num_experts
         )
-        stats.received = sum(_nbytes(t) for (_, p), t in got.items())
-        stats.sent = sum(
-            _nbytes(_cut(shards[p.name], p)) for p in pieces if p.src == me and p.dst != me
-        )
-        served: dict[str, torch.Tensor] = {}
-        for name in sorted(needs):
-            mine = [p for p in pieces if p.dst == me and p.name == name]
-            parts = [got[(p.src, p)] if p.src != me else _cut(shards[name], p) for p in mine]
-            if len(parts) == 1:
-                served[name] = parts[0]
-            else:
-                served[name] = join_experts(
-                    name, parts, [p.experts[1] - p.experts[0] for p in mine]
-                )
+        held = {n: _span(s.experts, s.total) for n, s in shards.items()}
+        wanted = {n: _span(w.experts, w.total) for n, w in needs.items()}
+        everyone = _all_gathered((held, wanted)) if world > 1 else [(held, wanted)]
+        pieces = plan_pieces([h for h, _ in everyone], [w for _, w in everyone])
+        got = _exchange(pieces, shards, me) if world > 1 else {}
+        served = _assemble(needs, pieces, shards, got, me)
         experts = next((w.experts for w in needs.values() if w.experts is not None), None)
         self.engine.load_adapter(served, experts=experts)
-        stats.served = sum(_nbytes(t) for t in served.values())
-        stats.tensors = len(served)
-        self.stats.history.append(
-            {
-                "held": stats.held,
-                "served": stats.served,
-                "sent": stats.sent,
-                "received": stats.received,
-            }
+        return SyncStats(
+            held=sum(_nbytes(s.tensor) for s in shards.values()) + sum(map(_nbytes, got.values())),
+            served=sum(map(_nbytes, served.values())),
+            sent=sum(_nbytes(_cut(shards[p.name], p)) for p in pieces if p.src == me != p.dst),
+            received=sum(map(_nbytes, got.values())),
         )
-        return stats
+
+
+def _span(experts: range | None, total: int) -> tuple[int, int, int] | None:
+    """A holding or a need as the plan reads it: None (whole) or (first, end, total)."""
+    return None if experts is None else (experts.start, experts.stop, total)
+
+
+def _place() -> tuple[int, int]:
+    """``(world size, rank)`` of the job (``(1, 0)`` without a process group)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+def _all_gathered(obj: Any) -> list[Any]:
+    """Every rank's ``obj``, in rank order."""
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def _assemble(
+    needs: Mapping[str, Need],
+    pieces: Sequence[_Piece],
+    shards: Mapping[str, AdapterShard],
+    got: Mapping[tuple[int, _Piece], torch.Tensor],
+    me: int,
+) -> dict[str, torch.Tensor]:
+    """This rank's worker's tensors, each from its pieces (its own, and those received),
+    experts joined in order."""
+    served: dict[str, torch.Tensor] = {}
+    for name in sorted(needs):
+        mine = [p for p in pieces if p.dst == me and p.name == name]
+        parts = [got[(p.src, p)] if p.src != me else _cut(shards[name], p) for p in mine]
+        counts = [p.experts[1] - p.experts[0] for p in mine if p.experts is not None]
+        served[name] = parts[0] if len(parts) == 1 else join_experts(name, parts, counts)
+    return served
 
 
 def _cut(shard: AdapterShard, piece: _Piece) -> torch.Tensor:
@@ -264,12 +266,8 @@ def _cut(shard: AdapterShard, piece: _Piece) -> torch.Tensor:
 
 def _all_shapes(mine: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
     """Every rank's adapter tensor names (with this rank's shape where it holds one)."""
-    import torch.distributed as dist
-
-    parts: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(parts, dict(mine))
     out: dict[str, tuple[int, ...]] = {}
-    for part in parts:
+    for part in _all_gathered(dict(mine)):
         for name, shape in part.items():
             out.setdefault(name, shape)
     return out
@@ -284,15 +282,13 @@ def _exchange(
     all at once). Receive buffers take their shape from the sender's holding."""
     import torch.distributed as dist
 
-    meta: list[Any] = [None] * dist.get_world_size()
-    mine = {p: tuple(_cut(shards[p.name], p).shape) for p in pieces if p.src == me and p.dst != me}
-    mine_dtype = {p: _cut(shards[p.name], p).dtype for p in mine}
-    dist.all_gather_object(meta, {p: (s, str(mine_dtype[p])) for p, s in mine.items()})
+    outgoing = {p: _cut(shards[p.name], p) for p in pieces if p.src == me and p.dst != me}
+    meta = _all_gathered({p: (tuple(t.shape), str(t.dtype)) for p, t in outgoing.items()})
     ops, got = [], {}
     device = next(iter(shards.values())).tensor.device if shards else torch.device("cpu")
     for p in pieces:
-        if p.src == me and p.dst != me:
-            ops.append(dist.P2POp(dist.isend, _cut(shards[p.name], p).contiguous(), p.dst))
+        if p in outgoing:
+            ops.append(dist.P2POp(dist.isend, outgoing[p].contiguous(), p.dst))
         elif p.dst == me and p.src != me:
             shape, dtype = meta[p.src][p]
             buf = torch.empty(
