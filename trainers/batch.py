@@ -204,29 +204,41 @@ def positions(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.cumsum(-1) - 1).clamp(min=0)
 
 
+def _right_padded(
+    rows: Sequence[Sequence[Any]], width: int, fill: Any, dtype: torch.dtype
+) -> torch.Tensor:
+    """``rows`` written left-aligned into a ``[len(rows), width]`` tensor of ``fill``: one
+    tensor made from all the values at once, not one per row."""
+    out = torch.full((len(rows), width), fill, dtype=dtype)
+    out[_filled([len(r) for r in rows], width)] = torch.tensor(
+        [v for r in rows for v in r], dtype=dtype
+    )
+    return out
+
+
+def _filled(lengths: Sequence[int], width: int) -> torch.Tensor:
+    """``[len(lengths), width]`` booleans, true on the first ``lengths[i]`` of row ``i``."""
+    return torch.arange(width) < torch.tensor(list(lengths), dtype=torch.long).unsqueeze(1)
+
+
 def collate(samples: Sequence[Sample], indices: Sequence[int], pad_id: int) -> MicroBatch:
     """Pad ``samples`` into a :class:`MicroBatch`, one prompt row per distinct prompt."""
     distinct: dict[tuple[int, ...], int] = {}
     prompt_of = [distinct.setdefault(s.prompt_ids, len(distinct)) for s in samples]
     p_width = max(len(p) for p in distinct)
-    prompt_ids = torch.full((len(distinct), p_width), pad_id, dtype=torch.long)
-    prompt_mask = torch.zeros((len(distinct), p_width), dtype=torch.long)
-    for row, p in enumerate(distinct):
-        prompt_ids[row, p_width - len(p) :] = torch.tensor(p, dtype=torch.long)
-        prompt_mask[row, p_width - len(p) :] = 1
-    b = len(samples)
+    # left-padded prompts: right-padded reversed rows, flipped
+    prompt_ids = _right_padded([p[::-1] for p in distinct], p_width, pad_id, torch.long).flip(1)
+    prompt_mask = _right_padded([[1] * len(p) for p in distinct], p_width, 0, torch.long).flip(1)
     r_width = max(len(s.response_ids) for s in samples)
-    targets = torch.full((b, r_width), pad_id, dtype=torch.long)
-    response_mask = torch.zeros((b, r_width), dtype=torch.long)
-    sampler = torch.zeros((b, r_width), dtype=torch.float32)
-    has_sampler = torch.zeros((b, r_width), dtype=torch.bool)
-    for row, s in enumerate(samples):
-        n = len(s.response_ids)
-        targets[row, :n] = torch.tensor(s.response_ids, dtype=torch.long)
-        response_mask[row, :n] = 1
-        if len(s.sampler_logprobs) == n:
-            sampler[row, :n] = torch.tensor(s.sampler_logprobs)
-            has_sampler[row, :n] = True
+    replies = [s.response_ids for s in samples]
+    targets = _right_padded(replies, r_width, pad_id, torch.long)
+    response_mask = _right_padded([[1] * len(r) for r in replies], r_width, 0, torch.long)
+    known = [
+        s.sampler_logprobs if len(s.sampler_logprobs) == len(s.response_ids) else ()
+        for s in samples
+    ]
+    sampler = _right_padded(known, r_width, 0.0, torch.float32)
+    has_sampler = _right_padded([[True] * len(k) for k in known], r_width, False, torch.bool)
     return MicroBatch(
         prompt_ids=prompt_ids,
         prompt_mask=prompt_mask,

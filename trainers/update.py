@@ -28,11 +28,11 @@ import torch
 
 from agentgym.trainers.algorithm import (
     importance_weights,
+    logprobs_and_entropy,
     loss_spec,
     mismatch_stats,
     positive_nll,
     selected_logprobs,
-    token_entropy,
     value_loss,
 )
 from agentgym.trainers.batch import MicroBatch, Sample, make_microbatches
@@ -56,7 +56,7 @@ class PolicyLoss:
 
     def __call__(self, mb: MicroBatch, logits: torch.Tensor) -> tuple[torch.Tensor, dict]:
         algo = self.algo
-        logp = selected_logprobs(logits, mb.targets, self.temperature)
+        logp, ent = logprobs_and_entropy(logits, mb.targets, self.temperature)
         # the learner's log-probs under the policy that sampled (old = current when the
         # batch gets one update), compared with the engine's for the same tokens
         sampled_by = mb.old_logprobs if mb.old_logprobs is not None else logp.detach()
@@ -91,7 +91,6 @@ class PolicyLoss:
             loss = loss + algo.nll_coef * nll
             stats["nll"] = float(nll.detach())
         with torch.no_grad():
-            ent = token_entropy(logits.detach(), self.temperature)
             gap = mismatch_stats(sampled_by, mb.sampler_logprobs, known)
         stats.update(
             loss=float(terms.loss.detach()),

@@ -13,6 +13,7 @@ from agentgym.trainers.algorithm import (
     group_advantages,
     informative_groups,
     length_reward,
+    logprobs_and_entropy,
     masked_mean,
     overlong_penalty,
     selected_logprobs,
@@ -169,3 +170,23 @@ def test_selected_logprobs_and_entropy():
     h = -(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25))
     assert token_entropy(logits).item() == pytest.approx(h, abs=1e-6)
     assert masked_mean(t(1, 2, 3), t(1, 0, 1)).item() == pytest.approx(2.0)
+
+
+def test_logprobs_and_entropy_in_one_pass():
+    """The fused pass gives selected_logprobs' log-probs bit for bit (and the same
+    gradient) and token_entropy's entropy; the entropy carries no gradient."""
+    gen = torch.Generator().manual_seed(0)
+    logits = (torch.randn(3, 5, 40, generator=gen) * 4).requires_grad_()
+    targets = torch.randint(0, 40, (3, 5), generator=gen)
+    for temp in (1.0, 0.7):
+        logp, ent = logprobs_and_entropy(logits, targets, temp)
+        ref = selected_logprobs(logits, targets, temp)
+        assert torch.equal(logp, ref)
+        assert not ent.requires_grad
+        torch.testing.assert_close(ent, token_entropy(logits.detach(), temp), atol=1e-5, rtol=1e-5)
+        (grad,) = torch.autograd.grad(logp.sum(), logits)
+        (want,) = torch.autograd.grad(ref.sum(), logits)
+        assert torch.equal(grad, want)
+    h = -(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25))
+    one = torch.log(torch.tensor([[[0.5, 0.25, 0.25]]]))
+    assert logprobs_and_entropy(one, ids(0).view(1, 1))[1].item() == pytest.approx(h, abs=1e-6)

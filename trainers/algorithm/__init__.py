@@ -62,7 +62,12 @@ from agentgym.trainers.algorithm.losses import (
     reinforce_policy_loss,
 )
 from agentgym.trainers.algorithm.shaping import informative_groups, length_reward, overlong_penalty
-from agentgym.trainers.algorithm.tokens import masked_mean, selected_logprobs, token_entropy
+from agentgym.trainers.algorithm.tokens import (
+    logprobs_and_entropy,
+    masked_mean,
+    selected_logprobs,
+    token_entropy,
+)
 from agentgym.trainers.algorithm.values import (
     decoupled_gae,
     egae,
@@ -105,6 +110,7 @@ __all__ = [
     "last_masked",
     "length_adaptive_lambda",
     "length_reward",
+    "logprobs_and_entropy",
     "loss_spec",
     "masked_mean",
     "mismatch_stats",

@@ -27,6 +27,26 @@ def selected_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0)
     return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz
 
 
+def logprobs_and_entropy(
+    logits: Tensor, targets: Tensor, temperature: float = 1.0
+) -> tuple[Tensor, Tensor]:
+    """:func:`selected_logprobs` (with its gradient) and the entropy of each position
+    (without one), sharing the normaliser ``log Z``: the entropy's log-softmax is
+    ``z - log Z`` with the ``log Z`` the log-probs already needed, instead of a second
+    log-softmax over ``[B, T, V]`` (:func:`token_entropy`). The log-probs are exactly
+    :func:`selected_logprobs`'."""
+    if temperature != 1.0:
+        logits = logits / temperature
+    if _vocab_split(logits):
+        return _split_selected_logprobs(logits, targets), _split_entropy(logits.detach())
+    logz = torch.logsumexp(logits, dim=-1)
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz
+    with torch.no_grad():
+        logp_all = logits.detach().float() - logz.detach().float().unsqueeze(-1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
+
+
 def token_entropy(logits: Tensor, temperature: float = 1.0) -> Tensor:
     """Entropy of each position's next-token distribution: ``[B, T, V] -> [B, T]``."""
     if temperature != 1.0:
