@@ -10,7 +10,9 @@ the one-process run of the same config:
   every rank, and moved (the experts' LoRA included).
 
 The same holds with an int8 base (``model.quantize``) under expert and pipeline
-parallelism.
+parallelism. ``dp_shard=2 x tp=2`` is FSDP2 over the tensor-parallel DTensors (two-dimensional
+shards) and an expert group of ``ep x tp`` with ``dp_shard > 1``: the 671B layout's code
+paths, which no layout with a data-parallel size of 1 runs.
 """
 
 from __future__ import annotations
@@ -130,9 +132,10 @@ def _assert_same_as_single(out: Path, single: Path, nproc: int, atol: float = 2e
         ({"tp": 2}, 2),
         ({"pp": 2}, 2),
         ({"dp_shard": 2, "ep": 2}, 4),
+        ({"dp_shard": 2, "tp": 2}, 4),
         ({"tp": 2, "pp": 2}, 4),
     ],
-    ids=["ep2", "tp2", "pp2", "dp_shard2-ep2", "tp2-pp2"],
+    ids=["ep2", "tp2", "pp2", "dp_shard2-ep2", "dp_shard2-tp2", "tp2-pp2"],
 )
 def test_parallel_layout_matches_one_process(tmp_path, single_run, sizes, nproc):
     out = tmp_path / "run"

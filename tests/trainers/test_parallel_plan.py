@@ -9,6 +9,12 @@ Under ``ep=2`` (two data-parallel groups) FSDP2 shards the dense base over both;
 shards of small tensors are uneven (dim 0 rounded up on the first rank), so there the
 base line agrees to 5%.
 
+The same rows check the dry run (``agentgym train --dry-run``, trainers/dry_run/): one rank
+of each layout run in this process on fake tensors must hold exactly the bytes the real
+rank holds: frozen base, adapter, gradients, optimizer state, and what each decoder layer
+saves for the backward pass (activation checkpointing on), under ``ep=2``, ``tp=2``,
+``dp_shard=2 x tp=2`` (FSDP2 over the tensor-parallel DTensors) and ``dp_shard=2 x ep=2``.
+
 ``tests/helpers/parallel_activations.py`` runs one forward and backward on the same model
 under a layout and counts, per decoder layer, the bytes autograd saves for the backward
 pass (``saved_tensors_hooks``); the planner's "activations: layer inputs" line for the same
@@ -58,14 +64,27 @@ def torchrun_rows(script: str, arg: str, nproc: int, out: Path) -> list[dict]:
 LAYOUTS = {"tp2": {"tp": 2}, "pp2": {"pp": 2}, "ep2": {"ep": 2}}
 
 
-@pytest.fixture(scope="module")
-def rank_bytes(tmp_path_factory) -> dict[str, list[dict[str, int]]]:
+#: the 4-process layouts whose bytes the dry run predicts
+LAYOUTS_4 = {"dp_shard2-tp2": {"dp_shard": 2, "tp": 2}, "dp_shard2-ep2": {"dp_shard": 2, "ep": 2}}
+
+
+def _launch_rows(tmp_path_factory, layouts: dict[str, dict[str, int]]) -> dict[str, list[dict]]:
     """Each layout's rows (rank order), from one launch that builds each layout in turn
     (a start-up is most of a launch's time; each layout gets a model and mesh of its own)."""
-    nproc = {Layout(**sizes).world_size for sizes in LAYOUTS.values()}.pop()
+    nproc = {Layout(**sizes).world_size for sizes in layouts.values()}.pop()
     out = tmp_path_factory.mktemp("rank_bytes")
-    ranks = torchrun_rows("parallel_bytes.py", json.dumps(list(LAYOUTS.values())), nproc, out)
-    return {name: [r["runs"][i] for r in ranks] for i, name in enumerate(LAYOUTS)}
+    ranks = torchrun_rows("parallel_bytes.py", json.dumps(list(layouts.values())), nproc, out)
+    return {name: [r["runs"][i] for r in ranks] for i, name in enumerate(layouts)}
+
+
+@pytest.fixture(scope="module")
+def rank_bytes(tmp_path_factory) -> dict[str, list[dict[str, int]]]:
+    return _launch_rows(tmp_path_factory, LAYOUTS)
+
+
+@pytest.fixture(scope="module")
+def rank_bytes_4(tmp_path_factory) -> dict[str, list[dict[str, int]]]:
+    return _launch_rows(tmp_path_factory, LAYOUTS_4)
 
 
 def _planned(
@@ -148,3 +167,47 @@ def test_the_planner_counts_the_activations_each_layer_saves(tmp_path):
         assert list(on["layers"].values()) == [batch * seq_len * hidden * 4] * 2
         assert sum(on["layers"].values()) < sum(off["layers"].values()) / 10
         assert on["grad_norm"] == pytest.approx(off["grad_norm"], rel=1e-6)
+
+
+def _dry_run(sizes: dict[str, int], rank: int):
+    """Rank ``rank`` of the helper's run, dry (fake tensors, this process): its figures."""
+    from parallel_bytes import BATCH, SEQ_LEN
+
+    from agentgym import load_config
+    from agentgym.trainers import TrainConfig, dry_run_rank
+
+    over = [
+        "model.preset=tiny-deepseek-v3", "model.dtype=float32", "lora.r=8",
+        f"algorithm.micro_batch_size={BATCH}", "distributed.strategy=fsdp2",
+        "distributed.activation_checkpointing=true",
+        *(f"distributed.{k}={v}" for k, v in sizes.items()),
+    ]  # fmt: skip
+    cfg = load_config(TrainConfig, None, over)
+    # the CPU's own attention kernel, as the real CPU run has it
+    return dry_run_rank(
+        cfg, rank, seq_len=SEQ_LEN, prompt_tokens=SEQ_LEN // 2, gpu_kernels=False, say=str
+    )
+
+
+def _assert_predicted(rows: list[dict], sizes: dict[str, int]) -> None:
+    for row in rows:
+        f = _dry_run(sizes, row["rank"])
+        assert (f.base, f.adapter) == (row["share"]["base"], row["share"]["adapter"]), row
+        assert f.grads == row["grads"] and f.optimizer == row["optimizer"], row
+        saved = {int(k): v for k, v in row["saved"].items()}
+        assert f.saved_per_layer == saved, (f.saved_per_layer, saved)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("parallel_plan_bytes")
+@pytest.mark.parametrize("layout", ["ep2", "tp2"])
+def test_the_dry_run_predicts_each_ranks_bytes(rank_bytes, layout):
+    _assert_predicted(rank_bytes[layout], LAYOUTS[layout])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", list(LAYOUTS_4))
+def test_the_dry_run_predicts_each_ranks_bytes_on_four_ranks(rank_bytes_4, layout):
+    """FSDP2 over the tensor-parallel DTensors, and the expert group of ep x tp with
+    dp_shard 2: what every rank holds, predicted by the dry run of that rank."""
+    _assert_predicted(rank_bytes_4[layout], LAYOUTS_4[layout])

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import pytest
@@ -170,3 +171,36 @@ def test_lora_on_a_quantized_base_on_cuda_in_bf16(kind):
     a.square().mean().backward()
     grads = [p.grad for n, p in model.named_parameters() if "experts" in n and p.requires_grad]
     assert grads and all(g is not None and g.abs().sum() > 0 for g in grads)
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_an_expert_on_a_quantized_stack_keeps_its_fp8_view_for_the_backward(autocast):
+    """The expert-parallel path's ``x W_e^T`` on a quantized stack gives F.linear's output
+    and input gradient on the dequantized weight, and autograd keeps no dequantized copy
+    of the weight (the dry run found one bf16 copy per expert at 671B)."""
+    from torchao.quantization import Float8WeightOnlyConfig, quantize_
+
+    from agentgym.trainers.parallel.experts import _QuantizedLinear
+
+    lin = torch.nn.Linear(64, 32, bias=False)
+    quantize_(lin, Float8WeightOnlyConfig())
+    w = lin.weight
+    x = torch.randn(5, 64, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    saved: list[torch.Tensor] = []
+
+    def pack(t):
+        saved.append(t)
+        return t
+
+    ctx = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+    with ctx, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = _QuantizedLinear.apply(x, w)
+    with ctx:
+        want = torch.nn.functional.linear(x2, w.dequantize())
+    torch.testing.assert_close(y, want)
+    y.float().square().sum().backward()
+    want.float().square().sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    assert x.grad.dtype == x.dtype
+    assert not any(t.shape == (32, 64) for t in saved)  # no dequantized weight kept

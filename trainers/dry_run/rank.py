@@ -44,6 +44,7 @@ import os
 import re
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -431,7 +432,9 @@ def _step(
     saved = SavedBytes(learner.model, layers)
     t0 = time.monotonic()
     attention = _GpuAttention() if gpu_kernels else contextlib.nullcontext(None)
-    with fake, _static_pipeline_votes(), attention as kernels:
+    with fake, _static_pipeline_votes(), attention as kernels, warnings.catch_warnings():
+        # FSDP2 warns that a fake output's backward hook is registered on a view: noise
+        warnings.filterwarnings("ignore", category=UserWarning, module="torch.distributed")
         tracker = _Tracker(learner, fake)
         with tracker, saved.recording():
             learner.forward_backward(mbs, loss)

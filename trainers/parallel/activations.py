@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import types
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -126,14 +127,16 @@ class SavedBytes:
         self.outside = 0
         self._params = {_storage_key(p) for p in model.parameters()}
         self._params |= {_storage_key(b) for b in model.buffers()}
-        self._seen: set[tuple[Any, ...]] = set()
+        #: storages counted, forgotten when freed (a later storage at the same address,
+        #: the next micro-batch's under pipelining, counts again)
+        self._seen: dict[tuple[Any, ...], Any] = {}
         self._current: list[int] = []
 
     def count(self, t: torch.Tensor) -> None:
         """Count ``t`` (a slice a checkpoint keeps instead of its whole input)."""
         key = _storage_key(t)
         if key is not None and key not in self._seen and self._current:
-            self._seen.add(key)
+            self._remember(key, t)
             self.per_layer[self._current[-1]] += key[2]
 
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
@@ -144,12 +147,23 @@ class SavedBytes:
             return t
         key = _storage_key(t)
         if key is not None and key not in self._params and key not in self._seen:
-            self._seen.add(key)
+            self._remember(key, t)
             if self._current:
                 self.per_layer[self._current[-1]] += key[2]
             else:
                 self.outside += key[2]
         return t
+
+    def _remember(self, key: tuple[Any, ...], t: torch.Tensor) -> None:
+        if hasattr(t, "to_local"):
+            t = t.to_local()
+        elem = getattr(t, "elem", None)
+        if isinstance(elem, torch.Tensor):
+            t = elem
+        try:
+            self._seen[key] = weakref.ref(t.untyped_storage(), lambda _r: self._seen.pop(key, None))
+        except (RuntimeError, NotImplementedError, TypeError):
+            self._seen[key] = None
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[SavedBytes]:

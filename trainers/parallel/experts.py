@@ -276,12 +276,36 @@ def expert_linear(
     without a merged ``[out, in]`` weight that autograd would keep for the backward pass
     (the base slice is a view of the frozen stack; the factors' slices are views of the
     adapter). ``whole``: the stacks already dequantized (:func:`dequantized_stacks`)."""
-    y = F.linear(x, _expert_base(experts, name, e, whole))
+    stack = getattr(experts, name) if whole is None else None
+    if stack is not None and type(stack.data) is not torch.Tensor and torch.is_grad_enabled():
+        y = _QuantizedLinear.apply(x, stack[e])  # keeps the fp8 view, not a bf16 copy
+    else:
+        y = F.linear(x, _expert_base(experts, name, e, whole))
     for a_e, b_e, scale in _expert_factors(wrappers.get(name), e):
         cast = x.dtype != a_e.dtype and not torch.is_autocast_enabled(x.device.type)
         delta = F.linear(F.linear(x.to(a_e.dtype) if cast else x, a_e), b_e)
         y = y + (delta * scale).to(y.dtype)
     return y
+
+
+class _QuantizedLinear(torch.autograd.Function):
+    """``x W^T`` with a frozen quantized expert weight ``W`` (a torchao view of its stack):
+    autograd would keep the dequantized ``W`` that ``F.linear`` was given for the input's
+    gradient, one bf16 copy per expert (at 671B 2.6 GiB per recomputed layer, found by the
+    dry run); this keeps the quantized view, which costs nothing, and dequantizes it again
+    in the backward pass. The values and gradients are ``F.linear``'s."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = F.linear(x, w.dequantize())
+        # the product's dtype (autocast's, when on) is the backward product's too
+        ctx.w, ctx.x_dtype, ctx.mm_dtype = w, x.dtype, y.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        w = ctx.w.dequantize().to(ctx.mm_dtype)
+        return (grad.to(ctx.mm_dtype) @ w).to(ctx.x_dtype), None
 
 
 def dequantized_stacks(experts: nn.Module) -> dict[str, torch.Tensor] | None:
