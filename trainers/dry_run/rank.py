@@ -140,14 +140,28 @@ def fake_world(rank: int, world_size: int) -> Iterator[None]:
     if dist.is_initialized():
         raise ConfigError("a dry run needs a process without a process group: run it alone.")
     saved = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    _clear_sharding_caches()
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     try:
         yield
     finally:
         dist.destroy_process_group()
+        _clear_sharding_caches()
         for k, v in saved.items():
             if v is not None:
                 os.environ[k] = v
+
+
+def _clear_sharding_caches() -> None:
+    """Forget DTensor's cached sharding decisions: they are keyed by a mesh's shape, not its
+    rank, so a second fake world in this process (another rank's dry run) would get the
+    first one's meshes back, with the first rank's coordinates."""
+    from torch.distributed.tensor import DTensor
+
+    prop = DTensor._op_dispatcher.sharding_propagator
+    prop.propagate_op_sharding.cache_clear()
+    type(prop)._propagate_tensor_meta_cached.cache_clear()
+    torch._C._clear_DTensor_sharding_propagator_cache()
 
 
 class _Allocation:
