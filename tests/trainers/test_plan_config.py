@@ -27,12 +27,15 @@ CONFIG_671B = ROOT / "configs" / "deepseek_v3_671b_48xh100.yaml"
 #: per-GPU GiB of the 671B plan, as `agentgym plan` printed them before the planner read
 #: the trainer's config (the planner's own YAML shape then); the LoRA column
 #: since the config stopped adapting kv_b_proj (vLLM folds it into its MLA decode) and
-#: since FSDP2's sharding of the frozen base's bf16 tensors over dp is counted (issue 32)
+#: since FSDP2's sharding of the frozen base's bf16 tensors over dp is counted (issue 32),
+#: and since the config's plan.lora_dtype says what the trainer keeps (fp32: its adapter
+#: is its own master copy, measured by the dry run, issue 41; it was bf16 + an fp32
+#: master: 26.198 / 61.029)
 BEFORE = {
     # the dense decoder Linears in bf16 sharded over dp=2 (model.quantize keeps only the
     # routed experts fp8 on the mesh), where fp8 replicated was counted: the same bytes
     # but for the rounding of the small tensors
-    "lora": {"train": 26.19763979613781, "rollout": 61.028845611214635, "peak": 61.028845611214635},
+    "lora": {"train": 25.98279604613781, "rollout": 60.814001861214635, "peak": 60.814001861214635},
     "full": {"train": 274.8276040712992, "rollout": 260.63516757488253, "peak": 274.8276040712992},
 }
 

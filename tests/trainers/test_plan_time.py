@@ -186,7 +186,9 @@ def test_a_critic_costs_its_passes_its_valuation_and_its_adapter() -> None:
     )
     assert experts == 0 and critic_elems > 0
     grown = items[1]["LoRA params"] - items[0]["LoRA params"]
-    assert grown == pytest.approx(critic_elems * 2 / 2**30, rel=1e-6)  # bf16 values
+    lora_dtype = plan_inputs(load_config(TrainConfig, CONFIG_671B, [])).train.lora_dtype
+    per_value = {"bf16": 2, "fp32": 4}[lora_dtype]  # the config's adapter dtype (fp32)
+    assert grown == pytest.approx(critic_elems * per_value / 2**30, rel=1e-6)
 
 
 def test_step_adds_up_and_names_its_bottleneck() -> None:
