@@ -25,7 +25,9 @@
 #
 # Measured (the config headers have every figure): single, SEED=0/1/2, sampled recall
 # 28.9% -> 98.4%, 29.7% -> 100.0%, 51.6% -> 97.7% (target reached on all three; greedy
-# 100% throughout), 186 s for seed 0 on an idle 2-core machine. multi, SEED=0/1: a weak
+# 100% throughout), 186 s for seed 0 on an idle 2-core machine; measured again (issue 44,
+# the same three figures) under nice -n 10 at load average 10-18 on that machine: 1145 s,
+# 905 s, 1178 s (seeds 0/1/2; the greedy evaluations 405-571 s of it). multi, SEED=0/1: a weak
 # warm start (4.3%, 3.9%; the two codes get copied into each other), 23.0% and 8.2%
 # after DAPO (the target missed on seed 1).
 set -euo pipefail

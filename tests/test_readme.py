@@ -394,3 +394,19 @@ def test_the_serve_example_asks_in_the_trained_tasks_format():
     asked = re.findall(r'"content": "([^"]+)"', section)
     assert asked and all(shape.fullmatch(a) for a in asked), asked
     assert "Answer: 42" in section  # its real output is shown
+
+
+def test_the_memory_demo_figures_agree_and_say_where_they_came_from():
+    """The README's demo line gives the demo's measured seed-0 recall, as its script's
+    header and docs/trainer.md do, and its time on an idle and on a loaded machine (a
+    time alone, '~3 min', did not say which)."""
+    line = next(
+        x for x in (REPO / "README.md").read_text().split("```bash") if "memory_recall_demo" in x
+    )
+    line = line.split("memory_recall_demo.sh", 1)[1].split("\n\n")[0].split("```")[0]
+    recall = re.search(r"(\d+\.\d)% -> (\d+\.\d)%", line)
+    assert recall, line
+    header = (REPO / "scripts" / "memory_recall_demo.sh").read_text().split("set -euo")[0]
+    assert re.search(r"(\d+\.\d)% -> (\d+\.\d)%", header).group(0) == recall.group(0)
+    assert recall.group(0) in (REPO / "docs" / "trainer.md").read_text()
+    assert "idle" in line and "load" in line, line
