@@ -563,7 +563,9 @@ def test_engine_options_go_to_the_engine_and_vllm_flags_need_vllm(trained, monke
 
     monkeypatch.setattr(serve, "load_served_models", fake_load)
     with pytest.raises(SystemExit):
-        main(["serve", "--engine", "hf", "--model", str(base), "--engine-option", "decode=generate"])
+        main(
+            ["serve", "--engine", "hf", "--model", str(base), "--engine-option", "decode=generate"]
+        )
     assert seen["options"].decode == "generate"
     rc = main(["serve", "--engine", "hf", "--model", str(base), "--tensor-parallel-size", "2"])
     err = capsys.readouterr().err
