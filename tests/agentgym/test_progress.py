@@ -123,7 +123,9 @@ def test_eval_json_keeps_its_progress_on_stderr_and_reports_accuracy(capsys):
 
     from agentgym.cli import main
 
-    rc = main(["eval", "agentgym/MemoryRecall-v0", "--policy", "oracle", "--episodes", "3", "--json"])
+    rc = main(
+        ["eval", "agentgym/MemoryRecall-v0", "--policy", "oracle", "--episodes", "3", "--json"]
+    )
     out, err = capsys.readouterr()
     assert rc == 0
     summary = json.loads(out)  # stdout holds the JSON alone
