@@ -24,8 +24,9 @@ def arithmetic(rng: random.Random, level: int) -> Draft:
             else (rng.randint(3, 19), rng.randint(3, 12))
         )
         expr = f"{a} {op} {b}"
-        # exact integers, as sympify(expr) gives, without parsing a string (~5 ms a call)
-        r = sympy.Integer({"+": a + b, "-": a - b, "*": a * b}[op])
+        # an exact integer, as sympify(expr) gives, without parsing a string (~5 ms a call);
+        # the text is written from the int (sympy prints an Integer the same, more slowly)
+        r = {"+": a + b, "-": a - b, "*": a * b}[op]
         word = {"+": "add", "-": "subtract", "*": "multiply"}[op]
         check = {"+": f"{r} - {b} = {a}", "-": f"{r} + {b} = {a}", "*": f"{r} / {b} = {a}"}[op]
         concise = [f"{expr} = {r}."]
@@ -34,7 +35,7 @@ def arithmetic(rng: random.Random, level: int) -> Draft:
             f"Check: {check}, which is correct.",
             f"So the value of {expr} is {r}.",
         ]
-        return f"Compute {expr}.", r, concise, verbose
+        return f"Compute {expr}.", sympy.Integer(r), concise, verbose
     if level == 2:
         a, b, c = rng.randint(2, 30), rng.randint(2, 12), rng.randint(2, 12)
         if rng.random() < 0.5:
