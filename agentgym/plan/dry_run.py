@@ -178,4 +178,3 @@ def _gib(x: float) -> str:
 def exit_status(checks: Sequence[RankCheck]) -> int:
     """0 when every rank set up, stepped and fits its GPU, else 1."""
     return 0 if checks and all(c.ok for c in checks) else 1
-

@@ -164,9 +164,7 @@ class Plan:
             "lora_params": self.lora_params,
             "warnings": list(self.warnings),
             "assumptions": list(self.assumptions),
-            "engine": asdict(self.engine) | {"margin": self.engine.margin}
-            if self.engine
-            else None,
+            "engine": asdict(self.engine) | {"margin": self.engine.margin} if self.engine else None,
         }
 
 

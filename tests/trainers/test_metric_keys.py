@@ -37,5 +37,5 @@ def test_every_row_is_complete_and_declared_once():
 
 def test_a_strict_metrics_log_refuses_an_undeclared_key():
     check_row({"step": 1, "losses/total": 0.5})
-    with pytest.raises(KeyError, match="charts/new_thing.*add a row"):
+    with pytest.raises(KeyError, match=r"charts/new_thing.*add a row"):
         check_row({"step": 1, "charts/new_thing": 1.0})
