@@ -117,8 +117,10 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         _check(
-            self.path is not None or self.preset is not None,
-            "model needs either model.path (a local HF directory) or model.preset.",
+            self.path is not None or self.preset is not None or bool(self.architecture),
+            "model needs model.path (a local HF directory) or model.preset (a built-in tiny "
+            "model); model.architecture alone (config.json fields) is enough for "
+            "`agentgym plan` and `agentgym train --dry-run`.",
         )
         _check(
             self.device in ("auto", "cpu", "cuda")

@@ -230,7 +230,11 @@ def build_model_and_tokenizer(
         tokenizer = build_tokenizer(corpus(), cfg.tokenizer_vocab_size)
     else:
         tokenizer = build_tokenizer()
-    assert cfg.preset is not None  # guaranteed by ModelConfig validation
+    if cfg.preset is None:  # model.architecture alone: planning and dry runs only
+        raise ConfigError(
+            "training needs model.path or model.preset; model.architecture alone describes a "
+            "model for `agentgym plan` and `agentgym train --dry-run` but holds no weights."
+        )
     model = build_preset(cfg.preset, tokenizer, seed=cfg.init_seed, overrides=cfg.preset_overrides)
     return model, tokenizer
 

@@ -361,7 +361,7 @@ def _run(
 def _stage_layers(learner: Any) -> list[int]:
     """The decoder layers this rank's stage trains."""
     from agentgym.generation import stage_ranges
-    from agentgym.trainers.parallel.tensor_parallel import decoder_layers
+    from agentgym.trainers.parallel import decoder_layers
 
     lm = learner.gen_model.get_base_model()
     n = len(decoder_layers(lm)[1])
@@ -425,7 +425,7 @@ def _step(
 ) -> None:
     """One training call and an optimizer step on fake tensors, measured (module docstring)."""
     from agentgym.trainers.batch import Sample, make_microbatches
-    from agentgym.trainers.parallel.activations import SavedBytes
+    from agentgym.trainers.parallel import SavedBytes
 
     layout = learner.layout
     mbs_per_rank = max(layout.pp, 1)
@@ -440,7 +440,7 @@ def _step(
     mbs = make_microbatches(samples, size, pad)
     loss = _DryLoss(cfg.algorithm, cfg.rollout.temperature, total_tokens=len(samples) * len(reply))
     lm = learner.model.get_base_model()
-    from agentgym.trainers.parallel.tensor_parallel import decoder_layers
+    from agentgym.trainers.parallel import decoder_layers
 
     layers = {i: decoder_layers(lm)[1][i] for i in figures.layers}
     saved = SavedBytes(learner.model, layers)

@@ -32,6 +32,8 @@ _LAZY = {
     "quantize_base": "agentgym.trainers.parallel.quant",
     "quantization_error": "agentgym.trainers.parallel.quant",
     "build_mesh": "agentgym.trainers.parallel.mesh",
+    "decoder_layers": "agentgym.trainers.parallel.tensor_parallel",
+    "SavedBytes": "agentgym.trainers.parallel.activations",
 }
 
 
