@@ -69,7 +69,7 @@ def test_a_missing_or_foreign_critic_model_is_refused(tmp_path):
     from agentgym.trainers.models import build_model_and_tokenizer
 
     model, tok = _policy()
-    with pytest.raises(ConfigError, match=r"no config\.json"):
+    with pytest.raises(ConfigError, match=r"does not exist"):
         _learner(model, tok, tmp_path / "nothing")
     other, other_tok = build_model_and_tokenizer(ModelConfig(preset_overrides=dict(CRITIC)))
     other.resize_token_embeddings(other.config.vocab_size + 8)  # another vocabulary

@@ -347,7 +347,7 @@ def test_missing_aiohttp_names_the_extra(monkeypatch):
     from agentgym.serve import import_aiohttp
 
     monkeypatch.setitem(sys.modules, "aiohttp", None)
-    with pytest.raises(ConfigError, match=r"agentgym\[serve\]"):
+    with pytest.raises(ConfigError, match=r"agentgym-toolkit\[serve\]"):
         import_aiohttp()
 
 

@@ -127,5 +127,5 @@ def test_a_missing_package_names_the_extra(tmp_path, monkeypatch):
     from agentgym.trainers.tracking import start_tracking
 
     monkeypatch.setitem(sys.modules, "wandb", None)
-    with pytest.raises(ConfigError, match=r"agentgym\[tracking\]"):
+    with pytest.raises(ConfigError, match=r"agentgym-toolkit\[tracking\]"):
         start_tracking(None, tmp_path, report_to=["wandb"])
