@@ -78,11 +78,16 @@ class HFEngine(RolloutEngine):
         self.options = options if options is not None else HFEngineOptions()
         self.shares_weights = shares_weights
         self._rng = random.Random(seed)
-        self.device = next(model.parameters()).device
         self.generated_tokens = 0
         #: attach each router's expert choices to the completions (MoE router replay;
         #: the trainer turns it on with ``algorithm.router_replay``; lean decode only)
         self.record_routing = False
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model's weights are now (read at each call: the trainer's mesh
+        learner builds the engine on a meta model and fills it in later)."""
+        return next(self.model.parameters()).device
 
     # ------------------------------------------------------------------ settings
 
