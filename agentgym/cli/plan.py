@@ -8,8 +8,9 @@ import argparse
 #: what every plan says about itself: the figures are models, not runs
 NOT_RUN = (
     "These figures are an estimate from the planner's memory and time models (docs/plan.md), "
-    "not a measurement: training at this scale has not run on GPUs yet, and for the 671B "
-    "config multi-rank vLLM rollout is still in progress."
+    "not a measurement: training at this scale has not run on GPUs yet (vLLM on the "
+    "trainer's ranks has run on CPU only; `agentgym train CONFIG --dry-run --rank R` runs one "
+    "rank's set-up and step at the real shapes on one CPU)."
 )
 
 
