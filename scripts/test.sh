@@ -27,8 +27,8 @@ echo "[test] pytest"
 WORKERS="${PYTEST_WORKERS:-2}"
 set +e
 # loadgroup: the tests of one xdist_group (a vLLM engine or server each) stay on one worker,
-# which starts that engine once
-.venv/bin/python -m pytest -n "$WORKERS" --dist loadgroup --timeout=900 "$@"
+# which starts that engine once; the 20 slowest tests are printed at the end (their cost stays visible)
+.venv/bin/python -m pytest -n "$WORKERS" --dist loadgroup --timeout=900 --durations=20 "$@"
 rc=$?
 set -e
 if [[ $rc -eq 5 ]]; then
