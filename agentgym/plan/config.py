@@ -124,10 +124,12 @@ class PlanSettings:
         """Whether the section describes a run (``gpus`` set)."""
         return self.gpus > 0
 
-    def train_spec(self, micro_batch_size: int) -> TrainSpec:
-        """The training step the planner sizes, with the trainer's micro-batch size."""
+    def train_spec(self, micro_batch_size: int, update_sequences: int = 0) -> TrainSpec:
+        """The training step the planner sizes, with the trainer's micro-batch size and the
+        sequences of one optimizer step."""
         return TrainSpec(
             micro_batch_size=micro_batch_size,
+            update_sequences=update_sequences,
             seq_len=self.seq_len,
             activation_checkpointing=self.activation_checkpointing,
             flash_attention=self.flash_attention,
@@ -332,6 +334,15 @@ def trainer_layout(cfg: TrainConfig, spec: ParallelSpec) -> ParallelSpec:
     )
 
 
+def _update_sequences(cfg: TrainConfig) -> int:
+    """Sequences one optimizer step trains on: the step's episodes (``rollout.batch_tasks
+    x group_size``) times their conversations (``plan.workload.conversations``), over
+    ``algorithm.updates_per_batch``."""
+    episodes = cfg.rollout.batch_tasks * cfg.rollout.group_size
+    sequences = episodes * plan_settings(cfg).workload.conversations
+    return -(-sequences // cfg.algorithm.updates_per_batch)
+
+
 def plan_inputs(
     cfg: TrainConfig,
     *,
@@ -412,7 +423,7 @@ def plan_inputs(
         ),
         parallel=parallel,
         base_dtype=settings.base_weights,
-        train=settings.train_spec(cfg.algorithm.micro_batch_size),
+        train=settings.train_spec(cfg.algorithm.micro_batch_size, _update_sequences(cfg)),
         rollout=rollout,
         hardware=hardware,
         notes=notes,

@@ -77,15 +77,23 @@ def dry_run_report(
     return out
 
 
-def _stage_plan(inputs: Any, stage: int) -> Any:
+def _stage_plan(inputs: Any, stage: int, micro_batches: int = 0) -> Any:
+    """The plan of pipeline ``stage`` for a call of ``micro_batches`` micro-batches per
+    data-parallel rank (0: the config's own)."""
+    from dataclasses import replace
+
     from agentgym.plan.plans import plan_lora
 
+    train = inputs.train
+    if micro_batches:
+        sequences = micro_batches * train.micro_batch_size * inputs.parallel.dp
+        train = replace(train, update_sequences=sequences)
     return plan_lora(
         inputs.arch,
         lora=inputs.lora,
         parallel=inputs.parallel,
         base_dtype=inputs.base_dtype,
-        train=inputs.train,
+        train=train,
         rollout=inputs.rollout,
         hardware=inputs.hardware,
         overheads=False,
@@ -96,7 +104,7 @@ def _stage_plan(inputs: Any, stage: int) -> Any:
 def compare(figures: Any, inputs: Any, wall_s: float) -> tuple[list[str], bool]:
     """The report of one rank's figures against its stage's plan, and whether it fits."""
     c = figures.coords
-    plan = _stage_plan(inputs, c["pp"])
+    plan = _stage_plan(inputs, c["pp"], figures.micro_batches)
     gpu = inputs.hardware.gpu_mem_gib
     lines = [
         f"rank {figures.rank} of {figures.world_size}: stage {c['pp']} (layers "

@@ -106,9 +106,11 @@ def _layer_terms(
     seq_len: int,
     flash_attention: bool,
     act_bytes: float = 4.0,
+    tp: int = 1,
 ) -> tuple[float, float, float, float]:
-    """Values per token of layer ``index``: what autograd saves in its attention block and
-    in its MLP block, and the gradients live while each block runs its backward.
+    """Values per token of layer ``index`` on one GPU of ``tp`` tensor-parallel ranks: what
+    autograd saves in its attention block and in its MLP block, and the gradients live
+    while each block runs its backward.
 
     Counted from what autograd saves in a PyTorch layer (checked against
     ``saved_tensors_hooks`` on the tiny DeepSeek-V3, tests/trainers/test_parallel_plan.py).
@@ -125,6 +127,13 @@ def _layer_terms(
     expert output as it comes back and once weighted, and the routing weight (the
     unmerged adapter: ``x W + (x A) B``, no merged weight). The layer's input tensor is a
     pipeline boundary and is counted there, not here.
+
+    Under tensor parallelism only what the heads, the MLP's intermediate and the routed
+    experts' tokens carry is split (``/ tp``: the trainer splits a MoE layer's tokens over
+    the tp ranks before the dispatch); the hidden-width values (norms, the inputs of the
+    column-parallel and replicated Linears, MLA's latents, the router's scores, the
+    rank-r intermediates) are whole on every rank: the trainer runs no sequence
+    parallelism inside a layer (measured by the 671B dry run, docs/plan.md).
     """
     h, nh = arch.hidden_size, arch.num_attention_heads
     adapted = {lin.name for lin in lora_linears(arch, index, lora)} if lora else None
@@ -145,8 +154,8 @@ def _layer_terms(
     if arch.attention == "gqa":
         q, kv = nh * arch.head_dim, arch.num_key_value_heads * arch.head_dim
         att += h * saves_input("q_proj", "k_proj", "v_proj")
-        att += 2 * q + 2 * kv + nh  # rotated q, k; v; output; log-sum-exp
-        att_grad = 2 * q + 2 * kv
+        att += (2 * q + 2 * kv + nh) / tp  # rotated q, k; v; output; log-sum-exp
+        att_grad = (2 * q + 2 * kv) / tp
     else:
         qk, v = nh * arch.qk_head_dim, nh * arch.v_head_dim
         att += h * saves_input("q_a_proj", "q_proj", "kv_a_proj_with_mqa")
@@ -154,27 +163,27 @@ def _layer_terms(
             att += norm(arch.q_lora_rank) + arch.q_lora_rank * saves_input("q_b_proj")
         att += norm(arch.kv_lora_rank) + arch.qk_rope_head_dim
         att += arch.kv_lora_rank * saves_input("kv_b_proj")
-        att += 2 * qk + 2 * v + nh  # q, k (rope included), v, output, log-sum-exp
-        att_grad = 2 * qk + 2 * v
+        att += (2 * qk + 2 * v + nh) / tp  # q, k (rope included), v, output, log-sum-exp
+        att_grad = (2 * qk + 2 * v) / tp
     if not flash_attention:
-        att += nh * seq_len  # softmax probabilities
-        att_grad += 2 * nh * seq_len  # their gradient and the softmax backward temporary
+        att += nh * seq_len / tp  # softmax probabilities
+        att_grad += 2 * nh * seq_len / tp  # their gradient and the softmax backward temporary
     # MLP block
     mlp = norm(h)  # the norm of the attention's residual sum
     mlp += h * saves_input("gate_proj", "up_proj")
     if arch.is_moe_layer(index):
         k, i, e = arch.num_experts_per_tok, arch.moe_intermediate_size, arch.n_routed_experts
         mlp += 2 * e + 4 * k  # router scores, top-k weights and indices
-        mlp += k * (h + 4 * i + 2 * h + 1)
-        mlp_grad = k * (4 * i + h)
+        mlp += k * (h + 4 * i + 2 * h + 1) / tp
+        mlp_grad = k * (4 * i + h) / tp
         if arch.n_shared_experts:
             s = arch.n_shared_experts * i
-            mlp += 3 * s + s * saves_input("down_proj")
-            mlp_grad = max(mlp_grad, 4 * s + h)
+            mlp += (3 * s + s * saves_input("down_proj")) / tp
+            mlp_grad = max(mlp_grad, 4 * s / tp + h)
     else:
         i = arch.intermediate_size
-        mlp += 3 * i + i * saves_input("down_proj")
-        mlp_grad = 4 * i + h
+        mlp += (3 * i + i * saves_input("down_proj")) / tp
+        mlp_grad = 4 * i / tp + h
     if lora is not None:
         per_token = sum(lin.per_token for lin in lora_linears(arch, index, lora))
         mlp += lora.r * (per_token - n_lora)  # assign all rank-r values to the blocks
@@ -190,14 +199,16 @@ def layer_activation_elems(
     seq_len: int,
     flash_attention: bool = True,
     act_bytes: float = 4.0,
+    tp: int = 1,
 ) -> float:
-    """Peak values per token while one recomputed layer runs its backward
-    (:func:`_layer_terms`): backward runs MLP first, then attention; the peak is the
-    larger of (attention saved + MLP saved + MLP gradients) and (attention saved +
+    """Peak values per token on one of ``tp`` GPUs while one recomputed layer runs its
+    backward (:func:`_layer_terms`): backward runs MLP first, then attention; the peak is
+    the larger of (attention saved + MLP saved + MLP gradients) and (attention saved +
     attention gradients)."""
     att, mlp, att_grad, mlp_grad = _layer_terms(
-        arch, index, lora, seq_len=seq_len, flash_attention=flash_attention, act_bytes=act_bytes
-    )
+        arch, index, lora, seq_len=seq_len, flash_attention=flash_attention,
+        act_bytes=act_bytes, tp=tp,
+    )  # fmt: skip
     return max(att + mlp + mlp_grad, att + att_grad)
 
 
@@ -209,13 +220,50 @@ def layer_saved_elems(
     seq_len: int,
     flash_attention: bool = True,
     act_bytes: float = 4.0,
+    tp: int = 1,
 ) -> float:
-    """Values per token that layer ``index`` keeps for the backward pass when it is not
-    recomputed (:func:`_layer_terms`, its input not included)."""
+    """Values per token that layer ``index`` keeps for the backward pass on one of ``tp``
+    GPUs when it is not recomputed (:func:`_layer_terms`, its input not included)."""
     att, mlp, _, _ = _layer_terms(
-        arch, index, lora, seq_len=seq_len, flash_attention=flash_attention, act_bytes=act_bytes
-    )
+        arch, index, lora, seq_len=seq_len, flash_attention=flash_attention,
+        act_bytes=act_bytes, tp=tp,
+    )  # fmt: skip
     return att + mlp
+
+
+def pipeline_bytes(
+    *, stage: int, stages: int, micro_batches: int, tokens: int, hidden: int, act_bytes: float
+) -> tuple[float, float]:
+    """(receive buffers, stage outputs kept) in bytes on one GPU of pipeline stage
+    ``stage`` while the 1F1B schedule runs ``micro_batches`` micro-batches of ``tokens``
+    tokens in one call (the trainer's :class:`~agentgym.trainers.parallel.pipeline.PipelineRunner`).
+
+    PyTorch's ``PipelineStage`` allocates, when the schedule starts, one buffer per
+    micro-batch of the call for what it receives: the previous stage's hidden states
+    (every stage but the first) and the next stage's gradient of them (every stage but
+    the last), ``[tokens, hidden]`` each, whole (not split over TP), held until the call
+    ends; and each stage but the last keeps its output for every micro-batch in flight
+    until that micro-batch's backward (measured by the 671B dry run, docs/plan.md).
+    """
+    if stages <= 1:
+        return 0.0, 0.0
+    one = tokens * hidden * act_bytes
+    kinds = int(stage > 0) + int(stage < stages - 1)
+    in_flight = min(stages - stage, micro_batches)
+    outputs = in_flight * one if stage < stages - 1 else 0.0
+    return kinds * micro_batches * one, outputs
+
+
+def mask_bytes(*, in_flight: int, rows: int, seq_len: int, act_bytes: float) -> float:
+    """Bytes of the causal masks Hugging Face's SDPA attention builds for padded
+    micro-batches: a ``[rows, 1, T, T]`` boolean mask per micro-batch in flight (each
+    checkpointed layer's recompute holds its micro-batch's), and the additive
+    ``act_bytes`` mask SDPA converts it to in the layer being recomputed (the fused
+    kernels take no boolean mask). A batch without padding needs none on a GPU; the
+    trainer pads each call's micro-batches to the longest, so nearly every one has some.
+    """
+    square = rows * seq_len * seq_len
+    return in_flight * square + square * act_bytes
 
 
 def full_ft_state_items(total_params: int, gpus: int) -> list[LineItem]:

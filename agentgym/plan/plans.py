@@ -31,8 +31,10 @@ from agentgym.plan.memory import (
     full_ft_state_items,
     layer_activation_elems,
     layer_saved_elems,
+    mask_bytes,
     overhead_items,
     phase_total,
+    pipeline_bytes,
     rollout_items,
     stage_weight_bytes,
     weight_elems,
@@ -248,6 +250,64 @@ def _sharded_base(run: _LoraRun, layers: range, base: float, *, first: bool, las
     return (dense + other) / dp + experts / run.expert_replicas
 
 
+def _fsdp_managed(run: _LoraRun, layers: range, *, first: bool, last: bool) -> float:
+    """Bytes (whole, before sharding) of the frozen base that FSDP2 shards on one GPU of
+    a stage with ``layers`` (:func:`_sharded_base`'s split): what it gathers to compute."""
+    arch, parallel = run.arch, run.parallel
+    if not parallel.shard_base:
+        return 0.0
+    tp, ep, dp = parallel.tp, parallel.ep, parallel.dp
+    whole = stage_weight_bytes(
+        arch, layers, first=first, last=last, tp=tp, ep=ep, linear_bytes=run.lin_b,
+        other_bytes=run.other_b, dense_linear_bytes=run.dense_b,
+    )  # fmt: skip
+    experts = sum(
+        weight_elems(lin, tp, ep) * run.lin_b
+        for i in layers
+        for lin in layer_linears(arch, i)
+        if lin.group == "experts"
+    )
+    other = stage_weight_bytes(
+        arch, layers, first=first, last=last, tp=tp, ep=ep, linear_bytes=0.0,
+        other_bytes=run.other_b,
+    )  # fmt: skip
+    dense = whole - experts - other
+    sharded = 0.0 if dp == 1 else other
+    if dp > 1 and (_experts_only(parallel, run.base_dtype) or run.base_dtype in _PLAIN):
+        sharded += dense
+    if run.expert_replicas > 1 and run.base_dtype in _PLAIN:
+        sharded += experts
+    return sharded
+
+
+_PLAIN = ("fp32", "bf16", "fp16")
+
+
+def _gathered_items(run: _LoraRun, s: int, layers: range) -> list[LineItem]:
+    """What FSDP2 gathers of the sharded base during the training call on stage ``s``:
+    under pipelining the whole stage (PyTorch's schedule keeps every layer gathered from
+    its first backward to the call's last, ``set_reshard_after_backward(False)``: measured
+    by the 671B dry run, docs/plan.md); without, the root's (embedding, head: FSDP2 never
+    reshards the root between forward and backward) and the two largest layers' (one
+    computing, one prefetched)."""
+    pp = run.parallel.pp
+    first, last = s == 0, s == pp - 1
+    if pp > 1:
+        gathered = _fsdp_managed(run, layers, first=first, last=last)
+        note = "the stage's sharded base, whole from its first backward to the call's end"
+    else:
+        root = _fsdp_managed(run, range(0), first=first, last=last)
+        each = sorted(
+            (_fsdp_managed(run, range(i, i + 1), first=False, last=False) for i in layers),
+            reverse=True,
+        )
+        gathered = root + sum(each[:2])
+        note = "embedding and head, and two layers (one computing, one prefetched)"
+    if not gathered:
+        return []
+    return [LineItem("FSDP2 gathered base", gathered / GIB, "train", note)]
+
+
 def _state_items(run: _LoraRun, s: int, layers: range) -> list[LineItem]:
     """The base weight, adapter, gradient and optimizer line items of stage ``s``."""
     arch, lora, parallel, train = run.arch, run.lora, run.parallel, run.train
@@ -305,23 +365,26 @@ def _base_note(run: _LoraRun) -> str:
 
 
 def _activation_items(run: _LoraRun, s: int, layers: range) -> list[LineItem]:
-    """The activation line items of stage ``s``: kept layer inputs and the working set."""
+    """The activation line items of stage ``s``: kept layer inputs, the stage outputs and
+    receive buffers of the pipeline, the attention masks and the working set."""
     arch, lora, train = run.arch, run.lora, run.train
     tp, ep, pp = run.parallel.tp, run.parallel.ep, run.parallel.pp
     tokens, act_b, sp = run.tokens, run.act_b, run.sp
     last = s == pp - 1
-    in_flight = min(pp - s, pp)
+    micro_batches = train.micro_batches(pp, run.parallel.dp)
+    in_flight = min(pp - s, micro_batches)
     shape = {
         "seq_len": train.seq_len,
         "flash_attention": train.flash_attention,
         "act_bytes": act_b,
+        "tp": tp,
     }
     per_token = max(layer_activation_elems(arch, i, lora, **shape) for i in layers)
-    kept = len(layers) * arch.hidden_size  # checkpointing: each layer's input
+    kept = len(layers) * arch.hidden_size / sp  # checkpointing: each layer's input
     if not train.activation_checkpointing:  # every layer keeps what autograd saves
         kept += sum(layer_saved_elems(arch, i, lora, **shape) for i in layers)
-    boundary = in_flight * kept * tokens * act_b / sp
-    work = per_token * tokens * act_b / sp
+    boundary = in_flight * kept * tokens * act_b
+    work = per_token * tokens * act_b
     if run.base_dtype == "int4":  # one layer dequantized to bf16
         work += 2.0 * max(
             sum(weight_elems(lin, tp, ep) for lin in layer_linears(arch, i)) for i in layers
@@ -331,7 +394,14 @@ def _activation_items(run: _LoraRun, s: int, layers: range) -> list[LineItem]:
     layer = "one recomputed layer" if train.activation_checkpointing else "one layer's backward"
     which = "loss head (fp32 logits x3)" if loss > work else layer
     other = f"; the other: {min(work, loss) / GIB:.2f} GiB" if last else ""
-    return [
+    buffers, outputs = pipeline_bytes(
+        stage=s, stages=pp, micro_batches=micro_batches, tokens=tokens,
+        hidden=arch.hidden_size, act_bytes=act_b,
+    )  # fmt: skip
+    masks = mask_bytes(
+        in_flight=in_flight, rows=train.micro_batch_size, seq_len=train.seq_len, act_bytes=act_b
+    )
+    items = [
         LineItem(
             "activations: layer inputs",
             boundary / GIB,
@@ -340,7 +410,30 @@ def _activation_items(run: _LoraRun, s: int, layers: range) -> list[LineItem]:
             + ("" if train.activation_checkpointing else ", all saved (no checkpointing)"),
         ),
         LineItem("activations: working set", working / GIB, "train", which + other),
+        LineItem(
+            "attention masks",
+            masks / GIB,
+            "train",
+            f"padded micro-batches: {in_flight} boolean T x T + the recomputed layer's bias",
+        ),
     ]
+    if pp > 1:
+        kinds = " and ".join(k for k, on in (("activations", s > 0), ("gradients", not last)) if on)
+        items += [
+            LineItem(
+                "pipeline: stage outputs",
+                outputs / GIB,
+                "train",
+                "last stage: none" if last else f"{in_flight} micro-batches in flight, whole",
+            ),
+            LineItem(
+                "pipeline: receive buffers",
+                buffers / GIB,
+                "train",
+                f"{micro_batches} micro-batches per call x received {kinds}, whole",
+            ),
+        ]
+    return items
 
 
 def _lora_assumptions(train: TrainSpec, rollout: RolloutSpec | None) -> tuple[str, ...]:
@@ -390,6 +483,7 @@ def plan_lora(
     stages = stage_ranges(arch.num_layers, parallel.pp, key="pp")
     for s, layers in enumerate(stages):
         items = _state_items(run, s, layers) + _activation_items(run, s, layers)
+        items += _gathered_items(run, s, layers)
         items += rollout_items(arch, lora, rollout, base_dtype)
         tensor = max(phase_total(items, "train"), phase_total(items, "rollout"))
         if overheads:

@@ -40,6 +40,8 @@ from agentgym.plan.memory import (
     ROLLOUT_WORKSPACE_GIB,
     layer_activation_elems,
     layer_saved_elems,
+    mask_bytes,
+    pipeline_bytes,
 )
 from agentgym.plan.specs import DTYPE_BYTES, ParallelSpec, RolloutSpec, TrainSpec
 
@@ -77,9 +79,11 @@ def _stage_acts(
     seq: int,
     flash: bool,
     act_b: float = 4.0,
+    tp: int = 1,
 ) -> tuple[float, float]:
-    """(largest peak of a recomputed layer, sum of what the layers save) per token."""
-    shape = {"seq_len": seq, "flash_attention": flash, "act_bytes": act_b}
+    """(largest peak of a recomputed layer, sum of what the layers save) per token on one
+    of ``tp`` GPUs."""
+    shape = {"seq_len": seq, "flash_attention": flash, "act_bytes": act_b, "tp": tp}
     elems = [layer_activation_elems(arch, i, lora, **shape) for i in range(start, stop)]
     saved = [layer_saved_elems(arch, i, lora, **shape) for i in range(start, stop)]
     return max(elems), sum(saved)
@@ -133,6 +137,7 @@ def train_memory(
     tokens = train.micro_batch_size * train.seq_len
     sp = tp if parallel.sequence_parallel else 1
     expert_replicas = tp * dp // ep
+    micro_batches = train.micro_batches(pp, dp)
     best_train = best_both = 0.0
     for s, layers in enumerate(stage_ranges(arch.num_layers, pp, key="pp")):
         first, last = s == 0, s == pp - 1
@@ -164,15 +169,24 @@ def train_memory(
         params = zero(3) * param_per
         grads = zero(2) * grads_per
         opt = zero(1) * opt_per
-        in_flight = pp - s
+        in_flight = min(pp - s, micro_batches)
         largest, total = _stage_acts(
-            arch, layers.start, layers.stop, lora, train.seq_len, train.flash_attention, act_b
-        )
-        kept = len(layers) * arch.hidden_size
+            arch, layers.start, layers.stop, lora, train.seq_len, train.flash_attention, act_b,
+            tp,
+        )  # fmt: skip
+        kept = len(layers) * arch.hidden_size / sp
         if not train.activation_checkpointing:
             kept += total
-        boundary = in_flight * kept * tokens * act_b / sp
-        work = largest * tokens * act_b / sp
+        boundary = in_flight * kept * tokens * act_b
+        work = largest * tokens * act_b
+        buffers, outputs = pipeline_bytes(
+            stage=s, stages=pp, micro_batches=micro_batches, tokens=tokens,
+            hidden=arch.hidden_size, act_bytes=act_b,
+        )  # fmt: skip
+        boundary += buffers + outputs + mask_bytes(
+            in_flight=in_flight, rows=train.micro_batch_size, seq_len=train.seq_len,
+            act_bytes=act_b,
+        )  # fmt: skip
         if base_dtype == "int4" and not full:  # one layer dequantized to bf16
             work += 2.0 * max(_int4_layer(arch, i, tp, ep) for i in layers)
         loss = 3 * tokens * arch.vocab_size / tp * 4.0 if last else 0.0

@@ -96,8 +96,22 @@ class TrainSpec:
     activation_dtype: str = "bf16"
     lora_dtype: str = "bf16"
     grad_dtype: str = "fp32"
+    #: sequences one optimizer step trains on (the step's batch over
+    #: ``algorithm.updates_per_batch``): each data-parallel rank runs its share through the
+    #: pipeline in one call, whose buffers grow with it; 0: as few as the pipeline needs
+    update_sequences: int = 0
+
+    def micro_batches(self, pp: int, dp: int) -> int:
+        """Micro-batches one data-parallel rank runs through the pipeline in one call (at
+        least ``pp``: the trainer pads a call with fewer)."""
+        per_rank = -(-self.update_sequences // (dp * self.micro_batch_size))
+        return max(pp, per_rank)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.update_sequences, int) or self.update_sequences < 0:
+            raise ConfigError(
+                f"update_sequences must be a non-negative integer, got {self.update_sequences!r}."
+            )
         for name in ("micro_batch_size", "seq_len"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:

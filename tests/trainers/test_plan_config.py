@@ -30,12 +30,13 @@ CONFIG_671B = ROOT / "configs" / "deepseek_v3_671b_48xh100.yaml"
 #: since FSDP2's sharding of the frozen base's bf16 tensors over dp is counted (issue 32),
 #: and since the config's plan.lora_dtype says what the trainer keeps (fp32: its adapter
 #: is its own master copy, measured by the dry run, issue 41; it was bf16 + an fp32
-#: master: 26.198 / 61.029)
+#: master: 26.198 / 61.029), and since the training step's peak counts what the 671B dry
+#: run measured beside the planner (issue 41, docs/plan.md): the pipeline's receive buffers
+#: for the 256 micro-batches a data-parallel rank runs in one call, the stage outputs in
+#: flight, the attention masks, FSDP2's gathered base and the hidden-width values TP does
+#: not split (it was 25.983 / 60.814, stage 5; now stage 1 is the worst)
 BEFORE = {
-    # the dense decoder Linears in bf16 sharded over dp=2 (model.quantize keeps only the
-    # routed experts fp8 on the mesh), where fp8 replicated was counted: the same bytes
-    # but for the rounding of the small tensors
-    "lora": {"train": 25.98279604613781, "rollout": 60.814001861214635, "peak": 60.814001861214635},
+    "lora": {"train": 86.83063430786133, "rollout": 62.963384312391284, "peak": 86.83063430786133},
     "full": {"train": 274.8276040712992, "rollout": 260.63516757488253, "peak": 274.8276040712992},
 }
 
@@ -290,7 +291,8 @@ def test_the_kv_cache_margin_inside_gpu_memory_utilization_is_planned() -> None:
     assert eng.budget == pytest.approx(0.55 * 80)
     assert eng.kv_room == pytest.approx(eng.budget - eng.weights - eng.workspace)
     assert eng.kv_need == pytest.approx(lora.item("rollout KV cache"))
-    assert eng.margin > 0 and eng.seqs_fit >= 256 and lora.fits
+    # the engine's side fits (the train phase decides the plan: tests/trainers/test_plan.py)
+    assert eng.margin > 0 and eng.seqs_fit >= 256
     assert not any("preempt" in w for w in lora.warnings)
 
 

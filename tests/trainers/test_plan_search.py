@@ -95,7 +95,10 @@ def test_fast_memory_equals_plan_lora(parallel, mbs, ckpt, base, rollout, critic
 
 
 def test_no_checkpointing_keeps_every_layer() -> None:
+    # the fewest micro-batches per call: the pipeline's receive buffers (the middle
+    # stages') do not hide what checkpointing changes
     inp = inputs_671b()
+    inp = replace(inp, train=replace(inp.train, update_sequences=0))
     on, _ = plan_both(inp)
     off, _ = plan_both(replace(inp, train=replace(inp.train, activation_checkpointing=False)))
     assert off.item("activations: layer inputs") > 5 * on.item("activations: layer inputs")

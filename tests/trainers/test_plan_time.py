@@ -215,10 +215,13 @@ def test_h200_bandwidth_shortens_decode() -> None:
 def test_cli_prints_step_time_next_to_memory(capsys) -> None:
     from agentgym.cli import main
 
-    assert main(["plan", str(CONFIG_671B)]) == 0
+    # two updates per batch: the layout fits (as configured its pipeline calls do not,
+    # tests/trainers/test_plan.py)
+    fits = "algorithm.updates_per_batch=2"
+    assert main(["plan", str(CONFIG_671B), fits]) == 0
     out = capsys.readouterr().out
     assert "LoRA: FITS" in out and "Step time" in out and "critical resource" in out
-    assert main(["plan", str(CONFIG_671B), "--json"]) == 0
+    assert main(["plan", str(CONFIG_671B), fits, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["lora"]["fits"] and data["time"]["seconds"] > 0
 

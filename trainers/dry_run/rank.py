@@ -86,8 +86,9 @@ class RankFigures:
         optimizer / grads: after one optimizer step.
         saved_per_layer: bytes autograd saved per decoder layer in one micro-batch (the
             sum over the call's micro-batches divided by their count).
-        step_peak: the training call's peak (share, gradients, optimizer, activations,
-            temporaries), from PyTorch's memory tracker; step_peak_by: its categories.
+        step_peak: the training call's peak in a step after the first (share,
+            gradients, optimizer state, activations, temporaries: :class:`_Tracker`);
+            step_peak_by: its parts.
         micro_batches / tokens: what the call ran on this rank.
         engine: the rollout engine's worker on this rank (dict of figures), or None.
         notes: what the run substituted (the header-only checkpoint, the dtype).
@@ -453,6 +454,7 @@ def _step(
         with tracker, saved.recording():
             learner.forward_backward(mbs, loss)
             figures.grads = grad_bytes(learner.model)
+            tracker.call_done()
             learner.optimizer.step()
         figures.optimizer = optimizer_bytes(learner.optimizer)
     figures.step_s = time.monotonic() - t0
@@ -475,7 +477,9 @@ def _step(
 class _Tracker:
     """The training call's peak memory: what the rank held before it (its share,
     gradients and optimizer state so far) plus the most the call allocated at once
-    (:class:`~.meter.LiveBytes`, FSDP2's gathered parameters included). PyTorch's
+    (:class:`~.meter.LiveBytes`, FSDP2's gathered parameters included), as in every
+    step after the first: the optimizer's state, which the first step creates after its
+    backward pass, is held through the calls of the later ones. PyTorch's
     ``FSDPMemTracker`` counts one call per module and step, where the pipeline schedule
     makes one per micro-batch; its ``MemTracker`` hooks every parameter for gradients,
     which frozen ones refuse."""
@@ -490,17 +494,32 @@ class _Tracker:
         states = [v for st in learner.optimizer.state.values() for v in st.values()]
         self.live.known([*model.parameters(), *model.buffers(), *grads, *states])
 
+        self.state_before = optimizer_bytes(learner.optimizer)
+        self.optimizer = learner.optimizer
+        self.call_peak: int | None = None
+
     def __enter__(self) -> Any:
         return self.live.__enter__()
 
     def __exit__(self, *exc: Any) -> Any:
         return self.live.__exit__(*exc)
 
+    def call_done(self) -> None:
+        """The forward and backward passes are over (the optimizer step follows)."""
+        self.call_peak = self.live.peak
+
     def peak(self) -> tuple[int, dict[str, int]]:
-        """The peak bytes: held before the call, and allocated by it at most."""
-        return self.before + self.live.peak, {
+        """The peak bytes of a step after the first: held before the call, the optimizer
+        state the first step created (held through the later calls), and the most the
+        call allocated at once; or the step's own peak, if higher."""
+        later = optimizer_bytes(self.optimizer) - self.state_before
+        call = self.live.peak if self.call_peak is None else self.call_peak
+        allocated = max(self.live.peak, call + later)
+        return self.before + allocated, {
             "held before": self.before,
-            "allocated at most": self.live.peak,
+            "optimizer state from the second step on": later,
+            "allocated by the passes at most": call,
+            "allocated by the step at most": self.live.peak,
         }
 
 
