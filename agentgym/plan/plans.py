@@ -69,9 +69,21 @@ ASSUMPTIONS: tuple[str, ...] = (
     "sequence parallelism when plan.parallel.sequence_parallel is true (the trainer's mesh "
     "splits them so with distributed.activation_checkpointing); on top of that the larger of one recomputed layer (what autograd "
     "saves in it plus the gradients of its MLP or attention block; frozen Linears save "
-    "nothing, adapted ones their input and rank-r intermediate) and, on the last stage, the "
-    "loss head's fp32 logits (3 copies: logits, log-softmax, gradient). The head and the "
-    "recomputed layer are not live at the same time.",
+    "nothing, adapted ones their input and rank-r intermediate; TP splits the heads, the "
+    "MLP's intermediate and the routed experts' tokens, not the hidden-width values) and, on "
+    "the last stage, the loss head's fp32 logits (3 copies: logits, log-softmax, gradient). "
+    "The head and the recomputed layer are not live at the same time.",
+    "Pipeline (PyTorch's 1F1B schedule, one call per optimizer step): a receive buffer per "
+    "micro-batch of the call for the previous stage's hidden states and one for the next "
+    "stage's gradient of them, whole, held for the call; each stage but the last keeps its "
+    "output per micro-batch in flight. A data-parallel rank's call runs its share of the "
+    "update's sequences (rollout batch x plan.workload.conversations / "
+    "algorithm.updates_per_batch), at least PP micro-batches.",
+    "Padded micro-batches carry a boolean T x T attention mask per micro-batch in flight "
+    "(Hugging Face's SDPA path) and the layer being recomputed its additive copy.",
+    "FSDP2 (the trainer's mesh) gathers the sharded base: under pipelining the whole stage "
+    "stays gathered through the call (the schedule does not reshard between micro-batches); "
+    "without, the embedding and head and two layers.",
     "Routed experts with LoRA run unmerged (x W + x A B per expert), as the trainer's "
     "expert-parallel path computes them; peft's fused-expert path (one process, no expert "
     "parallelism) materialises W + BA per layer, which at 671B scale would add about one "
