@@ -254,6 +254,17 @@ def pipeline_bytes(
     return kinds * micro_batches * one, outputs
 
 
+def loss_head_bytes(*, tokens: int, vocab: int, tp: int, act_bytes: float) -> float:
+    """Bytes of the last stage's loss on one GPU, for its ``1 / tp`` slice of the
+    vocabulary: the head's logits in the activation dtype and five fp32 copies of them
+    (the loss's fp32 cast, the log-sum-exp's exponentials kept for the backward pass, and
+    the entropy's log-probabilities, their exponentials and product); measured by the
+    671B dry run (docs/plan.md), where the fp32 copies cover the reply's tokens only:
+    counted here for all ``tokens``."""
+    logits = tokens * vocab / tp
+    return logits * act_bytes + 5 * logits * 4.0
+
+
 def mask_bytes(*, in_flight: int, rows: int, seq_len: int, act_bytes: float) -> float:
     """Bytes of the causal masks Hugging Face's SDPA attention builds for padded
     micro-batches: a ``[rows, 1, T, T]`` boolean mask per micro-batch in flight (each

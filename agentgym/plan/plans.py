@@ -31,6 +31,7 @@ from agentgym.plan.memory import (
     full_ft_state_items,
     layer_activation_elems,
     layer_saved_elems,
+    loss_head_bytes,
     mask_bytes,
     overhead_items,
     phase_total,
@@ -71,7 +72,8 @@ ASSUMPTIONS: tuple[str, ...] = (
     "saves in it plus the gradients of its MLP or attention block; frozen Linears save "
     "nothing, adapted ones their input and rank-r intermediate; TP splits the heads, the "
     "MLP's intermediate and the routed experts' tokens, not the hidden-width values) and, on "
-    "the last stage, the loss head's fp32 logits (3 copies: logits, log-softmax, gradient). "
+    "the last stage, the loss head (its logits and 5 fp32 copies: the cast, the "
+    "log-sum-exp's exponentials, the entropy's three; measured by the 671B dry run). "
     "The head and the recomputed layer are not live at the same time.",
     "Pipeline (PyTorch's 1F1B schedule, one call per optimizer step): a receive buffer per "
     "micro-batch of the call for the previous stage's hidden states and one for the next "
@@ -295,6 +297,18 @@ def _fsdp_managed(run: _LoraRun, layers: range, *, first: bool, last: bool) -> f
 _PLAIN = ("fp32", "bf16", "fp16")
 
 
+def _gathered_layers(run: _LoraRun, s: int, layers: range) -> float:
+    """Of :func:`_gathered_items`' bytes under pipelining, the decoder layers' (not the
+    root's): free again while the last stage computes its loss, since FSDP2 reshards a
+    layer after its forward until its first backward (the dry run's rank 47)."""
+    pp = run.parallel.pp
+    if pp == 1:
+        return 0.0
+    first, last = s == 0, s == pp - 1
+    stage = _fsdp_managed(run, layers, first=first, last=last)
+    return stage - _fsdp_managed(run, range(0), first=first, last=last)
+
+
 def _gathered_items(run: _LoraRun, s: int, layers: range) -> list[LineItem]:
     """What FSDP2 gathers of the sharded base during the training call on stage ``s``:
     under pipelining the whole stage (PyTorch's schedule keeps every layer gathered from
@@ -401,10 +415,20 @@ def _activation_items(run: _LoraRun, s: int, layers: range) -> list[LineItem]:
         work += 2.0 * max(
             sum(weight_elems(lin, tp, ep) for lin in layer_linears(arch, i)) for i in layers
         )
-    loss = 3 * tokens * arch.vocab_size / tp * 4.0 if last else 0.0
+    loss = head = freed = 0.0
+    if last:  # the layers' gathered base is resharded then (FSDP2: after their forward)
+        head = loss_head_bytes(tokens=tokens, vocab=arch.vocab_size, tp=tp, act_bytes=act_b)
+        freed = _gathered_layers(run, s, layers)
+        loss = head - freed
     working = max(work, loss)
     layer = "one recomputed layer" if train.activation_checkpointing else "one layer's backward"
-    which = "loss head (fp32 logits x3)" if loss > work else layer
+    which = layer
+    if loss > work:
+        which = "loss head (logits + 5 fp32 copies" + (
+            f": {head / GIB:.2f} GiB, less the layers' gathered base, resharded then)"
+            if freed
+            else ")"
+        )
     other = f"; the other: {min(work, loss) / GIB:.2f} GiB" if last else ""
     buffers, outputs = pipeline_bytes(
         stage=s, stages=pp, micro_batches=micro_batches, tokens=tokens,

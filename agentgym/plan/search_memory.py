@@ -40,6 +40,7 @@ from agentgym.plan.memory import (
     ROLLOUT_WORKSPACE_GIB,
     layer_activation_elems,
     layer_saved_elems,
+    loss_head_bytes,
     mask_bytes,
     pipeline_bytes,
 )
@@ -189,7 +190,8 @@ def train_memory(
         )  # fmt: skip
         if base_dtype == "int4" and not full:  # one layer dequantized to bf16
             work += 2.0 * max(_int4_layer(arch, i, tp, ep) for i in layers)
-        loss = 3 * tokens * arch.vocab_size / tp * 4.0 if last else 0.0
+        loss = loss_head_bytes(tokens=tokens, vocab=arch.vocab_size, tp=tp, act_bytes=act_b)
+        loss = loss if last else 0.0
         both = base + params + opt
         best_both = max(best_both, both)
         best_train = max(best_train, both + grads + boundary + max(work, loss))

@@ -219,6 +219,14 @@ def test_the_stage_plan_counts_what_the_671b_dry_run_measured() -> None:
     # FSDP2's all-gathered bf16 base of the stage (embedding and 11 layers' dense
     # weights): 2.3677 GiB of all-gather outputs live at the dry run's peak
     assert plan.item("FSDP2 gathered base") == pytest.approx(2.3677, rel=1e-3)
+    # the last stage's loss: bf16 logits of its vocabulary slice and 5 fp32 copies, while
+    # FSDP2 holds only the root (head, final norm) gathered, not the layers
+    last = _stage_plan(inputs_671b(), 5, 6)
+    vocab = 129280 / 4
+    head = 8192 * vocab * (2 + 5 * 4) / GIB
+    root = (vocab * 7168 + 7168) * 2 / GIB
+    freed = last.item("FSDP2 gathered base") - root
+    assert last.item("activations: working set") == pytest.approx(head - freed)
     # the config's own call: 256 micro-batches per data-parallel rank
     assert _stage_plan(inputs_671b(), 0).item("pipeline: receive buffers") == pytest.approx(
         256 * one
