@@ -4,11 +4,13 @@
 (:func:`agentgym.trainers.dry_run_rank`: the rank's real set-up and first training call at
 the model's real shapes, on fake tensors) and prints what it measured beside the planner's
 line for the same quantity on the same pipeline stage (:func:`~.plans.plan_lora` with
-``stage=``, tensor bytes without the per-GPU constants), then whether the rank fits its
-GPU: the training call's peak plus the planner's per-GPU constants (CUDA context, NCCL,
-fragmentation), and the rollout phase (the rank's state as measured plus the planner's
-engine lines, which the dry run does not run). The exit status is non-zero when a rank's
-set-up or step fails, or a phase exceeds the GPU.
+``stage=``, tensor bytes without the per-GPU constants, for the dry run's own micro-batches),
+then whether the rank fits its GPU: the training call's peak plus the planner's per-GPU
+constants (CUDA context, NCCL, fragmentation), the rollout phase (the rank's state as
+measured plus the planner's engine lines, which the dry run does not run), and the
+config's own call, whose micro-batches (a data-parallel rank's share of an update) the
+dry run does not run: its peak plus the planner's receive buffers for the rest. The exit
+status is non-zero when a rank's set-up or step fails, or a phase exceeds the GPU.
 """
 
 from __future__ import annotations
@@ -143,6 +145,22 @@ def compare(figures: Any, inputs: Any, wall_s: float) -> tuple[list[str], bool]:
         f"rollout phase (the rank's state as measured + the planned engine, "
         f"{engine:.1f} GiB): {rollout_total:.1f} GiB; GPU {gpu:g} GiB: "
         + ("fits" if fits else "DOES NOT FIT"),
+    ]
+    calls = inputs.train.micro_batches(inputs.parallel.pp, inputs.parallel.dp)
+    if calls > figures.micro_batches:  # the launch's call: more receive buffers
+        more = _stage_plan(inputs, c["pp"]).item("pipeline: receive buffers")
+        more -= plan.item("pipeline: receive buffers")
+        train_call = train + more
+        call_total = train_call + sum(i.gib for i in overhead_items(train_call))
+        call_fits = call_total <= gpu
+        fits = fits and call_fits
+        lines.append(
+            f"  the config's call ({calls} micro-batches per data-parallel rank, the dry "
+            f"run's {figures.micro_batches}): {more:+.1f} GiB of pipeline receive buffers "
+            f"(planned), train phase {call_total:.1f} GiB: "
+            + ("fits" if call_fits else "DOES NOT FIT")
+        )
+    lines += [
         f"  loading plan: reads {figures.bytes_read / 1e9:.2f} GB of the checkpoint "
         f"({figures.bytes_read / max(figures.base, 1):.2f}x its base share)",
     ]
