@@ -390,6 +390,12 @@ class DistributedConfig:
             input for the backward pass and runs its forward again there (what
             ``agentgym plan`` assumes with ``plan.activation_checkpointing: true``): about
             one layer's activations instead of all of a stage's, for a second forward.
+        pp_window: with ``pp > 1``, the most micro-batches one run of the 1F1B schedule
+            takes (0, the default: all of a call's micro-batches in one run). PyTorch's
+            pipeline stage allocates a receive buffer per micro-batch of a run, so a long
+            update grows them without bound (the 671B config: 256 micro-batches, 56 GiB on
+            a middle stage); windows of a few times ``pp`` bound them, at one pipeline
+            bubble per window. Gradients add up over the windows: the same update.
 
     Generation under ZeRO-3 / FSDP2 gathers the full weights once per rollout, so that
     each rank generates its share of the tasks on its own (as TRL's
@@ -407,6 +413,7 @@ class DistributedConfig:
     ep: int = 1
     pp: int = 1
     activation_checkpointing: bool = False
+    pp_window: int = 0
 
     def __post_init__(self) -> None:
         _check(
@@ -428,6 +435,14 @@ class DistributedConfig:
                 "distributed.on_fault", self.on_fault, ("warn", "stop", "restart")
             )
         _check(self.max_restarts >= 0, "distributed.max_restarts must be >= 0.")
+        _check(
+            isinstance(self.pp_window, int)
+            and not isinstance(self.pp_window, bool)
+            and (self.pp_window == 0 or self.pp_window >= self.pp),
+            f"distributed.pp_window must be 0 (one schedule run per call) or at least "
+            f"distributed.pp={self.pp} (1F1B needs a micro-batch per stage), got "
+            f"{self.pp_window!r}.",
+        )
         from agentgym.trainers.parallel import Layout
 
         layout = Layout.from_config(self)  # checks the four sizes

@@ -468,6 +468,7 @@ def make_learner(
             cfg.optim,
             layout=dist.layout,
             activation_checkpointing=cfg.distributed.activation_checkpointing,
+            pp_window=cfg.distributed.pp_window,
             **kwargs,
         )
     if strategy == "fsdp2":

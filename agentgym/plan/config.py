@@ -124,12 +124,15 @@ class PlanSettings:
         """Whether the section describes a run (``gpus`` set)."""
         return self.gpus > 0
 
-    def train_spec(self, micro_batch_size: int, update_sequences: int = 0) -> TrainSpec:
-        """The training step the planner sizes, with the trainer's micro-batch size and the
-        sequences of one optimizer step."""
+    def train_spec(
+        self, micro_batch_size: int, update_sequences: int = 0, pipeline_window: int = 0
+    ) -> TrainSpec:
+        """The training step the planner sizes, with the trainer's micro-batch size, the
+        sequences of one optimizer step and its pipeline window."""
         return TrainSpec(
             micro_batch_size=micro_batch_size,
             update_sequences=update_sequences,
+            pipeline_window=pipeline_window,
             seq_len=self.seq_len,
             activation_checkpointing=self.activation_checkpointing,
             flash_attention=self.flash_attention,
@@ -298,6 +301,7 @@ def step_spec(inputs: PlanInputs) -> StepSpec:
         parallel=p,
         micro_batch_size=inputs.train.micro_batch_size,
         activation_checkpointing=inputs.train.activation_checkpointing,
+        pipeline_window=inputs.train.pipeline_window,
         base_dtype=inputs.base_dtype,
         rollout=rollout,
         workload=t.workload,
@@ -423,7 +427,9 @@ def plan_inputs(
         ),
         parallel=parallel,
         base_dtype=settings.base_weights,
-        train=settings.train_spec(cfg.algorithm.micro_batch_size, _update_sequences(cfg)),
+        train=settings.train_spec(
+            cfg.algorithm.micro_batch_size, _update_sequences(cfg), cfg.distributed.pp_window
+        ),
         rollout=rollout,
         hardware=hardware,
         notes=notes,

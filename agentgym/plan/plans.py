@@ -75,12 +75,13 @@ ASSUMPTIONS: tuple[str, ...] = (
     "the last stage, the loss head (its logits and 5 fp32 copies: the cast, the "
     "log-sum-exp's exponentials, the entropy's three; measured by the 671B dry run). "
     "The head and the recomputed layer are not live at the same time.",
-    "Pipeline (PyTorch's 1F1B schedule, one call per optimizer step): a receive buffer per "
-    "micro-batch of the call for the previous stage's hidden states and one for the next "
-    "stage's gradient of them, whole, held for the call; each stage but the last keeps its "
-    "output per micro-batch in flight. A data-parallel rank's call runs its share of the "
-    "update's sequences (rollout batch x plan.workload.conversations / "
-    "algorithm.updates_per_batch), at least PP micro-batches.",
+    "Pipeline (PyTorch's 1F1B schedule): a receive buffer per micro-batch of a run of the "
+    "schedule for the previous stage's hidden states and one for the next stage's gradient "
+    "of them, whole, held for the run; each stage but the last keeps its output per "
+    "micro-batch in flight. A data-parallel rank runs its share of the update's sequences "
+    "(rollout batch x plan.workload.conversations / algorithm.updates_per_batch), at least "
+    "PP micro-batches, in runs of at most distributed.pp_window (0: one run; each run has "
+    "its own bubble).",
     "Padded micro-batches carry a boolean T x T attention mask per micro-batch in flight "
     "(Hugging Face's SDPA path) and the layer being recomputed its additive copy.",
     "FSDP2 (the trainer's mesh) gathers the sharded base: under pipelining the whole stage "
@@ -466,7 +467,7 @@ def _activation_items(run: _LoraRun, s: int, layers: range) -> list[LineItem]:
                 "pipeline: receive buffers",
                 buffers / GIB,
                 "train",
-                f"{micro_batches} micro-batches per call x received {kinds}, whole",
+                f"{micro_batches} micro-batches per schedule run x received {kinds}, whole",
             ),
         ]
     return items

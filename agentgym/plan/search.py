@@ -260,6 +260,7 @@ def _train_half(
                         cluster=t.cluster,
                         eff=t.efficiency,
                         offload_state=t.offload_train_state,
+                        pipeline_window=train.pipeline_window,
                     )
                     key = (par, mbs, ckpt, tm)
                     name = f"{tp}.{pp}.{ep}.{zero}.{mbs}.{ckpt}"

@@ -100,14 +100,22 @@ class TrainSpec:
     #: ``algorithm.updates_per_batch``): each data-parallel rank runs its share through the
     #: pipeline in one call, whose buffers grow with it; 0: as few as the pipeline needs
     update_sequences: int = 0
+    #: the most micro-batches one run of the schedule takes (``distributed.pp_window``;
+    #: 0: all of a call's): the buffers are a window's, the bubble one per window
+    pipeline_window: int = 0
 
     def micro_batches(self, pp: int, dp: int) -> int:
-        """Micro-batches one data-parallel rank runs through the pipeline in one call (at
-        least ``pp``: the trainer pads a call with fewer)."""
-        per_rank = -(-self.update_sequences // (dp * self.micro_batch_size))
-        return max(pp, per_rank)
+        """Micro-batches one data-parallel rank runs through the pipeline in one run of
+        the schedule (at least ``pp``: the trainer pads a run with fewer; at most
+        ``pipeline_window`` when set)."""
+        per_rank = max(pp, -(-self.update_sequences // (dp * self.micro_batch_size)))
+        return min(per_rank, max(pp, self.pipeline_window)) if self.pipeline_window else per_rank
 
     def __post_init__(self) -> None:
+        if not isinstance(self.pipeline_window, int) or self.pipeline_window < 0:
+            raise ConfigError(
+                f"pipeline_window must be a non-negative integer, got {self.pipeline_window!r}."
+            )
         if not isinstance(self.update_sequences, int) or self.update_sequences < 0:
             raise ConfigError(
                 f"update_sequences must be a non-negative integer, got {self.update_sequences!r}."

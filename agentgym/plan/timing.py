@@ -49,6 +49,8 @@ class StepSpec:
         lora: the adapter (``None`` for a full fine-tune).
         parallel: the training layout.
         micro_batch_size / activation_checkpointing: the training step.
+        pipeline_window: the most micro-batches per run of the 1F1B schedule (0: all of
+            an update's in one run); each run has its own bubble.
         base_dtype: the frozen base's Linear dtype (full fine-tunes train in bf16).
         rollout: the engine's layout (it spans every GPU: colocated).
         engine_dtype: the engine's weight dtype (``None``: the base's; bf16 for full).
@@ -76,6 +78,7 @@ class StepSpec:
     generation_rounds: float = 1.0
     cuda_graphs: bool = True
     offload_train_state: bool = False
+    pipeline_window: int = 0
 
     def engine_shape(self) -> EngineShape:
         """The rollout engine as :mod:`.rollout_time` sees it."""
@@ -216,6 +219,7 @@ def step_time(spec: StepSpec) -> StepTime:
         cluster=spec.cluster,
         eff=spec.eff,
         offload_state=spec.offload_train_state,
+        pipeline_window=spec.pipeline_window,
     )
     sync, sleep, sync_tally = sync_seconds(spec, links)
     env = spec.workload.env_seconds

@@ -18,7 +18,8 @@ one GPU:
   boundary; plus a fixed cost per layer and pass.
 
 1F1B runs ``m + pp - 1`` slots of the slowest stage per optimizer step (``m``
-micro-batches per replica), so the bubble is ``(pp - 1)`` slots. Then the gradient
+micro-batches per replica), so the bubble is ``(pp - 1)`` slots, once per run of the
+schedule (``ceil(m / window)`` runs with ``distributed.pp_window``). Then the gradient
 all-reduce over the data-parallel replicas of each trainable weight and an AdamW step
 that streams its states through HBM. Log-prob passes (no gradient) are forwards through
 the same pipeline.
@@ -345,6 +346,7 @@ def train_time(
     cluster: Cluster,
     eff: Efficiency,
     offload_state: bool = False,
+    pipeline_window: int = 0,
 ) -> TrainTime:
     """Seconds of the update (and its log-prob passes) for one step's batch."""
     pp, dp = parallel.pp, parallel.dp
@@ -371,7 +373,8 @@ def train_time(
     slot = worst.compute + worst.comm + worst.overhead
     u = work.updates
     compute, comm, overhead = u * m * worst.compute, u * m * worst.comm, u * m * worst.overhead
-    bubble = u * (pp - 1) * slot
+    runs = math.ceil(m / pipeline_window) if pipeline_window and pp > 1 else 1
+    bubble = u * runs * (pp - 1) * slot
     membound = u * m * worst.memory_bound
     critic = critic_spec(lora) if lora is not None else None
     k = work.critic_passes if critic is not None else 0
@@ -380,7 +383,7 @@ def train_time(
         compute += u * k * m * cw.compute
         comm += u * k * m * cw.comm
         overhead += u * k * m * cw.overhead
-        bubble += u * k * (pp - 1) * (cw.compute + cw.comm + cw.overhead)
+        bubble += u * k * runs * (pp - 1) * (cw.compute + cw.comm + cw.overhead)
         membound += u * k * m * cw.memory_bound
     fwd = max(slots, key=lambda x: x.fwd + x.fwd_comm + x.fwd_overhead)
     fwd_slot = fwd.fwd + fwd.fwd_comm + fwd.fwd_overhead

@@ -83,24 +83,30 @@ def test_the_cli_prints_each_rank_beside_the_plan_and_fails_on_a_bad_rank(capsys
 
 
 def test_a_rank_is_checked_against_the_configs_own_call():
-    """The dry run runs pp micro-batches; the config's call runs a data-parallel rank's
-    share of an update (256 for the 671B config): a middle stage's receive buffers for
-    those do not fit 80 GiB, the first stage's do (one kind of buffer)."""
+    """The dry run runs pp micro-batches; the config's schedule runs a data-parallel
+    rank's share of an update (256 for the 671B config) in windows of
+    ``distributed.pp_window`` (48): with the window every stage fits 80 GiB; in one run
+    of 256 a middle stage's receive buffers do not, the first stage's do (one kind of
+    buffer)."""
     from agentgym.plan import PlanConfig, plan_inputs
     from agentgym.plan.dry_run import _stage_plan, compare
     from agentgym.trainers.dry_run.rank import RankFigures
 
-    inputs = plan_inputs(load_config(PlanConfig, CONFIG_671B))
-    verdicts = {}
-    for stage, layers in ((0, range(0, 11)), (1, range(11, 21))):
-        planned = _stage_plan(inputs, stage, 6)
-        figures = RankFigures(
-            rank=8 * stage, world_size=48, layers=layers, experts=range(0, 32),
-            coords={"pp": stage, "dp_shard": 0, "ep": 0, "tp": 0}, micro_batches=6,
-            base=int(planned.item("base weights") * GIB),
-            step_peak=int(planned.train_gib * GIB),
-        )  # fmt: skip
-        lines, verdicts[stage] = compare(figures, inputs, 1.0)
-        (call,) = [line for line in lines if "the config's call" in line]
-        assert "256 micro-batches per data-parallel rank, the dry run's 6" in call
-    assert verdicts == {0: True, 1: False}
+    def verdicts(*overrides: str, calls: int) -> dict[int, bool]:
+        inputs = plan_inputs(load_config(PlanConfig, CONFIG_671B, list(overrides)))
+        out = {}
+        for stage, layers in ((0, range(0, 11)), (1, range(11, 21))):
+            planned = _stage_plan(inputs, stage, 6)
+            figures = RankFigures(
+                rank=8 * stage, world_size=48, layers=layers, experts=range(0, 32),
+                coords={"pp": stage, "dp_shard": 0, "ep": 0, "tp": 0}, micro_batches=6,
+                base=int(planned.item("base weights") * GIB),
+                step_peak=int(planned.train_gib * GIB),
+            )  # fmt: skip
+            lines, out[stage] = compare(figures, inputs, 1.0)
+            (call,) = [line for line in lines if "the config's call" in line]
+            assert f"{calls} micro-batches per data-parallel rank, the dry run's 6" in call
+        return out
+
+    assert verdicts(calls=48) == {0: True, 1: True}
+    assert verdicts("distributed.pp_window=0", calls=256) == {0: True, 1: False}

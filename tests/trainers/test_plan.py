@@ -147,19 +147,23 @@ def test_deepseek_v3_is_671b_with_37b_activated() -> None:
 # --------------------------------------------------------------------------- the 671B plan
 
 
-def test_671b_lora_fits_only_with_fewer_micro_batches_per_call() -> None:
-    """As configured, one optimizer step trains 512 sequences (256 episodes x 2
-    conversations): each of the 2 data-parallel ranks runs 256 micro-batches through the
-    pipeline in one call, and PyTorch's stage allocates a receive buffer for each (two
-    on the middle stages: 56 GiB). Two updates per batch halve them, and it fits."""
+def test_671b_lora_fits_with_its_pipeline_window() -> None:
+    """One optimizer step trains 512 sequences (256 episodes x 2 conversations): 256
+    micro-batches per data-parallel rank. In one run of the schedule PyTorch's stage
+    allocates a receive buffer for each (two on the middle stages: 56 GiB) and it does not
+    fit; the config's distributed.pp_window: 48 runs them 48 at a time, and it fits (as do
+    two updates per batch in one run each)."""
     config = inputs_671b()
     assert config.hardware.gpus == 48 and config.hardware.gpu_mem_gib == 80
-    assert config.train.micro_batches(6, 2) == 256
+    assert config.train.pipeline_window == 48 and config.train.micro_batches(6, 2) == 48
     lora, full = plan_both(config)
-    assert not lora.fits and lora.stage in (1, 2, 3, 4)
+    assert lora.fits and lora.total_gib <= 80 and lora.headroom_gib > 0
+    one_run, _ = plan_both(inputs_671b("distributed.pp_window=0"))
+    assert not one_run.fits and one_run.stage in (1, 2, 3, 4)
     buffers = 2 * 256 * 8192 * 7168 * 2 / GIB  # activations and gradients, [T, h] bf16
-    assert lora.item("pipeline: receive buffers") == pytest.approx(buffers)
-    halved, _ = plan_both(inputs_671b("algorithm.updates_per_batch=2"))
+    assert one_run.item("pipeline: receive buffers") == pytest.approx(buffers)
+    assert lora.item("pipeline: receive buffers") <= 2 * 48 * 8192 * 7168 * 2 / GIB
+    halved, _ = plan_both(inputs_671b("distributed.pp_window=0", "algorithm.updates_per_batch=2"))
     assert halved.fits and halved.total_gib <= 80 and halved.headroom_gib > 0
     assert not full.fits and full.total_gib > 80
     # full fine-tune states alone: 16 bytes per parameter over 48 GPUs
@@ -227,10 +231,13 @@ def test_the_stage_plan_counts_what_the_671b_dry_run_measured() -> None:
     root = (vocab * 7168 + 7168) * 2 / GIB
     freed = last.item("FSDP2 gathered base") - root
     assert last.item("activations: working set") == pytest.approx(head - freed)
-    # the config's own call: 256 micro-batches per data-parallel rank
+    # the config's own runs: 48 micro-batches (pp_window) of its 256 per data-parallel
+    # rank; without the window, all 256 in one run
     assert _stage_plan(inputs_671b(), 0).item("pipeline: receive buffers") == pytest.approx(
-        256 * one
+        48 * one
     )
+    one_run = _stage_plan(inputs_671b("distributed.pp_window=0"), 0)
+    assert one_run.item("pipeline: receive buffers") == pytest.approx(256 * one)
 
 
 def test_rollout_kv_cache_is_mla_latent() -> None:

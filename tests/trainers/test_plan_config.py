@@ -34,9 +34,11 @@ CONFIG_671B = ROOT / "configs" / "deepseek_v3_671b_48xh100.yaml"
 #: run measured beside the planner (issue 41, docs/plan.md): the pipeline's receive buffers
 #: for the 256 micro-batches a data-parallel rank runs in one call, the stage outputs in
 #: flight, the attention masks, FSDP2's gathered base and the hidden-width values TP does
-#: not split (it was 25.983 / 60.814, stage 5; now stage 1 is the worst)
+#: not split (it was 25.983 / 60.814, stage 5; then 86.831 / 62.963, stage 1, the 256
+#: micro-batches in one run), and since the config's distributed.pp_window: 48 runs them
+#: 48 at a time (stage 5 the worst again: its rollout phase)
 BEFORE = {
-    "lora": {"train": 86.83063430786133, "rollout": 62.963384312391284, "peak": 86.83063430786133},
+    "lora": {"train": 34.31764826476574, "rollout": 60.814001861214635, "peak": 60.814001861214635},
     "full": {"train": 274.8276040712992, "rollout": 260.63516757488253, "peak": 274.8276040712992},
 }
 

@@ -112,14 +112,22 @@ class ParallelLearner(Learner):
         layout: the mesh's sizes.
         activation_checkpointing: recompute each decoder layer in the backward pass
             (``distributed.activation_checkpointing``, :mod:`.activations`).
+        pp_window: the most micro-batches per run of the pipeline schedule
+            (``distributed.pp_window``; 0: all at once).
         The rest as :class:`~agentgym.trainers.Learner`.
     """
 
     def __init__(
-        self, *args: Any, layout: Layout, activation_checkpointing: bool = False, **kwargs: Any
+        self,
+        *args: Any,
+        layout: Layout,
+        activation_checkpointing: bool = False,
+        pp_window: int = 0,
+        **kwargs: Any,
     ) -> None:
         self.layout = layout
         self.activation_checkpointing = activation_checkpointing
+        self.pp_window = pp_window
         super().__init__(*args, **kwargs)
 
     # ------------------------------------------------------------------ set-up
@@ -212,6 +220,7 @@ class ParallelLearner(Learner):
                 self.pmesh.pp_group,
                 self.pmesh.device,
                 vocab_width=self._vocab_slice()[1] if layout.tp > 1 else None,
+                window=self.pp_window,
             )
             if self.stage_module is not None
             else None

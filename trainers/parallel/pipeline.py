@@ -154,6 +154,8 @@ class PipelineRunner:
         group: the pipeline's process group; device: this rank's device.
         vocab_width: the last stage's logits width on this rank (its slice of the
             vocabulary under loss parallelism); None: the whole vocabulary.
+        window: the most micro-batches one run of the schedule takes (0: all of a
+            call's); a longer call runs as consecutive windows, its gradients added up.
     """
 
     def __init__(
@@ -164,10 +166,12 @@ class PipelineRunner:
         group: Any,
         device: torch.device,
         vocab_width: int | None = None,
+        window: int = 0,
     ) -> None:
         self.module, self.stage, self.stages = module, stage, stages
         self.group, self.device = group, device
         self.vocab_width = vocab_width
+        self.window = window
 
     @property
     def is_last(self) -> bool:
@@ -213,8 +217,29 @@ class PipelineRunner:
         On the last stage ``on_logits(i, logits)`` receives micro-batch ``i``'s logits
         (``[rows, cols, V]``, padded; with ``values`` the critic's values, ``[rows, cols,
         1]``) and returns its loss; with ``backward`` the schedule back-propagates that
-        loss (1F1B), otherwise it only runs forward.
+        loss (1F1B), otherwise it only runs forward. With a ``window``, the micro-batches
+        run ``window`` at a time (every stage cuts them alike), each window's gradients
+        added to the earlier ones'.
         """
+        size = self.window or len(seqs)
+        for start in range(0, len(seqs), size):
+            part = seqs[start : start + size]
+
+            def shifted(i: int, out: torch.Tensor, start: int = start) -> torch.Tensor:
+                return on_logits(start + i, out)
+
+            self._run_window(part, shifted, pad_id=pad_id, backward=backward, values=values)
+
+    def _run_window(
+        self,
+        seqs: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+        on_logits: Callable[[int, torch.Tensor], torch.Tensor],
+        *,
+        pad_id: int,
+        backward: bool,
+        values: bool,
+    ) -> None:
+        """One run of the 1F1B schedule over ``seqs`` (:meth:`run`)."""
         from torch._subclasses.fake_tensor import is_fake
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
