@@ -1,12 +1,12 @@
-"""Sharded training strategies: DeepSpeed ZeRO-2/3 and FSDP2 behind the Learner interface.
+"""Sharded training strategies: DeepSpeed ZeRO-2/3 and FSDP2, and the learner of a config.
 
-Both are :class:`~agentgym.trainers.learner.Learner` subclasses (the learner interface:
-``forward``, ``forward_backward``, ``step``, ``generation``, ``state_dict``) that change
-only how the model is wrapped, how a backward pass and an optimizer step run, how the
-full weights are made available for generation, and how the LoRA weights are gathered.
-The losses (:mod:`.update`) and the dealing of micro-batches are shared, so a sharded
-run computes the same update as a single process on the same batch (tested: the adapter
-after one 2-process step equals the 1-process one to float tolerance).
+Both are :class:`~agentgym.trainers.strategy.Strategy` backends (the strategy protocol)
+that change only how the model is wrapped, how a backward pass and an optimizer step run,
+how the full weights are made available for generation, and how the LoRA weights are
+gathered. The learner, the losses (:mod:`.update`) and the dealing of micro-batches are
+shared, so a sharded run computes the same update as a single process on the same batch
+(tested: the adapter after one 2-process step equals the 1-process one to float
+tolerance). :func:`make_learner` builds the learner of a config with its strategy.
 
 What each strategy shards, with LoRA (only the adapter is trainable):
 
@@ -37,17 +37,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from agentgym import ConfigError, derive_seed
-from agentgym.trainers.config import STRATEGIES, TrainConfig
+from agentgym.trainers.config import STRATEGIES, OptimConfig, TrainConfig
+from agentgym.trainers.critic import Critic
 from agentgym.trainers.device import host_copy
 from agentgym.trainers.distributed import DistInfo
-from agentgym.trainers.learner import Learner, make_optimizer
+from agentgym.trainers.learner import Learner
+from agentgym.trainers.strategy import Strategy, make_optimizer
 
 
 def extensions_dir() -> Path:
@@ -96,8 +98,8 @@ def deepspeed_config(
     }
 
 
-class DeepSpeedLearner(Learner):
-    """The learner under DeepSpeed ZeRO stage 2 or 3 (``distributed.strategy: deepspeed``).
+class DeepSpeedZeRO(Strategy):
+    """DeepSpeed ZeRO stage 2 or 3 (``distributed.strategy: deepspeed``).
 
     The optimizer is the same AdamW as the single-process learner, handed to DeepSpeed
     (no DeepSpeed CPU-Adam build). Gradient accumulation is ours
@@ -110,13 +112,27 @@ class DeepSpeedLearner(Learner):
     then replies) change that order between micro-batches, which it rejects.
     """
 
-    def __init__(self, *args: Any, zero_stage: int = 3, **kwargs: Any) -> None:
-        self.zero_stage = zero_stage
-        super().__init__(*args, **kwargs)
-        if zero_stage == 3:
-            self.share_prompts = False
+    optimizer_shards_read = "all"  # ZeRO-2 merges every partition's state on resume
 
-    def _setup(self) -> torch.optim.Optimizer:
+    def __init__(
+        self,
+        dist: DistInfo,
+        *,
+        zero_stage: int = 3,
+        micro_batch_size: int = 1,
+        compute_dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(dist)
+        self.zero_stage = zero_stage
+        self.micro_batch_size = micro_batch_size
+        self.compute_dtype = compute_dtype
+        self.share_prompts = zero_stage != 3
+
+    def parallelize(
+        self, model: torch.nn.Module, critic: Critic | None, optim: OptimConfig
+    ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        """``deepspeed.initialize`` with the learner's own AdamW (per-group clipping with a
+        critic)."""
         os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(extensions_dir()))
         if not torch.cuda.is_available():  # named: no "unable to detect a GPU" warning
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -129,26 +145,26 @@ class DeepSpeedLearner(Learner):
         config = deepspeed_config(
             micro_batch_size=self.micro_batch_size,
             world_size=self.dist.world_size,
-            max_grad_norm=self.optim_cfg.max_grad_norm,
+            max_grad_norm=optim.max_grad_norm,
             zero_stage=self.zero_stage,
             compute_dtype=self.compute_dtype,
         )
-        optimizer = make_optimizer(self.model, self.optim_cfg, self.critic)
+        optimizer = make_optimizer(model, optim, critic)
         engine, ds_optimizer, _, _ = deepspeed.initialize(
-            model=self.model, optimizer=optimizer, config=config, dist_init_required=False
+            model=model, optimizer=optimizer, config=config, dist_init_required=False
         )
-        self.engine = engine
-        if self.critic is not None:
+        self.engine, self.model, self.optimizer = engine, model, ds_optimizer
+        if critic is not None:
             clip_each_group(ds_optimizer)
-        return ds_optimizer
+        return model, ds_optimizer
 
-    def _forward_module(self) -> Any:
+    def forward_module(self, model: torch.nn.Module) -> Any:
         return self.engine
 
-    def _backward(self, loss: torch.Tensor) -> None:
+    def backward(self, loss: torch.Tensor) -> None:
         self.engine.backward(loss, scale_wrt_gas=False)
 
-    def _zero_grad(self) -> None:
+    def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
         """ZeRO-3 keeps the reduced gradients in one flat buffer and, on the first
         backward pass after a step, *copies* each parameter's gradient into its slice,
         adding on later passes; ``zero_grad`` leaves the buffer as it is. A parameter
@@ -156,12 +172,12 @@ class DeepSpeedLearner(Learner):
         backward runs first; an expert no token of the first micro-batch reached) then
         adds onto the previous step's gradient. Zeroing the buffer makes every pass's
         gradient land on zeros."""
-        super()._zero_grad()
-        flat = getattr(self.optimizer, "grad_partitions_flat_buffer", None)
+        super().zero_grad(optimizer)
+        flat = getattr(optimizer, "grad_partitions_flat_buffer", None)
         if self.zero_stage == 3 and flat is not None:
             flat.zero_()
 
-    def _before_side_forward(self) -> None:
+    def before_side_forward(self) -> None:
         """The engine's forward tells ZeRO a new pass begins (ZeRO-3 counts passes to
         know whether a gradient starts or adds to the step's); a module called outside
         the engine (the separate critic model) must do the same, else each of its
@@ -170,23 +186,32 @@ class DeepSpeedLearner(Learner):
         if clear is not None:
             clear()
 
-    def _optimizer_step(self) -> list[float]:
+    def step(
+        self, optimizer: torch.optim.Optimizer, max_norm: float, *, policy: bool = True
+    ) -> list[float]:
+        """DeepSpeed's step (its clipping: per group with a critic); a critic-only step
+        keeps the policy's groups where they are (:meth:`_critic_only`)."""
+        if not policy:
+            return self._critic_only(optimizer)
+        return self._engine_step(optimizer)
+
+    def _engine_step(self, optimizer: torch.optim.Optimizer) -> list[float]:
         self.engine.step()
         if self.zero_stage == 3:  # the next pass (critic-only steps' too) starts on zeros
-            self._zero_grad()
+            self.zero_grad(optimizer)
         group_norms = getattr(self.optimizer, "agentgym_group_norms", None)
         if group_norms is not None:  # clip_each_group: each group's own norm
             return list(group_norms)
         norm = self.engine.get_global_grad_norm()
         return [float(norm) if norm is not None else 0.0]
 
-    def _critic_only_step(self) -> list[float]:
+    def _critic_only(self, optimizer: torch.optim.Optimizer) -> list[float]:
         """ZeRO steps every parameter group, the policy's too, with zero gradients where
         it got none: AdamW would then decay the policy's weights and count a step in its
         bias correction (the first policy update after value pretraining would be about
         half as large as a single process's). The policy's groups step with learning
         rate 0 and get their optimizer state back afterwards."""
-        zero = self.optimizer
+        zero = optimizer
         inner = zero.optimizer  # the torch AdamW over ZeRO's flat fp32 partitions
         frozen = {
             i for i, g in enumerate(inner.param_groups) if g.get("name", "policy") != "critic"
@@ -204,7 +229,7 @@ class DeepSpeedLearner(Learner):
         for i in frozen:
             inner.param_groups[i]["lr"] = 0.0
         try:
-            return self._optimizer_step()
+            return self._engine_step(optimizer)
         finally:
             for i, lr in lrs.items():
                 inner.param_groups[i]["lr"] = lr
@@ -215,36 +240,36 @@ class DeepSpeedLearner(Learner):
                     inner.state[p] = before
 
     @contextlib.contextmanager
-    def generation(self) -> Iterator[torch.nn.Module]:
+    def generation(self, model: torch.nn.Module) -> Iterator[torch.nn.Module]:
         if self.zero_stage < 3:
-            yield self.model
+            yield model
             return
         from deepspeed.runtime.zero import GatheredParameters
 
-        with GatheredParameters(list(self.model.parameters())):
-            yield self.model
+        with GatheredParameters(list(model.parameters())):
+            yield model
 
-    def _adapter_state(self) -> dict[str, torch.Tensor]:
-        with self._gathered([p for _, p in _lora_params(self.model)]):
-            return super()._adapter_state()  # host copies, made while gathered
+    def adapter_state(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        with self.gathered([p for _, p in _lora_params(model)]):
+            return super().adapter_state(model)  # host copies, made while gathered
 
-    def _load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
+    def load_adapter_state(self, model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:
         # modify: rank 0's values are scattered back into every shard
-        with self._gathered([p for _, p in _lora_params(self.model)], modify=True):
-            super()._load_adapter_state(state)
+        with self.gathered([p for _, p in _lora_params(model)], modify=True):
+            super().load_adapter_state(model, state)
 
-    def _gathered(self, params: list[torch.nn.Parameter], modify: bool = False) -> Any:
+    def gathered(self, params: Sequence[torch.nn.Parameter], modify: bool = False) -> Any:
         if self.zero_stage < 3:
             return contextlib.nullcontext()
         from deepspeed.runtime.zero import GatheredParameters
 
-        return GatheredParameters(params, modifier_rank=0 if modify else None)
+        return GatheredParameters(list(params), modifier_rank=0 if modify else None)
 
-    optimizer_shards_read = "all"  # ZeRO-2 merges every partition's state on resume
-
-    def _load_optimizer_state(self, states: Sequence[dict[str, Any]]) -> None:
+    def load_optimizer_state(
+        self, optimizer: torch.optim.Optimizer, states: Sequence[dict[str, Any] | None]
+    ) -> None:
         # ZeRO-2 merges every partition's state; ZeRO-3 picks its own rank's
-        self.optimizer.load_state_dict(list(states))
+        optimizer.load_state_dict(list(states))
 
 
 #: what :func:`clip_each_group` and the ZeRO-3 learner's hooks read of DeepSpeed's
@@ -343,8 +368,8 @@ def clip_each_group(optimizer: Any) -> None:
     optimizer.scaled_global_norm, optimizer.unscale_and_clip_grads = norm_zero2, clip_zero2
 
 
-class FSDP2Learner(Learner):
-    """The learner under FSDP2 (``distributed.strategy: fsdp2``).
+class FSDP2(Strategy):
+    """FSDP2 (``distributed.strategy: fsdp2``).
 
     Each decoder layer is one ``fully_shard`` unit and the root module another, on a 1-D
     device mesh over all ranks. Parameters become DTensors sharded on dim 0; frozen base
@@ -358,29 +383,32 @@ class FSDP2Learner(Learner):
     episodes) would issue different collectives and hang.
     """
 
-    def _setup(self) -> torch.optim.Optimizer:
+    share_prompts = False
+
+    def parallelize(
+        self, model: torch.nn.Module, critic: Critic | None, optim: OptimConfig
+    ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        """Every decoder layer, then the root, a ``fully_shard`` unit (the critic's head,
+        and a separate critic model's layers, units of their own)."""
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
-        self.share_prompts = False
-
-        device = self.dist.device.type
-        mesh = init_device_mesh(device, (self.dist.world_size,))
+        mesh = init_device_mesh(self.dist.device.type, (self.dist.world_size,))
         # the root unit is the HF model inside the peft wrapper: both training
         # (PeftModel.forward) and generation (PeftModel.generate) call its forward
-        root = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        root = model.get_base_model() if hasattr(model, "get_base_model") else model
         for layer in _decoder_layers(root):
             fully_shard(layer, mesh=mesh)
-        if self.critic is not None:  # called outside the root's forward: units of their own
-            backbone = self.critic.backbone
+        if critic is not None:  # called outside the root's forward: units of their own
+            backbone = critic.backbone
             if backbone is not None:  # a separate critic model: per layer, like the policy
                 for layer in _decoder_layers(backbone):
                     fully_shard(layer, mesh=mesh)
                 fully_shard(backbone, mesh=mesh)
-            fully_shard(self.critic.head, mesh=mesh)
+            fully_shard(critic.head, mesh=mesh)
         fully_shard(root, mesh=mesh)
         self._root = root
-        return make_optimizer(self.model, self.optim_cfg, self.critic)
+        return model, make_optimizer(model, optim, critic)
 
     def _units(self) -> list[Any]:
         """The FSDP units, root first (unsharding the root first initialises them all)."""
@@ -389,31 +417,31 @@ class FSDP2Learner(Learner):
         return [m for m in self._root.modules() if isinstance(m, FSDPModule)]
 
     @contextlib.contextmanager
-    def generation(self) -> Iterator[torch.nn.Module]:
+    def generation(self, model: torch.nn.Module) -> Iterator[torch.nn.Module]:
         units = self._units()
         for u in units:
             u.unshard()
             u.set_reshard_after_forward(False)
         try:
-            yield self.model
+            yield model
         finally:
             for u in units:
                 u.reshard()
                 u.set_reshard_after_forward(True)
 
-    def _adapter_state(self) -> dict[str, torch.Tensor]:
+    def adapter_state(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         from agentgym.generation import adapter_state_dict
 
-        shards = adapter_state_dict(self.model)
+        shards = adapter_state_dict(model)
         full = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in shards.items()}
         return host_copy(full)
 
-    def _load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
+    def load_adapter_state(self, model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:
         from torch.distributed.tensor import distribute_tensor
 
         from agentgym.generation import adapter_state_dict, load_adapter_state_dict
 
-        current = adapter_state_dict(self.model)
+        current = adapter_state_dict(model)
         sharded = {}
         for k, v in state.items():
             ref = current.get(k)
@@ -426,7 +454,7 @@ class FSDP2Learner(Learner):
                 )
             else:
                 sharded[k] = v
-        load_adapter_state_dict(self.model, sharded)
+        load_adapter_state_dict(model, sharded)
 
 
 def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -444,34 +472,44 @@ def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 def make_learner(
     model: torch.nn.Module, cfg: TrainConfig, dist: DistInfo, *, pad_id: int
 ) -> Learner:
-    """The learner of a run, built from its config sections: ``distributed.strategy``
-    picks the backend (``none``: :class:`Learner`; ``deepspeed``: ZeRO-2/3; ``fsdp2``:
-    FSDP2, or on a device mesh, ``distributed: {dp_shard, tp, ep, pp}`` carried by
-    ``dist.layout``, the :class:`~agentgym.trainers.parallel.ParallelLearner`)."""
-    kwargs: dict[str, Any] = {
-        "pad_id": pad_id,
-        "lora": cfg.lora.enabled,
-        "dist": dist,
-        "critic": cfg.critic if cfg.algorithm.uses_critic else None,
-        "seed": derive_seed("critic", cfg.run.seed),
-    }
-    strategy = cfg.distributed.strategy
-    if strategy == "deepspeed":
-        kwargs["zero_stage"] = cfg.distributed.zero_stage
-        return DeepSpeedLearner(model, cfg.algorithm, cfg.optim, **kwargs)
-    if strategy == "fsdp2" and dist.layout is not None:
-        from agentgym.trainers.parallel import ParallelLearner
+    """The learner of a run, built from its config sections with the strategy
+    ``distributed.strategy`` names (``none``: one process; ``deepspeed``: ZeRO-2/3;
+    ``fsdp2``: FSDP2, or on a device mesh, ``distributed: {dp_shard, tp, ep, pp}``
+    carried by ``dist.layout``, :class:`~agentgym.trainers.parallel.MeshStrategy`)."""
+    strategy: Strategy
+    name = cfg.distributed.strategy
+    if name == "deepspeed":
+        from agentgym.trainers.device import compute_dtype
 
-        return ParallelLearner(
-            model,
-            cfg.algorithm,
-            cfg.optim,
+        strategy = DeepSpeedZeRO(
+            dist,
+            zero_stage=cfg.distributed.zero_stage,
+            micro_batch_size=cfg.algorithm.micro_batch_size,
+            compute_dtype=compute_dtype(model),
+        )
+    elif name == "fsdp2" and dist.layout is not None:
+        from agentgym.trainers.parallel import MeshStrategy
+
+        strategy = MeshStrategy(
+            dist,
             layout=dist.layout,
             activation_checkpointing=cfg.distributed.activation_checkpointing,
             pp_window=cfg.distributed.pp_window,
-            **kwargs,
+            pad_id=pad_id,
         )
-    if strategy == "fsdp2":
-        return FSDP2Learner(model, cfg.algorithm, cfg.optim, **kwargs)
-    assert strategy == "none", f"{strategy!r} is not in STRATEGIES {STRATEGIES}"
-    return Learner(model, cfg.algorithm, cfg.optim, **kwargs)
+    elif name == "fsdp2":
+        strategy = FSDP2(dist)
+    else:
+        assert name == "none", f"{name!r} is not in STRATEGIES {STRATEGIES}"
+        strategy = Strategy(dist)
+    return Learner(
+        model,
+        cfg.algorithm,
+        cfg.optim,
+        pad_id=pad_id,
+        lora=cfg.lora.enabled,
+        dist=dist,
+        critic=cfg.critic if cfg.algorithm.uses_critic else None,
+        seed=derive_seed("critic", cfg.run.seed),
+        strategy=strategy,
+    )
