@@ -10,8 +10,10 @@ every training loop uses -- SFT, value pretraining, every RL loss -- is::
                                          values), every rank receiving all of them
     forward_backward(mbs, loss_fn, output=)
                                          gradients of a loss, added up; its metrics
-    step(policy=True)                    the learning rate, clip each parameter group,
+    step()                               the learning rate, clip each parameter group,
                                          step, zero
+    critic_step()                        the same for the critic alone (value
+                                         pretraining, the critic's extra updates)
     reference()                          a context: the adapter switched off (the KL
                                          reference policy)
     generation()                         the model, usable for generation on this rank
@@ -19,8 +21,8 @@ every training loop uses -- SFT, value pretraining, every RL loss -- is::
     state_dict() / load_state_dict()     adapter, critic, optimizer, updates (checkpoints)
 
 What is trained with which loss is not the learner's business: :mod:`.update` builds the
-policy update, the critic's and value pretraining out of these calls, and
-:mod:`.sft` the warm start, each with its own loss function. ``output`` says what the
+policy update, the critic's and value pretraining out of these calls, each with its
+own loss function. ``output`` says what the
 loss function receives for a micro-batch: ``"logits"`` (``[B, R, V]`` float32, the
 positions that predict each sampled token) or ``"values"`` (``[B, R]``, the critic's).
 
@@ -31,8 +33,8 @@ scales each rank's loss by the number of shares, since the strategies average gr
 over them: the update equals the single-process one on the same batch when the loss
 divides by the token count of the whole mini-batch.
 
-The learning rate follows ``optim``: warm-up over ``warmup_steps`` optimizer steps, then,
-with ``optim.schedule``, a decay (:func:`~.schedule.learning_rate`).
+The policy's learning rate follows ``optim``: a linear warm-up over ``warmup_steps``
+optimizer steps, then ``optim.lr``.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ class Learner:
         model: the policy (a peft model, or a plain one for full fine-tuning). With LoRA,
             the reference policy is the same model with the adapter disabled: no copy.
         algo: the ``algorithm`` section: micro-batch size, shared prompts, router replay.
-        optim: the ``optim`` section (learning rate and its schedule, clipping, AdamW).
+        optim: the ``optim`` section (learning rate and warm-up, clipping, AdamW).
         pad_id: padding token id.
         lora: the model is a peft model (the reference is the adapter switched off).
         dist: this process's place in the job (single process by default).
@@ -200,11 +202,8 @@ class Learner:
             return value * scale, stats
 
         mine = [mb.to(self._device()) for mb in self._my_microbatches(list(mbs))]
-        # the policy's LoRA layers as one matmul each (same loss and gradients); the
-        # critic's passes fuse theirs inside _values, with its adapter active
-        fused = self.lora and output == "logits"
-        with fused_lora_forward(self.model) if fused else contextlib.nullcontext(0):
-            parts = self.strategy.forward_backward(mine, self._compute(output), loss, output=output)
+        compute = self._compute(output, fused=True)
+        parts = self.strategy.forward_backward(mine, compute, loss, output=output)
         sums = combine_metrics(parts) if self.strategy.reports_metrics() else {}
         if self.dist.world_size == 1:
             return sums
@@ -226,12 +225,12 @@ class Learner:
         norms = self.strategy.step(self.optimizer, self.optim_cfg.max_grad_norm, policy=False)
         return self._step_figures(norms, 0.0)
 
-    def router_counts(self) -> tuple[float, float]:
+    def router_counts(self) -> tuple[float, float] | None:
         """MoE router replay since the last call, over every rank: positions replayed,
         and of them those where the learner's own router would have chosen otherwise
-        (``(0, 0)`` without router replay; every rank calls it)."""
+        (None without router replay; every rank calls it)."""
         if self.replay is None:
-            return 0.0, 0.0
+            return None
         counts = [float(self.replay.replayed), float(self.replay.changed)]
         self.replay.replayed = self.replay.changed = 0
         replayed, changed = all_reduce_sum(counts, self.dist)
@@ -294,11 +293,21 @@ class Learner:
             out["critic_grad_norm"] = norms[-1]
         return out
 
-    def _compute(self, output: Output) -> Callable[[MicroBatch], torch.Tensor]:
-        """A micro-batch's logits ``[B, R, V]`` or the critic's values ``[B, R]``."""
+    def _compute(self, output: Output, *, fused: bool = False) -> Callable[[MicroBatch], Any]:
+        """A micro-batch's logits ``[B, R, V]`` or the critic's values ``[B, R]``.
+        ``fused`` (training passes): the policy's LoRA layers as one matmul each (same
+        loss and gradients, :mod:`.fused_lora`); the critic's passes always fuse theirs,
+        inside :meth:`_values`, with its adapter active."""
         if output == "values":
             return self._values
-        return lambda mb: self._replies(mb, hidden=False)
+        if not (fused and self.lora):
+            return lambda mb: self._replies(mb, hidden=False)
+
+        def logits(mb: MicroBatch) -> torch.Tensor:
+            with fused_lora_forward(self.model):
+                return self._replies(mb, hidden=False)
+
+        return logits
 
     def _values(self, mb: MicroBatch) -> torch.Tensor:
         """The critic's ``[B, R]`` values of the states that predict each sampled token,

@@ -420,7 +420,7 @@ def _adapter_box(
 
 
 def release_meta(model: nn.Module, source: CheckpointSource) -> None:
-    """Make a meta-built generation model usable by :class:`~.parallel.ParallelLearner`:
+    """Make a meta-built generation model usable by :class:`~.parallel.MeshStrategy`:
     its meta parameters become empty host tensors (filled at each rollout by gathering)
     and its persistent buffers (small: router biases) are read whole."""
     with source.allocating():

@@ -259,7 +259,7 @@ class DAPOTrainer:
             missing, unexpected = self.model.load_state_dict(weights, strict=False)
             if unexpected:
                 raise ConfigError(f"checkpoint weights do not fit the model: {unexpected[:5]}")
-        critic = read_extra_tensors(ckpt, "critic") if self.learner.critic else None
+        critic = read_extra_tensors(ckpt, "critic") if self.learner.critic_config else None
         self.learner.load_state_dict(
             {
                 "adapter": weights if cfg.lora.enabled else None,
@@ -592,7 +592,7 @@ class DAPOTrainer:
     def _run(self, history: list[dict[str, Any]], progress: Progress) -> None:
         """The steps, each row written, checkpointed when due, ended early when asked."""
         cfg = self.cfg
-        if self.step == 0 and self.learner.critic is not None and cfg.critic.pretrain_steps:
+        if self.step == 0 and self.learner.critic_config is not None and cfg.critic.pretrain_steps:
             self.pretrain_critic()  # VAPO's value pretraining
         evals_each_step = bool(cfg.eval.every)
         if cfg.eval.at_ends and self.step == 0:

@@ -46,7 +46,7 @@ import torch
 from agentgym import ConfigError, derive_seed
 from agentgym.trainers.config import STRATEGIES, OptimConfig, TrainConfig
 from agentgym.trainers.critic import Critic
-from agentgym.trainers.device import host_copy
+from agentgym.trainers.device import compute_dtype, host_copy
 from agentgym.trainers.distributed import DistInfo
 from agentgym.trainers.learner import Learner
 from agentgym.trainers.strategy import Strategy, make_optimizer
@@ -73,7 +73,7 @@ def deepspeed_config(
     zero_stage: int,
     compute_dtype: torch.dtype | None,
 ) -> dict[str, Any]:
-    """The DeepSpeed config of :class:`DeepSpeedLearner`: our gradient accumulation, our
+    """The DeepSpeed config of :class:`DeepSpeedZeRO`: our gradient accumulation, our
     float32 optimizer, and the learner's autocast (``model.dtype``) declared in
     ``torch_autocast`` -- DeepSpeed's forward switches an outer CUDA autocast off unless
     its own section asks for it -- with no module's gradients reduced in bf16 (the float32
@@ -479,8 +479,6 @@ def make_learner(
     strategy: Strategy
     name = cfg.distributed.strategy
     if name == "deepspeed":
-        from agentgym.trainers.device import compute_dtype
-
         strategy = DeepSpeedZeRO(
             dist,
             zero_stage=cfg.distributed.zero_stage,
@@ -493,9 +491,11 @@ def make_learner(
         strategy = MeshStrategy(
             dist,
             layout=dist.layout,
-            activation_checkpointing=cfg.distributed.activation_checkpointing,
             pp_window=cfg.distributed.pp_window,
             pad_id=pad_id,
+            compute_dtype=compute_dtype(model),
+            activation_checkpointing=cfg.distributed.activation_checkpointing,
+            router_replay=cfg.algorithm.router_replay,
         )
     elif name == "fsdp2":
         strategy = FSDP2(dist)

@@ -5,11 +5,12 @@
 Both are the same few calls of :class:`~agentgym.trainers.learner.Learner`, with
 different loss functions::
 
-    forward(mbs, logprobs)                          old / reference log-probs, if needed
+    forward(mbs, logprobs)                          old log-probs, if needed
+    with reference(): forward(mbs, logprobs)        the reference's, if needed
     forward(mbs, values, output="values")           the critic values the batch (GAE)
     for each mini-batch:
         forward_backward(mbs, ValueLoss, "values")  the critic (its extra updates first,
-        step(policy=False)                          each a critic-only step)
+        critic_step()                               each a critic-only step)
         forward_backward(mbs, PolicyLoss)           the policy
         step()                                      clip each group, step, zero
 
@@ -20,6 +21,7 @@ sequence's) loss divides by the count of its whole mini-batch, whatever the loss
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,10 +37,9 @@ from agentgym.trainers.algorithm import (
     selected_logprobs,
     value_loss,
 )
-from agentgym.trainers.batch import MicroBatch, Sample, make_microbatches
+from agentgym.trainers.batch import MicroBatch, Sample
 from agentgym.trainers.config import AlgorithmConfig
 from agentgym.trainers.critic import CriticConfig, attach_advantages
-from agentgym.trainers.distributed import all_reduce_sum
 from agentgym.trainers.learner import Learner, combine_metrics
 from agentgym.trainers.turn_kinds import logprob_gain
 
@@ -161,7 +162,7 @@ def update_policy(
     before = _logprobs(learner, full, temperature) if algo.kind_stats else None
     if algo.kl_coef > 0 or loss_spec(algo.loss).needs_reference:
         full = [_with_logprobs(learner, mbs, temperature, "ref_logprobs") for mbs in full]
-    critic = learner.critic if train_critic else None
+    critic = learner.critic_config if train_critic else None
     sums: list[dict[str, float]] = []
     steps: list[dict[str, float]] = []
     critic_norms: list[float] = []
@@ -170,7 +171,7 @@ def update_policy(
         if tokens == 0:
             continue
         if critic is not None:
-            sums.append(_critic_passes(learner, mbs, tokens, critic.cfg, critic_norms))
+            sums.append(_critic_passes(learner, mbs, tokens, critic, critic_norms))
         loss = PolicyLoss(
             algo,
             temperature,
@@ -205,9 +206,9 @@ def update_critic(
     ``updates`` (default ``critic.updates_per_batch``) critic-only optimizer steps per
     mini-batch against the batch's GAE value targets. The policy does not move and its
     learning-rate warm-up does not advance. Returns ``critic/`` and ``losses/`` metrics."""
-    assert learner.critic is not None
+    cfg = learner.critic_config
+    assert cfg is not None, "update_critic needs a learner with a critic"
     _, full, critic_stats = _prepare(learner, samples, algo)
-    cfg = learner.critic.cfg
     cfg = dataclasses.replace(cfg, updates_per_batch=updates or cfg.updates_per_batch)
     sums: list[dict[str, float]] = []
     norms: list[float] = []
@@ -216,7 +217,7 @@ def update_critic(
         if tokens == 0:
             continue
         sums.append(_critic_passes(learner, mbs, tokens, cfg, norms))
-        norms.append(learner.step(policy=False).get("critic_grad_norm", float("nan")))
+        norms.append(learner.critic_step().get("critic_grad_norm", float("nan")))
     return {
         "losses/value": combine_metrics(sums).get("value_loss", 0.0) / max(len(sums), 1),
         **_mean("losses/critic_grad_norm", norms),
@@ -233,11 +234,8 @@ def _prepare(
     the micro-batches carry GAE's advantages and value targets, and its statistics."""
     n_mini = min(algo.updates_per_batch, len(samples))
     minis = [list(range(k, len(samples), n_mini)) for k in range(n_mini)]
-    full = [
-        make_microbatches([samples[i] for i in idx], learner.micro_batch_size, learner.pad_id)
-        for idx in minis
-    ]
-    if learner.critic is None:
+    full = [learner.microbatches([samples[i] for i in idx]) for idx in minis]
+    if learner.critic_config is None:
         return minis, full, {}
 
     def values(mbs: list[MicroBatch]) -> list[torch.Tensor]:
@@ -256,7 +254,9 @@ def _with_logprobs(
     def logprobs(mb: MicroBatch, logits: torch.Tensor) -> torch.Tensor:
         return selected_logprobs(logits, mb.targets, temperature)
 
-    got = learner.forward(mbs, logprobs, reference=field == "ref_logprobs")
+    reference = learner.reference() if field == "ref_logprobs" else contextlib.nullcontext()
+    with reference:
+        got = learner.forward(mbs, logprobs)
     return [dataclasses.replace(mb, **{field: lp}) for mb, lp in zip(mbs, got, strict=True)]
 
 
@@ -301,7 +301,7 @@ def _critic_passes(
     sums = []
     for k in range(n):
         if k:
-            norms.append(learner.step(policy=False).get("critic_grad_norm", float("nan")))
+            norms.append(learner.critic_step().get("critic_grad_norm", float("nan")))
         loss = ValueLoss(cfg, total_tokens=tokens, weight=1.0 / n)
         sums.append(learner.forward_backward(mbs, loss, output="values"))
     return combine_metrics(sums)
@@ -350,14 +350,13 @@ def _mean(key: str, values: list[float]) -> dict[str, float]:
 
 def _replay_metrics(learner: Learner) -> dict[str, float]:
     """Router replay's counts since the last update: positions replayed, and the share
-    where the learner's router would have chosen other experts (then reset)."""
-    replay = learner.replay
-    if replay is None:
+    where the learner's router would have chosen other experts (nothing without router
+    replay)."""
+    counts = learner.router_counts()
+    if counts is None:
         return {}
-    counts = [float(replay.replayed), float(replay.changed)]
-    replay.replayed = replay.changed = 0
-    counts = all_reduce_sum(counts, learner.dist)
+    replayed, changed = counts
     return {
-        "charts/router_replayed": counts[0],
-        "charts/router_changed_share": counts[1] / max(counts[0], 1.0),
+        "charts/router_replayed": replayed,
+        "charts/router_changed_share": changed / max(replayed, 1.0),
     }

@@ -5,7 +5,7 @@ OUT [--quantize Q] [--train CKPT2] [--old]`` (``SIZES``: the ``distributed`` lay
 JSON, e.g. ``{"ep": 2}``; ``{}`` with one process). Each rank
 
 1. warms up (imports, a meta model built and dropped), then notes its resident memory;
-2. builds the model on meta with a rank-4 adapter and a :class:`ParallelLearner`, which
+2. builds the model on meta with a rank-4 adapter and a mesh :class:`Learner`, which
    reads the rank's share of ``CKPT`` (:mod:`agentgym.trainers.loading`);
 3. notes its peak resident memory, the bytes its readers read and the bytes it holds;
 4. trains two steps on fixed micro-batches (:func:`probe_batches`, :func:`probe_loss`),
@@ -87,7 +87,7 @@ def _learner(args: Any, info: Any, ckpt: str, quantize: str) -> tuple[Any, Any]:
     from agentgym.trainers.config import AlgorithmConfig, LoraSettings, ModelConfig, OptimConfig
     from agentgym.trainers.learner import Learner
     from agentgym.trainers.models import apply_lora, build_on_meta
-    from agentgym.trainers.parallel import ParallelLearner
+    from agentgym.trainers.parallel import MeshStrategy
 
     lora = LoraSettings(**LORA)
     cfg = ModelConfig(path=ckpt, preset=None, device="cpu", dtype="float32", quantize=quantize)
@@ -106,7 +106,8 @@ def _learner(args: Any, info: Any, ckpt: str, quantize: str) -> tuple[Any, Any]:
     algo, optim = AlgorithmConfig(micro_batch_size=4), OptimConfig(lr=1e-2)
     if info.layout is None:
         return Learner(model, algo, optim, **kw), tok
-    return ParallelLearner(model, algo, optim, layout=info.layout, **kw), tok
+    mesh = MeshStrategy(info, layout=info.layout, pad_id=tok.pad_token_id)
+    return Learner(model, algo, optim, strategy=mesh, **kw), tok
 
 
 def main() -> None:

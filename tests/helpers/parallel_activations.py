@@ -1,4 +1,4 @@
-"""A torchrun worker: the bytes autograd saves per decoder layer on a ParallelLearner.
+"""A torchrun worker: the bytes autograd saves per decoder layer on the mesh learner.
 
 Run as ``python -m torch.distributed.run --nproc-per-node N parallel_activations.py SPEC
 OUT`` (``SPEC``: JSON ``{"sizes": {...}, "checkpointing": bool, "batch": B, "seq_len":
@@ -28,8 +28,10 @@ from agentgym.trainers import LoraSettings, apply_lora
 from agentgym.trainers.algorithm import selected_logprobs
 from agentgym.trainers.batch import Sample, make_microbatches
 from agentgym.trainers.config import AlgorithmConfig, DistributedConfig, OptimConfig
+from agentgym.trainers.device import compute_dtype
 from agentgym.trainers.distributed import shutdown, start_distributed
-from agentgym.trainers.parallel import ParallelLearner
+from agentgym.trainers.learner import Learner
+from agentgym.trainers.parallel import MeshStrategy
 from agentgym.trainers.parallel.activations import SavedBytes
 from agentgym.trainers.parallel.tensor_parallel import decoder_layers
 
@@ -81,11 +83,14 @@ def measure(spec: dict, kept: list[object]) -> dict:
     info = start_distributed(DistributedConfig(strategy="fsdp2", **spec["sizes"]), lora=True)
     model, tokenizer = build_model()
     algo = AlgorithmConfig(micro_batch_size=spec["batch"], share_prompts=False)
-    learner = ParallelLearner(
-        model, algo, OptimConfig(), pad_id=tokenizer.pad_token_id, dist=info,
-        layout=info.layout, activation_checkpointing=spec["checkpointing"],
+    mesh = MeshStrategy(
+        info, layout=info.layout, pad_id=tokenizer.pad_token_id,
+        compute_dtype=compute_dtype(model), activation_checkpointing=spec["checkpointing"],
     )  # fmt: skip
-    samples = make_samples(spec, model.config.vocab_size, learner.layout.dp)
+    learner = Learner(
+        model, algo, OptimConfig(), pad_id=tokenizer.pad_token_id, dist=info, strategy=mesh
+    )
+    samples = make_samples(spec, model.config.vocab_size, info.layout.dp)
     mbs = make_microbatches(samples, spec["batch"], tokenizer.pad_token_id)
     _, layers = decoder_layers(learner.model)
     counter = SavedBytes(learner.model, {i: m for i, m in enumerate(layers) if len(m._modules)})

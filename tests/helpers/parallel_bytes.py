@@ -1,4 +1,4 @@
-"""A torchrun worker: the bytes one rank of a ParallelLearner holds, as a JSON line.
+"""A torchrun worker: the bytes one rank of the mesh learner holds, as a JSON line.
 
 Run as ``python -m torch.distributed.run --nproc-per-node N parallel_bytes.py SIZES OUT``
 (``SIZES``: the ``distributed`` layout as JSON, e.g. ``{"ep": 2}``). Each rank builds the
@@ -29,9 +29,11 @@ from agentgym.generation import build_preset, build_tokenizer
 from agentgym.trainers import LoraSettings, apply_lora
 from agentgym.trainers.batch import make_microbatches
 from agentgym.trainers.config import AlgorithmConfig, DistributedConfig, OptimConfig
+from agentgym.trainers.device import compute_dtype
 from agentgym.trainers.distributed import shutdown, start_distributed
 from agentgym.trainers.dry_run.meter import grad_bytes, optimizer_bytes, share_bytes
-from agentgym.trainers.parallel import ParallelLearner
+from agentgym.trainers.learner import Learner
+from agentgym.trainers.parallel import MeshStrategy
 from agentgym.trainers.parallel.activations import SavedBytes
 from agentgym.trainers.parallel.tensor_parallel import decoder_layers
 
@@ -59,23 +61,26 @@ def measure(sizes: dict, kept: list[object]) -> dict:
     tokenizer = build_tokenizer()
     model = build_preset("tiny-deepseek-v3", tokenizer, seed=0)
     model = apply_lora(model, LoraSettings(r=8), seed=1)
-    learner = ParallelLearner(
+    mesh = MeshStrategy(
+        info, layout=info.layout, pad_id=tokenizer.pad_token_id,
+        compute_dtype=compute_dtype(model), activation_checkpointing=True,
+    )  # fmt: skip
+    learner = Learner(
         model, AlgorithmConfig(micro_batch_size=BATCH, share_prompts=False), OptimConfig(),
-        pad_id=tokenizer.pad_token_id, dist=info, layout=info.layout,
-        activation_checkpointing=True,
+        pad_id=tokenizer.pad_token_id, dist=info, strategy=mesh,
     )  # fmt: skip
     kept.append(learner)
     params = list(learner.model.named_parameters())
     shares = share_bytes(learner.model)
     row = {
         "rank": info.rank,
-        "stage": learner.pmesh.coords.pp,
+        "stage": mesh.pmesh.coords.pp,
         "base": sum(_nbytes(p) for n, p in params if "lora_" not in n),
         "lora": sum(_nbytes(p) for n, p in params if "lora_" in n),
         "share": shares,
     }
     spec = {"seq_len": SEQ_LEN, "batch": BATCH}
-    samples = make_samples(spec, model.config.vocab_size, learner.layout.dp)
+    samples = make_samples(spec, model.config.vocab_size, info.layout.dp)
     mbs = make_microbatches(samples, BATCH, tokenizer.pad_token_id)
     _, layers = decoder_layers(learner.model)
     counter = SavedBytes(learner.model, {i: m for i, m in enumerate(layers) if len(m._modules)})

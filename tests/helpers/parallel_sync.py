@@ -6,8 +6,8 @@ a rank-16 adapter on apply_lora's default targets on the mesh, and measures, und
 ``torch.profiler`` with ``profile_memory`` (every CPU allocation and free of torch's
 allocator; the peak of their running sum), the extra bytes it allocates during:
 
-* ``sync``: ``learner.state_dict(optimizer=False)`` (what the engine sync and a
-  checkpoint read: the whole adapter on rank 0, streamed tensor by tensor);
+* ``sync``: ``learner.state_dict()["adapter"]`` (what a checkpoint and an engine's
+  adapter file read: the whole adapter on rank 0, streamed tensor by tensor);
 * ``digest``: ``learner.adapter_digest()``;
 * ``gather_all``: the whole adapter gathered on every rank (what the sync did before).
 
@@ -30,7 +30,8 @@ from agentgym.generation import build_preset, build_tokenizer, tensors_digest
 from agentgym.trainers import LoraSettings, apply_lora
 from agentgym.trainers.config import AlgorithmConfig, DistributedConfig, OptimConfig
 from agentgym.trainers.distributed import shutdown, start_distributed
-from agentgym.trainers.parallel import ParallelLearner
+from agentgym.trainers.learner import Learner
+from agentgym.trainers.parallel import MeshStrategy
 
 
 def peak_bytes(fn: Callable[[], Any]) -> tuple[int, Any]:
@@ -54,19 +55,18 @@ def main() -> None:
     )
     tokenizer = build_tokenizer()
     model = apply_lora(build_preset("tiny-deepseek-v3", tokenizer, seed=0), LoraSettings(r=16))
-    learner = ParallelLearner(
-        model, AlgorithmConfig(), OptimConfig(), pad_id=0, dist=info, layout=info.layout
-    )
-    names = learner._lora_names()
+    mesh = MeshStrategy(info, layout=info.layout, pad_id=0)
+    learner = Learner(model, AlgorithmConfig(), OptimConfig(), pad_id=0, dist=info, strategy=mesh)
+    names = sorted(n for n in mesh.params.shapes if "lora_" in n)
     adapter = sum(
-        torch.Size(learner.params.shapes[n][0]).numel()
-        * torch.empty(0, dtype=learner.params.shapes[n][1]).element_size()
+        torch.Size(mesh.params.shapes[n][0]).numel()
+        * torch.empty(0, dtype=mesh.params.shapes[n][1]).element_size()
         for n in names
     )
-    learner.state_dict(optimizer=False)  # warm-up: peft's key lookup, first collectives
-    sync, state = peak_bytes(lambda: learner.state_dict(optimizer=False)["adapter"])
+    learner.state_dict()  # warm-up: peft's key lookup, first collectives
+    sync, state = peak_bytes(lambda: learner.state_dict()["adapter"])
     digest_peak, digest = peak_bytes(learner.adapter_digest)
-    gather_peak, whole = peak_bytes(lambda: learner.params.gather(names))
+    gather_peak, whole = peak_bytes(lambda: mesh.params.gather(names))
     row: dict[str, Any] = {
         "rank": info.rank,
         "adapter_bytes": adapter,
@@ -79,15 +79,15 @@ def main() -> None:
     if info.rank == 0:
         from peft import get_peft_model_state_dict
 
-        keyed = get_peft_model_state_dict(learner.gen_model, state_dict=whole)
+        keyed = get_peft_model_state_dict(mesh.gen_model, state_dict=whole)
         row["equal"] = set(keyed) == set(state) and all(
             torch.equal(keyed[k].cpu(), state[k]) for k in keyed
         )
         row["gathered_sha256"] = tensors_digest(keyed)
-        bf16 = dict(learner.adapter_pieces(dtype=torch.bfloat16))
+        bf16 = dict(mesh.adapter_pieces(dtype=torch.bfloat16))
         row["bf16"] = sorted({str(t.dtype) for t in bf16.values()})
     else:
-        list(learner.adapter_pieces(dtype=torch.bfloat16))  # its part of the collectives
+        list(mesh.adapter_pieces(dtype=torch.bfloat16))  # its part of the collectives
     (Path(sys.argv[2]) / f"rank{info.rank}.json").write_text(json.dumps(row))
     shutdown(info)
 

@@ -200,8 +200,8 @@ def test_a_rank_reads_only_its_own_optimizer_shard(tmp_path):
 
     from agentgym import CheckpointError
     from agentgym.trainers.checkpoint import read_checkpoint, rng_state
-    from agentgym.trainers.learner import Learner
-    from agentgym.trainers.strategies import DeepSpeedLearner
+    from agentgym.trainers.strategies import DeepSpeedZeRO
+    from agentgym.trainers.strategy import Strategy
 
     ckpt = tmp_path / "step_000001"
     (ckpt / "adapter").mkdir(parents=True)
@@ -215,8 +215,8 @@ def test_a_rank_reads_only_its_own_optimizer_shard(tmp_path):
     assert optim[0] is None and optim[1]["mine"] == 1
     with pytest.raises(CheckpointError, match=r"optimizer\.rank0-of-2\.pt cannot be read"):
         read_checkpoint(ckpt, lora=True, dist=rank1, optimizer="all")
-    assert Learner.optimizer_shards_read == "own"
-    assert DeepSpeedLearner.optimizer_shards_read == "all"
+    assert Strategy.optimizer_shards_read == "own"
+    assert DeepSpeedZeRO.optimizer_shards_read == "all"
 
 
 def test_a_mesh_rank_reads_the_adapter_tensor_by_tensor(tmp_path):
@@ -251,13 +251,14 @@ def test_a_mesh_rank_reads_the_adapter_tensor_by_tensor(tmp_path):
 
 def test_micro_batches_are_dealt_to_ranks_and_padded_to_equal_counts():
     from agentgym.trainers.learner import Learner
+    from agentgym.trainers.strategy import Strategy
 
     samples = [Sample((1, 2), tuple(range(3, 3 + n)), 1.0, i) for i, n in enumerate([1, 2, 3])]
     mbs = make_microbatches(samples, 1, 0)  # three micro-batches for two ranks
     learner = Learner.__new__(Learner)
     shares = []
     for rank in (0, 1):
-        learner.dist = DistInfo(rank=rank, world_size=2)
+        learner.strategy = Strategy(DistInfo(rank=rank, world_size=2))
         shares.append(learner._my_microbatches(list(mbs)))
     assert [len(s) for s in shares] == [2, 2]
     assert [mb.num_tokens for mb in shares[0]] == [1, 3]

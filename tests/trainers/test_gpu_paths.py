@@ -230,7 +230,7 @@ def test_training_and_rollouts_in_bf16_end_to_end(tmp_path, toy_envs_registered)
         _cfg(tmp_path, "model.dtype=bfloat16", "model.device=cpu", "run.max_steps=3"), resume=True
     )
     assert again.step == 2
-    state = again.learner.state_dict(optimizer=False)["adapter"]
+    state = again.learner.state_dict()["adapter"]
     for k, v in saved.items():
         assert torch.equal(state[k], v), k
     again.close()
@@ -353,7 +353,7 @@ def test_deepspeed_is_told_the_learners_autocast(monkeypatch, dtype):
 def test_adapter_state_is_a_host_copy(tokenizer):
     model = apply_lora(build_preset("tiny-qwen2", tokenizer, overrides=TINY_QWEN), LoraSettings())
     learner = Learner(model, AlgorithmConfig(), OptimConfig(), pad_id=tokenizer.pad_token_id)
-    state = learner.state_dict(optimizer=False)["adapter"]
+    state = learner.state_dict()["adapter"]
     params = {p.data_ptr() for p in model.parameters()}
     assert state and all(v.device.type == "cpu" for v in state.values())
     assert not {v.data_ptr() for v in state.values()} & params  # copies, not the weights

@@ -47,7 +47,7 @@ def _grads(learner: Learner, samples: list[Sample]) -> tuple[torch.Tensor, dict[
     (mb,) = make_microbatches(samples, 16, learner.pad_id)
     learner.model.train()
     learner.model.zero_grad(set_to_none=True)
-    logits = learner._outputs(mb, "logits")
+    logits = learner._compute("logits")(mb)
     logp = torch.log_softmax(logits / 0.9, dim=-1).gather(-1, mb.targets[..., None])[..., 0]
     loss = -(logp * mb.advantages[:, None] * mb.loss_mask).sum() / mb.loss_mask.sum()
     loss.backward()
@@ -82,7 +82,7 @@ def test_plain_layout_logits_predict_the_sampled_tokens(tokenizer):
     learner.model.eval()
     (mb,) = make_microbatches(samples, 16, tokenizer.pad_token_id)
     with torch.no_grad():
-        batch = torch.log_softmax(learner._outputs(mb, "logits"), -1)
+        batch = torch.log_softmax(learner._compute("logits")(mb), -1)
         for row, i in enumerate(mb.indices):
             s = samples[i]
             ids = torch.tensor([[*s.prompt_ids, *s.response_ids]])

@@ -1,6 +1,6 @@
 """The planner against what each rank of the trainer's mesh holds and saves.
 
-``tests/helpers/parallel_bytes.py`` builds a ParallelLearner on the tiny DeepSeek-V3 under
+``tests/helpers/parallel_bytes.py`` builds the mesh learner on the tiny DeepSeek-V3 under
 a layout (torchrun, gloo) and writes each rank's bytes of frozen base and of adapter;
 ``plan_lora`` is asked for the same layout in its own terms (``Layout.planner_sizes``,
 FSDP2 as ZeRO-3 for the adapter and ``shard_base`` for the frozen base, fp32 everywhere)

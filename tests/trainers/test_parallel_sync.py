@@ -2,8 +2,8 @@
 
 ``tests/helpers/parallel_sync.py`` (torchrun, gloo, the tiny DeepSeek-V3 with a rank-16
 adapter) measures under ``torch.profiler`` the bytes each rank allocates while the
-learner hands over its adapter (``state_dict(optimizer=False)``: the engine sync and the
-checkpoint's adapter) and while it digests it. Rank 0, the writer, receives the whole
+learner hands over its adapter (``state_dict()["adapter"]``: the checkpoint's adapter
+and an engine's adapter file) and while it digests it. Rank 0, the writer, receives the whole
 adapter, equal to the gathered one, and can take it in the engine's dtype; every other
 rank allocates at most 1.5x its share of the adapter (adapter bytes / world size), where
 gathering the whole adapter on every rank, as the sync did before, takes more.

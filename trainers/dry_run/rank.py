@@ -330,11 +330,11 @@ def _run(
     setup_s = time.monotonic() - t0
     with fake:  # a fake parameter is read inside its mode
         shares = share_bytes(learner.model)
-        models = (learner.model, learner.gen_model)
+        models = (learner.model, learner.strategy.gen_model)
         device = storage_keys([t for m in models for t in (*m.parameters(), *m.buffers())])
     stage_layers = _stage_layers(learner)
     num_experts = int(
-        getattr(learner.gen_model.get_base_model().config, "n_routed_experts", 0) or 0
+        getattr(learner.strategy.gen_model.get_base_model().config, "n_routed_experts", 0) or 0
     )
     figures = RankFigures(
         rank=rank,
@@ -364,9 +364,9 @@ def _stage_layers(learner: Any) -> list[int]:
     from agentgym.generation import stage_ranges
     from agentgym.trainers.parallel import decoder_layers
 
-    lm = learner.gen_model.get_base_model()
+    lm = learner.strategy.gen_model.get_base_model()
     n = len(decoder_layers(lm)[1])
-    return list(stage_ranges(n, learner.layout.pp)[learner.pmesh.coords.pp])
+    return list(stage_ranges(n, learner.strategy.layout.pp)[learner.strategy.pmesh.coords.pp])
 
 
 def _draw_numbers(learner: Any, draws: Any) -> int:
@@ -428,7 +428,7 @@ def _step(
     from agentgym.trainers.batch import Sample, make_microbatches
     from agentgym.trainers.parallel import SavedBytes
 
-    layout = learner.layout
+    layout = learner.strategy.layout
     mbs_per_rank = max(layout.pp, 1)
     size = cfg.algorithm.micro_batch_size
     prompt = max(1, min(prompt_tokens or seq_len // 8, seq_len - 1))

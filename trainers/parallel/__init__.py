@@ -2,7 +2,7 @@
 
 ``distributed: {dp_shard, tp, ep, pp}`` becomes a :class:`Layout` (pure numbers, read by
 the trainer and by ``agentgym plan`` alike) and, on the ranks, a 4-D ``DeviceMesh``
-(:mod:`.mesh`) on which :class:`ParallelLearner` trains:
+(:mod:`.mesh`) on which the learner trains with :class:`MeshStrategy`:
 
 * :mod:`.layout` -- the sizes, their checks, a rank's coordinates, the pipeline stages;
 * :mod:`.mesh` -- the mesh and its sub-meshes (tp, dp, dp_shard, expert, pp);
@@ -12,7 +12,9 @@ the trainer and by ``agentgym plan`` alike) and, on the ranks, a 4-D ``DeviceMes
   ``all_to_all_single``, expert LoRA living with its expert;
 * :mod:`.pipeline` -- stages and the 1F1B schedule of ``torch.distributed.pipelining``;
 * :mod:`.state` -- whole tensors from the split model and back (checkpoints, generation);
-* :mod:`.learner` -- :class:`ParallelLearner`;
+* :mod:`.parallelize` -- the model cut for the mesh, one function per model family
+  (pipeline stage, experts, tensor parallelism, checkpointing, FSDP2);
+* :mod:`.strategy` -- :class:`MeshStrategy`, the learner's strategy on the mesh;
 * :mod:`.quant` -- a weight-only quantized frozen base (torchao) under LoRA.
 
 Names load lazily: reading a config imports no torch.
@@ -26,7 +28,8 @@ _LAZY = {
     "Layout": "agentgym.trainers.parallel.layout",
     "MESH_DIMS": "agentgym.trainers.parallel.layout",
     "check_train_config": "agentgym.trainers.parallel.layout",
-    "ParallelLearner": "agentgym.trainers.parallel.learner",
+    "MeshStrategy": "agentgym.trainers.parallel.strategy",
+    "FAMILIES": "agentgym.trainers.parallel.parallelize",
     "ParallelMesh": "agentgym.trainers.parallel.mesh",
     "QuantReport": "agentgym.trainers.parallel.quant",
     "quantize_base": "agentgym.trainers.parallel.quant",

@@ -55,7 +55,9 @@ class Cut:
     expert_group: ExpertGroup | None = None
 
 
-def _stage(model: nn.Module, pmesh: ParallelMesh, layout: Layout) -> tuple[nn.Module, Cut, list[nn.Module]]:
+def _stage(
+    model: nn.Module, pmesh: ParallelMesh, layout: Layout
+) -> tuple[nn.Module, Cut, list[nn.Module]]:
     """The pipeline cut: this rank's stage of the decoder layers (the model itself keeps
     only them under ``pp > 1``)."""
     lm = model.get_base_model()
