@@ -202,8 +202,17 @@ class Learner:
             return value * scale, stats
 
         mine = [mb.to(self._device()) for mb in self._my_microbatches(list(mbs))]
-        compute = self._compute(output, fused=True)
-        parts = self.strategy.forward_backward(mine, compute, loss, output=output)
+        # the policy's LoRA layers as one matmul each (same loss and gradients) around
+        # the passes, backward too (a checkpointed layer recomputes the same forward);
+        # the critic's passes fuse theirs inside _values, with its adapter active
+        fused = self.lora and output == "logits"
+        parts = self.strategy.forward_backward(
+            mine,
+            self._compute(output),
+            loss,
+            output=output,
+            context=(lambda: fused_lora_forward(self.model)) if fused else None,
+        )
         sums = combine_metrics(parts) if self.strategy.reports_metrics() else {}
         if self.dist.world_size == 1:
             return sums
@@ -293,21 +302,11 @@ class Learner:
             out["critic_grad_norm"] = norms[-1]
         return out
 
-    def _compute(self, output: Output, *, fused: bool = False) -> Callable[[MicroBatch], Any]:
-        """A micro-batch's logits ``[B, R, V]`` or the critic's values ``[B, R]``.
-        ``fused`` (training passes): the policy's LoRA layers as one matmul each (same
-        loss and gradients, :mod:`.fused_lora`); the critic's passes always fuse theirs,
-        inside :meth:`_values`, with its adapter active."""
+    def _compute(self, output: Output) -> Callable[[MicroBatch], torch.Tensor]:
+        """A micro-batch's logits ``[B, R, V]`` or the critic's values ``[B, R]``."""
         if output == "values":
             return self._values
-        if not (fused and self.lora):
-            return lambda mb: self._replies(mb, hidden=False)
-
-        def logits(mb: MicroBatch) -> torch.Tensor:
-            with fused_lora_forward(self.model):
-                return self._replies(mb, hidden=False)
-
-        return logits
+        return lambda mb: self._replies(mb, hidden=False)
 
     def _values(self, mb: MicroBatch) -> torch.Tensor:
         """The critic's ``[B, R]`` values of the states that predict each sampled token,

@@ -11,11 +11,13 @@ contract every backend keeps:
 set-up                      ``parallelize(model, critic, optim) -> (model, optimizer)``
 dealing micro-batches       ``shares()``, ``reports_metrics()``, ``share_prompts``
 running them                ``forward(mbs, compute, fn)``,
-                            ``forward_backward(mbs, compute, loss)``, ``backward(loss)``,
+                            ``forward_backward(mbs, compute, loss, context=)``,
+                            ``backward(loss)``,
                             ``forward_module(model)``, ``before_side_forward()``
 the optimizer step          ``step(optimizer, max_norm, policy=)``, ``zero_grad(optimizer)``
 whole tensors               ``gathered(params, modify=)``, ``generation(model)``
 state                       ``adapter_state``, ``load_adapter_state``, ``adapter_shards``,
+                            ``adapter_digest``,
                             ``critic_state``, ``load_critic_state``,
                             ``optimizer_state``, ``load_optimizer_state``,
                             ``optimizer_shards_read``
@@ -130,14 +132,19 @@ class Strategy:
         loss: StepLoss,
         *,
         output: str = "logits",
+        context: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
     ) -> list[dict[str, float]]:
         """Forward and backward of this rank's micro-batches, one after the other; the
-        gradients add up until :meth:`step`. Returns each micro-batch's metrics."""
+        gradients add up until :meth:`step`. Returns each micro-batch's metrics.
+        ``context``: entered around the passes made with ``compute``, backward passes
+        included (the learner's fused LoRA layers; a backend that runs a schedule of its
+        own instead of ``compute``, as the mesh's pipeline, runs without it)."""
         out = []
-        for mb in mbs:
-            value, stats = loss(mb, compute(mb))
-            self.backward(value)
-            out.append(stats)
+        with context() if context is not None else contextlib.nullcontext():
+            for mb in mbs:
+                value, stats = loss(mb, compute(mb))
+                self.backward(value)
+                out.append(stats)
         return out
 
     def backward(self, loss: torch.Tensor) -> None:

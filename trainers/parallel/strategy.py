@@ -274,11 +274,13 @@ class MeshStrategy(Strategy):
         loss: StepLoss,
         *,
         output: str = "logits",
+        context: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
     ) -> list[dict[str, float]]:
-        """Without pipelining, the learner's passes; with it, this share's micro-batches
-        through the 1F1B schedule, the last stage calling ``loss``."""
+        """Without pipelining, the learner's passes (in ``context``); with it, this
+        share's micro-batches through the 1F1B schedule, the last stage calling
+        ``loss`` (``context``, made for the learner's own passes, is not entered)."""
         if self.runner is None:
-            return super().forward_backward(mbs, compute, loss, output=output)
+            return super().forward_backward(mbs, compute, loss, output=output, context=context)
         stats: list[dict[str, float]] = []
 
         def on_output(i: int, mb: MicroBatch, out: torch.Tensor) -> torch.Tensor:
