@@ -43,6 +43,8 @@ _LAZY = {
     "ModelConfig": "agentgym.trainers.config",
     "RolloutConfig": "agentgym.trainers.config",
     "Learner": "agentgym.trainers.learner",
+    # what a distribution backend implements (the learner's strategy protocol)
+    "Strategy": "agentgym.trainers.strategy",
     "engine_placement": "agentgym.trainers.engine_check",
     # one rank of a launch, run here on fake tensors (agentgym train --dry-run)
     "dry_run_rank": "agentgym.trainers.dry_run",
