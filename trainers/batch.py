@@ -199,6 +199,35 @@ class MicroBatch:
         return logits[:, start : start + self.targets.shape[1]]
 
 
+@dataclass
+class TokenRows:
+    """A micro-batch of token rows trained at their labelled positions (SFT's): the
+    learner's ``output="tokens"`` computes the logits there
+    (:func:`~agentgym.trainers.replies.labelled_logits`).
+
+    Attributes:
+        input_ids: ``[B, T]`` right-padded rows, run without an attention mask (under
+            causal attention no real token sees the padding after it).
+        labels: ``[B, T]`` the token each position's row holds where it is trained,
+            -100 elsewhere (the logits at position ``t`` predict ``labels[:, t + 1]``).
+        position_ids: packed rows' positions (each example starting at 0), or None.
+    """
+
+    input_ids: torch.Tensor
+    labels: torch.Tensor
+    position_ids: torch.Tensor | None = None
+
+    def to(self, device: torch.device | str) -> TokenRows:
+        pos = None if self.position_ids is None else self.position_ids.to(device)
+        return TokenRows(self.input_ids.to(device), self.labels.to(device), pos)
+
+    @property
+    def targets(self) -> torch.Tensor:
+        """The labelled tokens, in the order :func:`labelled_logits` gives their logits."""
+        shifted = self.labels[:, 1:]
+        return shifted[shifted != -100]
+
+
 def positions(attention_mask: torch.Tensor) -> torch.Tensor:
     """Position ids that count only the attended tokens (0 on left padding)."""
     return (attention_mask.cumsum(-1) - 1).clamp(min=0)

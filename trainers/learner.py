@@ -49,20 +49,21 @@ import torch
 
 from agentgym import ConfigError
 from agentgym.generation import AdapterShard
-from agentgym.trainers.batch import MicroBatch, Sample, make_microbatches
+from agentgym.trainers.batch import MicroBatch, Sample, TokenRows, make_microbatches
 from agentgym.trainers.config import AlgorithmConfig, OptimConfig
 from agentgym.trainers.critic import Critic, CriticConfig
 from agentgym.trainers.device import autocast, compute_dtype, keep_master_weights
 from agentgym.trainers.distributed import SINGLE, DistInfo, all_gather_objects, all_reduce_sum
 from agentgym.trainers.fused_lora import fused_lora_forward
-from agentgym.trainers.replies import model_replies
+from agentgym.trainers.replies import labelled_logits, model_replies
 from agentgym.trainers.router_replay import RoutingReplay
 from agentgym.trainers.strategy import Strategy, make_optimizer
 
 __all__ = ["Learner", "LossFn", "Output", "combine_metrics", "make_optimizer", "weights_for"]
 
-#: what a forward pass hands on: the policy's logits or the critic's values
-Output = Literal["logits", "values"]
+#: what a forward pass hands on: the policy's logits at the sampled tokens, the critic's
+#: values, or the logits at token rows' labelled positions (SFT's :class:`TokenRows`)
+Output = Literal["logits", "values", "tokens"]
 #: a loss function: a micro-batch and its outputs -> the loss to back-propagate and the
 #: metrics to add up (a key ending in ``_max`` is combined by its maximum instead)
 LossFn = Callable[[MicroBatch, torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
@@ -170,8 +171,9 @@ class Learner:
         exchanged, so every rank returns all of them, in order."""
         self.model.eval()
         parts, me = self.strategy.shares()
+        compute = self._compute(output)
         mine = [mb.to(self._device()) for mb in self._my_microbatches(list(mbs))]
-        own = self.strategy.forward(mine, self._compute(output), fn, output=output)
+        own = self.strategy.forward(mine, compute, fn, output=output)
         if parts == 1:
             return own
         real = len(range(me, len(mbs), parts))
@@ -201,6 +203,7 @@ class Learner:
             value, stats = loss_fn(mb, out)
             return value * scale, stats
 
+        compute = self._compute(output)
         mine = [mb.to(self._device()) for mb in self._my_microbatches(list(mbs))]
         # the policy's LoRA layers as one matmul each (same loss and gradients) around
         # the passes, backward too (a checkpointed layer recomputes the same forward);
@@ -208,7 +211,7 @@ class Learner:
         fused = self.lora and output == "logits"
         parts = self.strategy.forward_backward(
             mine,
-            self._compute(output),
+            compute,
             loss,
             output=output,
             context=(lambda: fused_lora_forward(self.model)) if fused else None,
@@ -218,12 +221,13 @@ class Learner:
             return sums
         return combine_metrics(all_gather_objects(sums, self.dist))
 
-    def step(self) -> dict[str, float]:
+    def step(self, lr: float | None = None) -> dict[str, float]:
         """The policy's learning rate for this step, then clip each parameter group's
         gradient on its own, take the optimizer step and zero the gradients. Returns the
         gradient norms before clipping (``grad_norm``: the policy's;
-        ``critic_grad_norm``) and the learning rate."""
-        lr = self._set_lr()
+        ``critic_grad_norm``) and the learning rate. ``lr``: this step's rate from the
+        caller's schedule (SFT's warm-up and decay); default ``optim``'s warm-up."""
+        lr = self._set_lr(lr)
         norms = self.strategy.step(self.optimizer, self.optim_cfg.max_grad_norm)
         self.updates += 1
         return self._step_figures(norms, lr)
@@ -302,11 +306,24 @@ class Learner:
             out["critic_grad_norm"] = norms[-1]
         return out
 
-    def _compute(self, output: Output) -> Callable[[MicroBatch], torch.Tensor]:
-        """A micro-batch's logits ``[B, R, V]`` or the critic's values ``[B, R]``."""
+    def _compute(self, output: Output) -> Callable[[Any], torch.Tensor]:
+        """A micro-batch's logits ``[B, R, V]``, the critic's values ``[B, R]``, or
+        token rows' logits ``[N, V]`` at their labelled positions."""
         if output == "values":
             return self._values
+        if output == "tokens":
+            if self.strategy.shares()[0] != 1:  # the decoder and head are called past
+                raise ConfigError(  # a sharding wrapper, and no empty rows are dealt
+                    "token rows (SFT) train in one process: run agentgym sft without torchrun."
+                )
+            return self._labelled
         return lambda mb: self._replies(mb, hidden=False)
+
+    def _labelled(self, rows: TokenRows) -> torch.Tensor:
+        """:func:`~agentgym.trainers.replies.labelled_logits` under the learner's
+        autocast."""
+        with autocast(self._device(), self.compute_dtype):
+            return labelled_logits(self.model, rows)
 
     def _values(self, mb: MicroBatch) -> torch.Tensor:
         """The critic's ``[B, R]`` values of the states that predict each sampled token,
@@ -355,10 +372,14 @@ class Learner:
             mine.append(_empty_like(mbs[0]))
         return mine
 
-    def _set_lr(self) -> float:
-        """The policy's learning rate for this step (warm-up); the critic's is fixed."""
+    def _set_lr(self, lr: float | None = None) -> float:
+        """The policy's learning rate for this step (``lr``, or the warm-up); the
+        critic's is fixed."""
         w = self.optim_cfg.warmup_steps
-        lr = self.optim_cfg.lr * min(1.0, (self.updates + 1) / w) if w > 0 else self.optim_cfg.lr
+        if lr is None:
+            lr = (
+                self.optim_cfg.lr * min(1.0, (self.updates + 1) / w) if w > 0 else self.optim_cfg.lr
+            )
         for g in self.optimizer.param_groups:
             if g.get("name", "policy") == "policy":
                 g["lr"] = lr

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from agentgym.trainers.batch import MicroBatch, positions
+from agentgym.trainers.batch import MicroBatch, TokenRows, positions
 from agentgym.trainers.router_replay import RoutingReplay, flat
 
 
@@ -106,3 +106,22 @@ def model_replies(
             **extra,
         )
     return torch.cat([first, pick(rest)], dim=1)
+
+
+def labelled_logits(model: Any, rows: TokenRows) -> torch.Tensor:
+    """float32 logits ``[N, V]`` at the ``N`` labelled positions of ``rows`` (SFT's
+    training pass), in :attr:`TokenRows.targets` order: the rows through the decoder
+    without an attention mask (``position_ids`` for packed rows) and the output
+    projection only where there is a label (the whole logits for a model that does not
+    expose its decoder and head). The caller holds the autocast."""
+    get_decoder = getattr(model, "get_decoder", None)
+    get_head = getattr(model, "get_output_embeddings", None)
+    body = get_decoder() if callable(get_decoder) else None
+    head = get_head() if callable(get_head) else None
+    keep = rows.labels[:, 1:] != -100
+    ids = rows.input_ids
+    extra = {} if rows.position_ids is None else {"position_ids": rows.position_ids}
+    if body is not None and head is not None:
+        hidden = body(input_ids=ids, use_cache=False, **extra).last_hidden_state[:, :-1]
+        return head(hidden[keep]).float()
+    return model(input_ids=ids, use_cache=False, **extra).logits[:, :-1][keep].float()

@@ -40,9 +40,9 @@ def test_sft_in_bf16_keeps_float32_master_weights_and_learns(
     tmp_path, toy_envs_registered, monkeypatch
 ):
     seen = {}
-    import agentgym.trainers.sft.train as sft_train
+    import agentgym.trainers.learner as learner_module  # the SFT run's learner upcasts
 
-    real = sft_train.keep_master_weights
+    real = learner_module.keep_master_weights
 
     def spy(model):
         n = real(model)
@@ -50,7 +50,7 @@ def test_sft_in_bf16_keeps_float32_master_weights_and_learns(
         seen["frozen"] = {p.dtype for p in model.parameters() if not p.requires_grad}
         return n
 
-    monkeypatch.setattr(sft_train, "keep_master_weights", spy)
+    monkeypatch.setattr(learner_module, "keep_master_weights", spy)
     run_sft(_cfg(tmp_path, "model.dtype=bfloat16", "lora.enabled=true"))
     assert seen["dtypes"] == {torch.float32}  # the adapter: float32 masters
     assert seen["frozen"] == {torch.bfloat16}  # the base: bf16

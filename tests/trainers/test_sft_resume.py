@@ -64,7 +64,7 @@ def _evals(out) -> list[int]:
 
 def _fail_during_step(monkeypatch, step: int, action) -> None:
     """Run ``action`` inside the ``step``-th step's loss (once)."""
-    real = sft_train.batch_loss
+    real = sft_train.sft_step
     calls = {"n": 0}
 
     def loss(*args, **kwargs):
@@ -73,7 +73,7 @@ def _fail_during_step(monkeypatch, step: int, action) -> None:
             action()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(sft_train, "batch_loss", loss)
+    monkeypatch.setattr(sft_train, "sft_step", loss)
 
 
 def _same_run(a, b) -> None:
@@ -158,7 +158,7 @@ def test_resuming_a_finished_run_redoes_nothing(tmp_path, straight, monkeypatch)
     def no_step(*args, **kwargs):
         raise AssertionError("a finished run took a step")
 
-    monkeypatch.setattr(sft_train, "batch_loss", no_step)
+    monkeypatch.setattr(sft_train, "sft_step", no_step)
     run_sft(_cfg(ref, "train.save_every=0"), resume=True)
     assert read_jsonl(ref / "metrics.jsonl") == rows  # no second final evaluation
     assert all(torch.equal(weights[k], v) for k, v in _weights(ref).items())

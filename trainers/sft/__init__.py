@@ -4,8 +4,9 @@
 * :mod:`.data`: the examples (worked solutions, or the oracle's turns);
 * :mod:`.packing`: several examples per row, each attending only to itself;
 * :mod:`.schedule`: the learning-rate schedules (cosine, warm-up-stable-decay);
-* :mod:`.train`: the loop (:func:`run_sft`), which writes a model directory that
-  ``agentgym train`` loads with ``model.path``;
+* :mod:`.train`: the loop (:func:`run_sft`): :class:`SFTLoss` on the trainer's one
+  :class:`~agentgym.trainers.learner.Learner` (its optimizer, clipping and step), and
+  a model directory that ``agentgym train`` loads with ``model.path``;
 * :mod:`.checkpoints`: its checkpoints (the trainer's format) and ``--resume``;
 * :mod:`.report`: the end of a run: ``plots/``, the summary, the eval table.
 
@@ -22,12 +23,15 @@ from agentgym.trainers.sft.data import Example, collect_examples, drop_lines, ex
 from agentgym.trainers.sft.packing import Packed, pack_rows, packed_rows
 from agentgym.trainers.sft.schedule import SCHEDULES, lr_at
 from agentgym.trainers.sft.train import (
+    SFTLoss,
     batch_loss,
     batch_stream,
     build_model_and_examples,
     epoch_batches,
     length_groups,
     run_sft,
+    sft_rows,
+    sft_step,
 )
 
 __all__ = [
@@ -36,6 +40,7 @@ __all__ = [
     "Packed",
     "SFTConfig",
     "SFTData",
+    "SFTLoss",
     "SFTTrain",
     "batch_loss",
     "batch_stream",
@@ -49,4 +54,6 @@ __all__ = [
     "pack_rows",
     "packed_rows",
     "run_sft",
+    "sft_rows",
+    "sft_step",
 ]

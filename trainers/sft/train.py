@@ -1,7 +1,11 @@
-"""The SFT loop: cross-entropy on the reply tokens, AdamW with warm-up and cosine decay.
+"""The SFT loop: cross-entropy on the reply tokens as a loss function on the learner.
 
-The loss is cross-entropy on the reply tokens only (plus the end-of-sequence token),
-summed and divided by the batch's reply token count. The result is a full Hugging Face
+The loss (:class:`SFTLoss`) is cross-entropy on the reply tokens only (plus the
+end-of-sequence token), summed and divided by the batch's reply token count; it runs on
+the trainer's :class:`~agentgym.trainers.learner.Learner` (``output="tokens"``), whose
+optimizer (AdamW), clipping and step every training loop shares, with the learning rate
+of ``train.schedule`` (:mod:`.schedule`: warm-up, then cosine or warm-up-stable-decay)
+set at each step. The result is a full Hugging Face
 model directory (``<output_dir>/model``, with the tokenizer) that ``agentgym train``
 loads with ``model.path``. On the way, a checkpoint every ``train.save_every`` steps
 and after the last (:mod:`.checkpoints`), from which ``--resume`` continues to the same
@@ -14,7 +18,7 @@ third of a padded batch was padding. Two ways to spend less on it:
 * ``train.group_by_length: k`` (:func:`epoch_batches`): batches are drawn from groups of
   ``k`` batches sorted by length, so a batch holds examples of similar length (this
   changes which examples share a batch, not what a batch's step computes);
-* ``train.length_groups: m`` (:func:`batch_loss`): a batch is sorted by length and run
+* ``train.length_groups: m`` (:func:`sft_rows`): a batch is sorted by length and run
   as ``m`` micro-batches, each padded to its own longest example, their gradients
   accumulated (the same gradient as one padded batch, up to float rounding; more,
   smaller operations).
@@ -25,10 +29,10 @@ run): the step as it was 1.0, the lean step below alone 1.13x faster, with
 (padding 8%), both 1.48x (micro-batches of batches that are already even cost more than
 the padding they save).
 
-And in every step (:func:`batch_loss`): rows are padded on the right and run without an
-attention mask (under causal attention no real token sees the padding after it, and
-attention takes its mask-free causal path), and the output projection and the loss run
-only at the positions that have a label.
+And in every step (:func:`sft_rows`, :func:`~agentgym.trainers.replies.labelled_logits`):
+rows are padded on the right and run without an attention mask (under causal attention
+no real token sees the padding after it, and attention takes its mask-free causal path),
+and the output projection and the loss run only at the positions that have a label.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +54,14 @@ import torch
 from agentgym import Progress, SamplingParams, derive_seed, save_config
 from agentgym.generation import HFEngine, encode_completion, encode_prompt, place_model, save_model
 from agentgym.health import RunLock, RunStopped
-from agentgym.trainers.device import autocast, compute_dtype, keep_master_weights
+from agentgym.trainers.batch import TokenRows
+from agentgym.trainers.config import AlgorithmConfig, OptimConfig
+from agentgym.trainers.device import autocast
 from agentgym.trainers.evaluation import evaluate_async
+from agentgym.trainers.learner import Learner
 from agentgym.trainers.logging import JsonlWriter, read_jsonl, start_tracking
 from agentgym.trainers.models import apply_lora, build_model_and_tokenizer
+from agentgym.trainers.replies import labelled_logits
 from agentgym.trainers.runtime import setup_torch
 from agentgym.trainers.sft.checkpoints import (
     checkpoints_dir,
@@ -133,20 +142,16 @@ def batch_stream(
         skip = 0
 
 
-def _collate(
-    items: list[tuple[list[int], list[int]]], pad: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded ids, attention mask and labels (-100 outside the replies)."""
+def _collate(items: list[tuple[list[int], list[int]]], pad: int) -> TokenRows:
+    """Right-padded rows and their labels (-100 outside the replies)."""
     width = max(len(p) + len(r) for p, r in items)
     ids = torch.full((len(items), width), pad, dtype=torch.long)
-    att = torch.zeros((len(items), width), dtype=torch.long)
     labels = torch.full((len(items), width), -100, dtype=torch.long)
     for i, (p, r) in enumerate(items):
         seq = p + r
         ids[i, : len(seq)] = torch.tensor(seq)
-        att[i, : len(seq)] = 1
         labels[i, len(p) : len(seq)] = torch.tensor(r)
-    return ids, att, labels
+    return TokenRows(ids, labels)
 
 
 def length_groups(
@@ -158,13 +163,30 @@ def length_groups(
     return [ordered[k : k + size] for k in range(0, len(ordered), size)]
 
 
-def _head_and_body(model: torch.nn.Module) -> tuple[Any, Any]:
-    """The transformer body and the output projection, when the model exposes them."""
-    get_decoder = getattr(model, "get_decoder", None)
-    get_head = getattr(model, "get_output_embeddings", None)
-    body = get_decoder() if callable(get_decoder) else None
-    head = get_head() if callable(get_head) else None
-    return body, head
+def sft_rows(
+    items: list[tuple[list[int], list[int]]], pad: int, groups: int = 1, pack_width: int = 0
+) -> list[TokenRows]:
+    """A batch's micro-batches: ``groups`` length-sorted runs of padded rows, or with
+    ``pack_width > 0`` the examples packed into rows of that many tokens
+    (:mod:`.packing`; ``groups`` is then unused)."""
+    if pack_width > 0:
+        packed = packed_rows(items, pack_width, pad)
+        return [TokenRows(packed.input_ids, packed.labels, packed.position_ids)]
+    return [_collate(part, pad) for part in length_groups(items, groups)]
+
+
+@dataclass(frozen=True)
+class SFTLoss:
+    """Cross-entropy of one micro-batch's labelled tokens (the replies and their end
+    token), summed and divided by the whole batch's count: a learner loss function on
+    ``output="tokens"``. Its metric ``loss`` is a sum over micro-batches."""
+
+    total_tokens: int
+
+    def __call__(self, rows: TokenRows, logits: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        ce = torch.nn.functional.cross_entropy(logits, rows.targets, reduction="sum")
+        loss = ce / self.total_tokens
+        return loss, {"loss": float(loss.detach())}
 
 
 def batch_loss(
@@ -177,64 +199,53 @@ def batch_loss(
     precision: torch.dtype | None = None,
     pack_width: int = 0,
 ) -> float:
-    """Mean cross-entropy over the reply tokens of ``items``; with ``backward`` its
-    gradient is accumulated into the parameters (see the module docstring). The batch
-    goes to the model's device; ``precision`` (bf16) runs the forward under autocast.
-    ``pack_width > 0``: the examples are packed into rows of that many tokens
-    (:mod:`.packing`) instead of one padded row each (``groups`` is then unused)."""
-    total = sum(len(r) for _, r in items)
+    """Mean cross-entropy over the reply tokens of ``items`` on a bare model (what the
+    learner's SFT step computes, :func:`sft_step`; the benchmarks and tests call it);
+    with ``backward`` its gradient is accumulated into the parameters. ``precision``
+    (bf16) runs the forward under autocast."""
+    loss_fn = SFTLoss(sum(len(r) for _, r in items))
     device = next(model.parameters()).device
-    if pack_width > 0:
-        packed = packed_rows(items, pack_width, pad)
-        parts = [(packed.input_ids, packed.position_ids, packed.labels)]
-    else:
-        parts = []
-        for part in length_groups(items, groups):
-            ids, _, labels = _collate(part, pad)
-            parts.append((ids, None, labels))
     loss_sum = 0.0
-    for ids, pos, labels in parts:
-        loss = _reply_loss(model, ids.to(device), pos, labels.to(device), precision) / total
+    for rows in sft_rows(items, pad, groups, pack_width):
+        rows = rows.to(device)
+        with autocast(device, precision):
+            logits = labelled_logits(model, rows)
+        loss, stats = loss_fn(rows, logits)
         if backward:
             loss.backward()
-        loss_sum += float(loss.detach())
+        loss_sum += stats["loss"]
     return loss_sum
 
 
-def _reply_loss(
-    model: torch.nn.Module,
-    ids: torch.Tensor,
-    position_ids: torch.Tensor | None,
-    labels: torch.Tensor,
-    precision: torch.dtype | None,
-) -> torch.Tensor:
-    """Summed cross-entropy of the labelled tokens of right-padded rows (no attention
-    mask; ``position_ids`` for packed rows), the output projection run only where there
-    is a label."""
-    body, head = _head_and_body(model)
-    targets = labels[:, 1:]
-    keep = targets != -100
-    extra = {} if position_ids is None else {"position_ids": position_ids.to(ids.device)}
-    with autocast(ids.device, precision):
-        if body is not None and head is not None:
-            hidden = body(input_ids=ids, use_cache=False, **extra).last_hidden_state[:, :-1]
-            logits = head(hidden[keep]).float()
-        else:  # a model that does not expose its head: full logits
-            logits = model(input_ids=ids, use_cache=False, **extra).logits[:, :-1][keep].float()
-    return torch.nn.functional.cross_entropy(logits, targets[keep], reduction="sum")
+def sft_step(
+    learner: Learner, items: list[tuple[list[int], list[int]]], pad: int, t: SFTTrain
+) -> float:
+    """The forward and backward passes of one SFT step on the learner: ``items`` as
+    :func:`sft_rows` micro-batches, :class:`SFTLoss`; returns the batch's mean loss."""
+    loss = SFTLoss(sum(len(r) for _, r in items))
+    rows = sft_rows(items, pad, t.length_groups, t.pack_width)
+    return learner.forward_backward(rows, loss, output="tokens").get("loss", 0.0)
 
 
-def _prepare_model(
-    cfg: SFTConfig,
-) -> tuple[torch.nn.Module, Any, list[Example], torch.dtype | None]:
-    """The placed model (with its adapter when asked), tokenizer, examples and precision."""
+def _prepare_model(cfg: SFTConfig) -> tuple[torch.nn.Module, Any, list[Example]]:
+    """The placed model (with its adapter when asked), tokenizer and examples (the
+    learner makes a bf16 base's trainable weights float32 masters and autocasts)."""
     model, tok, examples = build_model_and_examples(cfg)
     model = place_model(model, cfg.model)  # model.device / model.dtype, as the trainer
     if cfg.lora.enabled:
         model = apply_lora(model, cfg.lora, seed=derive_seed("lora", cfg.run.seed))
-    precision = compute_dtype(model)  # bf16 base: autocast, float32 trainable weights
-    keep_master_weights(model)
-    return model, tok, examples, precision
+    return model, tok, examples
+
+
+def _learner(cfg: SFTConfig, model: torch.nn.Module, pad: int) -> Learner:
+    """The one-process learner of an SFT run: AdamW (betas 0.9, 0.95) on the trainable
+    weights, clipped to ``train.max_grad_norm``; the learning rate is set at each step
+    from ``train``'s schedule (:func:`_lr_at`)."""
+    t = cfg.train
+    optim = OptimConfig(
+        lr=t.lr, weight_decay=t.weight_decay, betas=[0.9, 0.95], max_grad_norm=t.max_grad_norm
+    )
+    return Learner(model, AlgorithmConfig(), optim, pad_id=pad, lora=cfg.lora.enabled)
 
 
 def _report_examples(
@@ -295,7 +306,7 @@ def _evaluator(cfg: SFTConfig, policy: Any, tok: Any) -> Callable[[], dict[str, 
 
 
 class _SFTRun:
-    """The training part of one SFT run: the optimizer, the steps from where the run
+    """The training part of one SFT run: the learner, the steps from where the run
     stands, a checkpoint every ``train.save_every`` steps and after the last, and a
     polite stop (:class:`~agentgym.trainers.stopping.PoliteSignals`): a first SIGTERM or
     Ctrl-C finishes the step in progress, saves a checkpoint and raises
@@ -307,18 +318,15 @@ class _SFTRun:
         model: torch.nn.Module,
         tok: Any,
         encoded: list[tuple[list[int], list[int]]],
-        precision: torch.dtype | None,
         log: JsonlWriter,
     ) -> None:
-        self.cfg, self.model, self.tok, self.encoded = cfg, model, tok, encoded
-        self.precision, self.log = precision, log
+        self.cfg, self.model, self.tok, self.encoded, self.log = cfg, model, tok, encoded, log
         t = cfg.train
         steps_per_epoch = math.ceil(len(encoded) / t.batch_size)
         self.total_steps = t.max_steps or max(1, int(t.epochs * steps_per_epoch))
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.opt = torch.optim.AdamW(
-            self.params, lr=t.lr, weight_decay=t.weight_decay, betas=(0.9, 0.95)
-        )
+        pad = tok.pad_token_id
+        self.pad = pad if pad is not None else tok.eos_token_id
+        self.learner = _learner(cfg, model, self.pad)
         self.order = data_order(cfg, len(encoded))
         self.step = 0
         self.evaluate: Callable[[], dict[str, float]] = dict
@@ -329,7 +337,7 @@ class _SFTRun:
         self.step = load_sft_checkpoint(
             ckpt,
             model=self.model,
-            optimizer=self.opt,
+            optimizer=self.learner.optimizer,
             lora=self.cfg.lora.enabled,
             order=self.order,
             say=_say,
@@ -341,8 +349,6 @@ class _SFTRun:
         uninterrupted run), each row written, checkpointed when due."""
         cfg, t = self.cfg, self.cfg.train
         lengths = [len(p) + len(r) for p, r in self.encoded]
-        pad = self.tok.pad_token_id
-        pad = pad if pad is not None else self.tok.eos_token_id
         stream = batch_stream(
             lengths, t.batch_size, cfg.run.seed, t.group_by_length, start=self.step
         )
@@ -350,7 +356,7 @@ class _SFTRun:
         self.model.train()
         try:
             while self.step < self.total_steps:
-                row = self._step(next(stream), pad)
+                row = self._step(next(stream))
                 if cfg.eval.every and self.step % cfg.eval.every == 0:
                     row.update(self.evaluate())
                     self.model.train()
@@ -366,32 +372,18 @@ class _SFTRun:
         finally:
             progress.close()
 
-    def _step(self, idx: list[int], pad: int) -> dict[str, Any]:
+    def _step(self, idx: list[int]) -> dict[str, Any]:
         """One optimizer step on the examples ``idx``; returns its metrics row."""
         t = self.cfg.train
         t0 = time.monotonic()
-        lr = _lr_at(t, self.total_steps, self.step)
-        for g in self.opt.param_groups:
-            g["lr"] = lr
-        self.opt.zero_grad(set_to_none=True)
-        loss = batch_loss(
-            self.model,
-            [self.encoded[i] for i in idx],
-            pad,
-            t.length_groups,
-            precision=self.precision,
-            pack_width=t.pack_width,
-        )
-        gn = torch.nn.utils.clip_grad_norm_(
-            self.params, t.max_grad_norm if t.max_grad_norm > 0 else math.inf
-        )
-        self.opt.step()
+        loss = sft_step(self.learner, [self.encoded[i] for i in idx], self.pad, t)
+        stepped = self.learner.step(lr=_lr_at(t, self.total_steps, self.step))
         self.step += 1
         return {
             "step": self.step,
             "losses/sft": loss,
-            "losses/grad_norm": float(gn),
-            "charts/lr": lr,
+            "losses/grad_norm": stepped["grad_norm"],
+            "charts/lr": stepped["lr"],
             "time/step_s": time.monotonic() - t0,
         }
 
@@ -401,7 +393,7 @@ class _SFTRun:
             self.cfg,
             self.step,
             model=self.model,
-            optimizer=self.opt,
+            optimizer=self.learner.optimizer,
             order=self.order,
             total_steps=self.total_steps,
         )
@@ -500,12 +492,12 @@ def _run_sft(cfg: SFTConfig, out: Path, resume: bool) -> dict[str, Any]:
     start_tracking(cfg, out, log)
     t_start = time.monotonic()
 
-    model, tok, examples, precision = _prepare_model(cfg)
+    model, tok, examples = _prepare_model(cfg)
     encoded = [
         (encode_prompt(tok, msgs), encode_completion(tok, reply)) for msgs, reply in examples
     ]
     _report_examples(encoded, tok, model, cfg.max_tokens)
-    run = _SFTRun(cfg, model, tok, encoded, precision, log)
+    run = _SFTRun(cfg, model, tok, encoded, log)
     policy = HFEngine(model, tok, seed=cfg.run.seed).as_policy()
     try:
         run.evaluate = _evaluator(cfg, policy, tok)
