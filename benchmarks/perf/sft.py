@@ -1,19 +1,23 @@
 """SFT step time: the quickstart's warm-start step as it was vs as it is now.
 
-Before: random batches, each one padded block with an attention mask and full logits.
-Now (``configs/quickstart_sft.yaml``'s ``train`` section): batches drawn from groups of
-``group_by_length`` batches sorted by length (:func:`agentgym.trainers.sft.epoch_batches`),
-each step without an attention mask and with the output projection only where there is a
-label, as ``length_groups`` micro-batches (:func:`agentgym.trainers.sft.batch_loss`).
-On one batch both steps compute the same loss and gradient (checked here, and in
-tests/trainers/test_sft_batches.py); what differs is how much padding the batches carry.
+Three kinds of step on the quickstart's batches (``configs/quickstart_sft.yaml``):
 
-The benchmark builds the quickstart's model and examples, then times the two kinds of
-step **in alternation** (old, new, new, old, ...), so that a shared machine's changing
-load hits both alike, and reports the median wall-clock and CPU seconds per step of each
-and their ratios, and each kind's padding share.
+* ``old``: random batches, each one padded block with an attention mask and full logits;
+* ``padded``: :func:`agentgym.trainers.sft.batch_loss` without packing: one row per
+  example, padded on the right, no attention mask, the output projection only where there
+  is a label (``length_groups`` micro-batches, batches drawn from ``group_by_length``
+  sorted groups when the config sets them);
+* ``new``: the config's step: the same, with the examples packed into rows of
+  ``train.pack_width`` tokens (:mod:`agentgym.trainers.sft.packing`).
 
-Run: ``python -m agentgym.benchmarks.perf.sft [--steps 24] [--groups M] [--group-by-length K]``.
+On one batch all three compute the same loss and gradient (checked here, and in
+tests/trainers/test_sft_batches.py and test_sft_packing.py); what differs is how much
+padding they carry. The benchmark times the kinds **in alternation** (the order reversed
+every step), so that a shared machine's changing load hits them alike, and reports the
+median wall-clock and CPU seconds per step of each, their ratios, and their padding shares.
+
+Run: ``python -m agentgym.benchmarks.perf.sft [--steps 24] [--pack-width W] [--groups M]
+[--group-by-length K]``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import json
 import random
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 from agentgym import load_config
@@ -58,6 +63,7 @@ def run(
     groups: int | None = None,
     threads: int = 2,
     group_by_length: int | None = None,
+    pack_width: int | None = None,
 ) -> dict[str, Any]:
     """Time ``steps`` steps of each kind (after one warm-up each); see the module doc."""
     steps = steps or (6 if quick else 24)
@@ -70,12 +76,14 @@ def run(
         build_model_and_examples,
         epoch_batches,
         length_groups,
+        packed_rows,
     )
 
     torch.set_num_threads(threads)
     cfg = load_config(SFTConfig, "configs/quickstart_sft.yaml", ["data.num_tasks=2000"])
     groups = groups or cfg.train.length_groups
     grouping = cfg.train.group_by_length if group_by_length is None else group_by_length
+    width = cfg.train.pack_width if pack_width is None else pack_width
     model, tok, examples = build_model_and_examples(cfg)
     eos = [int(tok.eos_token_id)]
     encoded = [
@@ -93,28 +101,34 @@ def run(
     ]
     batches = old_batches[: steps + 1]
     model.train()
+    kinds: dict[str, Callable[[list[Any]], float]] = {
+        "old": lambda b: _old_step(model, b, pad),
+        "padded": lambda b: batch_loss(model, b, pad, groups),
+        "new": lambda b: batch_loss(model, b, pad, groups, pack_width=width),
+    }
 
     # the same gradient (first batch)
-    model.zero_grad()
-    old_loss = _old_step(model, batches[0], pad)
-    old_grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
-    new_loss = batch_loss(model, batches[0], pad, groups)
+    grads: dict[str, list[Any]] = {}
+    losses: dict[str, float] = {}
+    for kind, step in kinds.items():
+        model.zero_grad()
+        losses[kind] = step(batches[0])
+        grads[kind] = [p.grad.clone() for p in model.parameters()]
     grad_gap = max(
-        float((p.grad - g).abs().max()) for p, g in zip(model.parameters(), old_grads, strict=True)
+        float((a - b).abs().max())
+        for kind in ("padded", "new")
+        for a, b in zip(grads[kind], grads["old"], strict=True)
     )
 
-    wall: dict[str, list[float]] = {"old": [], "new": []}
-    cpu: dict[str, list[float]] = {"old": [], "new": []}
+    wall: dict[str, list[float]] = {k: [] for k in kinds}
+    cpu: dict[str, list[float]] = {k: [] for k in kinds}
     for k in range(steps):
-        order = ("old", "new") if k % 2 == 0 else ("new", "old")
+        order = list(kinds) if k % 2 == 0 else list(kinds)[::-1]
         for kind in order:
             model.zero_grad()
+            batch = old_batches[1 + k] if kind == "old" else new_batches[k]
             t0, c0 = time.perf_counter(), time.process_time()
-            if kind == "old":
-                _old_step(model, old_batches[1 + k], pad)
-            else:
-                batch_loss(model, new_batches[k], pad, groups)
+            kinds[kind](batch)
             wall[kind].append(time.perf_counter() - t0)
             cpu[kind].append(time.process_time() - c0)
 
@@ -127,23 +141,30 @@ def run(
         for m, v in (("wall", wall), ("cpu", cpu))
         for kind in v
     }
+    packed_share = (
+        statistics.mean(packed_rows(b, width, pad).padding_share for b in new_batches[:steps])
+        if width
+        else padding([part for b in new_batches[:steps] for part in length_groups(b, groups)])
+    )
     return {
-        "title": "SFT step: one padded batch (old) vs agentgym sft's step (new)",
+        "title": "SFT step: one padded batch with a mask (old) vs agentgym sft's step (new)",
         "steps": steps,
         "batch_size": cfg.train.batch_size,
         "group_by_length": grouping,
         "length_groups": groups,
+        "pack_width": width,
         "threads": threads,
         "padding_share_old": padding(old_batches[1 : steps + 1]),
-        "padding_share_new": padding(
-            [part for b in new_batches[:steps] for part in length_groups(b, groups)]
-        ),
-        "loss_old": round(old_loss, 6),
-        "loss_new": round(new_loss, 6),
+        "padding_share_padded": padding(new_batches[:steps]),
+        "padding_share_new": round(packed_share, 3),
+        "loss_old": round(losses["old"], 6),
+        "loss_new": round(losses["new"], 6),
         "max_grad_difference": grad_gap,
         **{k: round(v, 4) for k, v in med.items()},
         "speedup_wall": round(med["wall_old_s"] / med["wall_new_s"], 2),
         "speedup_cpu": round(med["cpu_old_s"] / med["cpu_new_s"], 2),
+        "packing_vs_padded_wall": round(med["wall_padded_s"] / med["wall_new_s"], 2),
+        "packing_vs_padded_cpu": round(med["cpu_padded_s"] / med["cpu_new_s"], 2),
     }
 
 
@@ -153,9 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--groups", type=int, default=None, help="micro-batches per batch")
     ap.add_argument("--group-by-length", type=int, default=None, help="batches per sorted group")
+    ap.add_argument("--pack-width", type=int, default=None, help="packed row width (0: off)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
-    result = run(args.quick, args.steps, args.groups, args.threads, args.group_by_length)
+    result = run(
+        args.quick, args.steps, args.groups, args.threads, args.group_by_length, args.pack_width
+    )
     print(json.dumps(result, indent=2))
     return 0
 
