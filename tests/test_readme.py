@@ -410,3 +410,29 @@ def test_the_memory_demo_figures_agree_and_say_where_they_came_from():
     assert re.search(r"(\d+\.\d)% -> (\d+\.\d)%", header).group(0) == recall.group(0)
     assert recall.group(0) in (REPO / "docs" / "trainer.md").read_text()
     assert "idle" in line and "load" in line, line
+
+
+def test_the_quickstart_figure_is_one_figure_everywhere():
+    """The README's quickstart before/after figure (accuracy and tokens, with its seed and
+    the spread over seeds) is the one docs/trainer.md and both config headers state:
+    three documents once gave three different figures."""
+
+    def flat(text: str) -> str:  # line breaks and comment marks aside
+        return " ".join(line.lstrip("# ") for line in text.splitlines()).replace("  ", " ")
+
+    readme = flat((REPO / "README.md").read_text().split("The quickstart warm-starts", 1)[1])
+    readme = readme.split("drops each non-answer line", 1)[0]
+    acc = re.search(r"accuracy \d+\.\d% -> \d+\.\d% \(\d\.\d\dx\)", readme)
+    tokens = re.search(r"tokens \d+\.\d -> \d+\.\d \(\d\.\d\dx\)", readme)
+    assert acc and tokens, readme
+    assert all(w in readme.lower() for w in ("seed 0", "seeds 0, 1, 2", "load")), readme
+    docs = flat((REPO / "docs" / "trainer.md").read_text().split("* Quickstart (", 1)[1])
+    docs = docs.split("* `benchmarks/perf/trainer.py`", 1)[0]
+    for name, text in [
+        ("docs/trainer.md", docs),
+        *(
+            (f"configs/{c}", flat((REPO / "configs" / c).read_text().split("\nrun:")[0]))
+            for c in ("quickstart_sft.yaml", "quickstart_dapo.yaml")
+        ),
+    ]:
+        assert acc.group(0) in text and tokens.group(0) in text, (name, acc.group(0), text)
