@@ -61,13 +61,12 @@ from agentgym.plan.config import (
 )
 from agentgym.plan.disagg import DisaggLayout, DisaggResult, best_disaggregated
 from agentgym.plan.dry_run import RankCheck, dry_run_report, exit_status
+from agentgym.plan.engine_memory import EngineMemory, engine_memory
 from agentgym.plan.hardware import GPUS, Cluster, GpuSpec, gpu_spec
 from agentgym.plan.memory import GIB, LineItem
 from agentgym.plan.plans import (
     ASSUMPTIONS,
-    EngineMemory,
     Plan,
-    engine_memory,
     plan_full_finetune,
     plan_lora,
 )
