@@ -72,6 +72,9 @@ _LAZY = {
     # training batches and MoE router replay (benchmarks measure them)
     "Sample": "agentgym.trainers.batch",
     "make_microbatches": "agentgym.trainers.batch",
+    "token_rows": "agentgym.trainers.token_rows",
+    "length_groups": "agentgym.trainers.token_rows",
+    "packed_rows": "agentgym.trainers.token_rows",
     "RoutingReplay": "agentgym.trainers.router_replay",
     "logprob_mismatch": "agentgym.trainers.mismatch",
     "flat": "agentgym.trainers.router_replay",

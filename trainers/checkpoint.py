@@ -97,6 +97,7 @@ def save_checkpoint(
     lora: bool,
     keep: int = 2,
     adapter_state: dict[str, torch.Tensor] | None = None,
+    model_state: dict[str, torch.Tensor] | None = None,
     dist: DistInfo = SINGLE,
     extra_tensors: dict[str, dict[str, torch.Tensor]] | None = None,
 ) -> Path:
@@ -108,8 +109,12 @@ def save_checkpoint(
     Multi-node runs need ``run.output_dir`` on a shared file system.
 
     Args:
+        model: the trained model, for the configs written beside the weights (the
+            adapter's peft config, the model's Hugging Face config).
         adapter_state: the gathered LoRA weights (peft naming). Required when the
             model is sharded; without it a LoRA model is saved with ``save_pretrained``.
+        model_state: full fine-tuning's weights (the learner's); without them the
+            model's own are saved.
         extra_tensors: more gathered tensors by name (the critic's), each written by rank
             0 as ``<name>.safetensors`` (read back with :func:`read_extra_tensors`).
     """
@@ -123,7 +128,7 @@ def save_checkpoint(
             optimizer_state,
             trainer_state,
             lora,
-            adapter_state,
+            (adapter_state, model_state),
             dist,
             step,
             extra_tensors,
@@ -141,7 +146,7 @@ def _write_files(
     optimizer_state: dict[str, Any],
     trainer_state: dict[str, Any],
     lora: bool,
-    adapter_state: dict[str, torch.Tensor] | None,
+    weights: tuple[dict[str, torch.Tensor] | None, dict[str, torch.Tensor] | None],
     dist: DistInfo,
     step: int,
     extra_tensors: dict[str, dict[str, torch.Tensor]] | None,
@@ -149,6 +154,7 @@ def _write_files(
     """Every file of a checkpoint into ``tmp``, ``checksums.json`` last (rank 0 writes
     all but the optimizer shards, which each rank writes)."""
     root = tmp.parent
+    adapter_state, model_state = weights
     if dist.is_main:
         root.mkdir(parents=True, exist_ok=True)
         if tmp.exists():
@@ -166,7 +172,9 @@ def _write_files(
         elif lora:
             model.save_pretrained(str(tmp / "adapter"), safe_serialization=True)
         else:
-            model.save_pretrained(str(tmp / "model"), safe_serialization=True)
+            model.save_pretrained(
+                str(tmp / "model"), state_dict=model_state, safe_serialization=True
+            )
         for extra, tensors in (extra_tensors or {}).items():
             from safetensors.torch import save_file
 

@@ -25,6 +25,7 @@ from agentgym.generation import HFEngineOptions, VLLMEngineOptions, engine_optio
 from agentgym.health import DetectorSettings
 from agentgym.trainers.algorithm import AlgorithmConfig
 from agentgym.trainers.critic import CriticConfig
+from agentgym.trainers.schedule import SCHEDULES
 from agentgym.trainers.tracking import check_report_to
 
 # ----------------------------------------------------------------------------- sections
@@ -298,17 +299,26 @@ class RolloutConfig:
 
 @dataclass
 class OptimConfig:
-    """AdamW on the trainable parameters.
+    """AdamW on the trainable parameters, and the policy's learning-rate schedule.
 
     Attributes:
         lr: peak learning rate.
-        warmup_steps: linear warm-up steps (then constant).
+        warmup_steps: linear warm-up steps (optimizer steps).
+        schedule: what follows the warm-up (:mod:`~agentgym.trainers.schedule`):
+            ``constant`` (``lr``), ``cosine`` (down to ``min_lr_ratio x lr`` at the
+            run's last optimizer step) or ``wsd`` (``lr`` held, then a straight line down
+            over the last ``decay_fraction`` of the run). A run's length in optimizer
+            steps is ``run.max_steps x algorithm.updates_per_batch``.
+        min_lr_ratio / decay_fraction: the decay's floor and (``wsd``) its share of the run.
         weight_decay / betas / eps: AdamW's.
         max_grad_norm: gradient clipping (0: off).
     """
 
     lr: float = 1e-4
     warmup_steps: int = 0
+    schedule: str = "constant"
+    min_lr_ratio: float = 0.1
+    decay_fraction: float = 0.2
     weight_decay: float = 0.0
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     eps: float = 1e-8
@@ -317,6 +327,10 @@ class OptimConfig:
     def __post_init__(self) -> None:
         _check(self.lr > 0, f"optim.lr must be > 0, got {self.lr}.")
         _check(self.warmup_steps >= 0, "optim.warmup_steps must be >= 0.")
+        if self.schedule not in SCHEDULES:
+            raise UnknownNameError("optim.schedule", self.schedule, SCHEDULES)
+        _check(0 <= self.min_lr_ratio <= 1, "optim.min_lr_ratio must be in [0, 1].")
+        _check(0 < self.decay_fraction <= 1, "optim.decay_fraction must be in (0, 1].")
         _check(
             len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
             "optim.betas must be two numbers in [0, 1).",

@@ -10,15 +10,16 @@ every training loop uses -- SFT, value pretraining, every RL loss -- is::
                                          values), every rank receiving all of them
     forward_backward(mbs, loss_fn, output=)
                                          gradients of a loss, added up; its metrics
-    step()                               the learning rate, clip each parameter group,
-                                         step, zero
+    step()                               the schedule's learning rate, clip each
+                                         parameter group, step, zero
     critic_step()                        the same for the critic alone (value
                                          pretraining, the critic's extra updates)
     reference()                          a context: the adapter switched off (the KL
                                          reference policy)
     generation()                         the model, usable for generation on this rank
     adapter_shards()                     what this rank holds of the adapter (engine sync)
-    state_dict() / load_state_dict()     adapter, critic, optimizer, updates (checkpoints)
+    state_dict() / load_state_dict()     adapter (or full fine-tuning's model), critic,
+                                         optimizer, updates (checkpoints)
 
 What is trained with which loss is not the learner's business: :mod:`.update` builds the
 policy update, the critic's and value pretraining out of these calls, each with its
@@ -33,8 +34,9 @@ scales each rank's loss by the number of shares, since the strategies average gr
 over them: the update equals the single-process one on the same batch when the loss
 divides by the token count of the whole mini-batch.
 
-The policy's learning rate follows ``optim``: a linear warm-up over ``warmup_steps``
-optimizer steps, then ``optim.lr``.
+The policy's learning rate follows ``optim``'s schedule (:mod:`.schedule`: a linear
+warm-up over ``warmup_steps`` optimizer steps, then constant or a decay over
+``total_updates``), for SFT and RL alike.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from agentgym.trainers.distributed import SINGLE, DistInfo, all_gather_objects, 
 from agentgym.trainers.fused_lora import fused_lora_forward
 from agentgym.trainers.replies import labelled_logits, model_replies
 from agentgym.trainers.router_replay import RoutingReplay
+from agentgym.trainers.schedule import lr_at
 from agentgym.trainers.strategy import Strategy, make_optimizer
 
 __all__ = ["Learner", "LossFn", "Output", "combine_metrics", "make_optimizer", "weights_for"]
@@ -97,7 +100,7 @@ class Learner:
         model: the policy (a peft model, or a plain one for full fine-tuning). With LoRA,
             the reference policy is the same model with the adapter disabled: no copy.
         algo: the ``algorithm`` section: micro-batch size, shared prompts, router replay.
-        optim: the ``optim`` section (learning rate and warm-up, clipping, AdamW).
+        optim: the ``optim`` section (learning rate and its schedule, clipping, AdamW).
         pad_id: padding token id.
         lora: the model is a peft model (the reference is the adapter switched off).
         dist: this process's place in the job (single process by default).
@@ -105,6 +108,8 @@ class Learner:
             adapter and a value head are added before the optimizer is made.
         seed: the critic adapter's initialisation seed.
         strategy: how the model is split over the ranks (default: one process).
+        total_updates: the run's optimizer steps, over which ``optim.schedule`` decays
+            (unused by ``constant``).
     """
 
     def __init__(
@@ -119,7 +124,14 @@ class Learner:
         critic: CriticConfig | None = None,
         seed: int = 0,
         strategy: Strategy | None = None,
+        total_updates: int = 0,
     ) -> None:
+        if optim.schedule != "constant" and total_updates < 1:
+            raise ConfigError(
+                f"optim.schedule={optim.schedule} decays over the run's optimizer steps: "
+                "give the learner total_updates (or use optim.schedule=constant)."
+            )
+        self.total_updates = total_updates
         self.strategy = strategy or Strategy(dist)
         self.micro_batch_size = algo.micro_batch_size
         self.optim_cfg = optim
@@ -221,13 +233,12 @@ class Learner:
             return sums
         return combine_metrics(all_gather_objects(sums, self.dist))
 
-    def step(self, lr: float | None = None) -> dict[str, float]:
-        """The policy's learning rate for this step, then clip each parameter group's
-        gradient on its own, take the optimizer step and zero the gradients. Returns the
-        gradient norms before clipping (``grad_norm``: the policy's;
-        ``critic_grad_norm``) and the learning rate. ``lr``: this step's rate from the
-        caller's schedule (SFT's warm-up and decay); default ``optim``'s warm-up."""
-        lr = self._set_lr(lr)
+    def step(self) -> dict[str, float]:
+        """The policy's learning rate for this step (``optim``'s schedule at
+        :attr:`updates`), then clip each parameter group's gradient on its own, take the
+        optimizer step and zero the gradients. Returns the gradient norms before clipping
+        (``grad_norm``: the policy's; ``critic_grad_norm``) and the learning rate."""
+        lr = self._set_lr()
         norms = self.strategy.step(self.optimizer, self.optim_cfg.max_grad_norm)
         self.updates += 1
         return self._step_figures(norms, lr)
@@ -269,12 +280,14 @@ class Learner:
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint holds of the learner: ``adapter`` (the LoRA weights, whole,
         on the host, in peft naming; under the device mesh on rank 0 alone, streamed
-        there tensor by tensor), ``critic`` (its adapter and head, or None),
+        there tensor by tensor; None in full fine-tuning), ``model`` (full fine-tuning's
+        weights; None with LoRA), ``critic`` (its adapter and head, or None),
         ``optimizer`` (this rank's shard when sharded) and ``updates``. A collective
         under sharded strategies: every rank calls it."""
         s = self.strategy
         return {
-            "adapter": s.adapter_state(self.model),
+            "adapter": s.adapter_state(self.model) if self.lora else None,
+            "model": None if self.lora else s.model_state(self.model),
             "critic": s.critic_state(self.critic) if self.critic is not None else None,
             "optimizer": s.optimizer_state(self.optimizer),
             "updates": self.updates,
@@ -286,6 +299,8 @@ class Learner:
         s = self.strategy
         if state.get("adapter") is not None:
             s.load_adapter_state(self.model, state["adapter"])
+        if state.get("model") is not None:
+            s.load_model_state(self.model, state["model"])
         if state.get("critic") is not None:
             if self.critic is None:
                 raise ConfigError(
@@ -372,14 +387,19 @@ class Learner:
             mine.append(_empty_like(mbs[0]))
         return mine
 
-    def _set_lr(self, lr: float | None = None) -> float:
-        """The policy's learning rate for this step (``lr``, or the warm-up); the
-        critic's is fixed."""
-        w = self.optim_cfg.warmup_steps
-        if lr is None:
-            lr = (
-                self.optim_cfg.lr * min(1.0, (self.updates + 1) / w) if w > 0 else self.optim_cfg.lr
-            )
+    def _set_lr(self) -> float:
+        """The policy's learning rate for this step (the schedule's); the critic's is
+        fixed."""
+        o = self.optim_cfg
+        lr = lr_at(
+            self.updates,
+            self.total_updates,
+            lr=o.lr,
+            warmup_steps=o.warmup_steps,
+            schedule=o.schedule,
+            min_ratio=o.min_lr_ratio,
+            decay_fraction=o.decay_fraction,
+        )
         for g in self.optimizer.param_groups:
             if g.get("name", "policy") == "policy":
                 g["lr"] = lr

@@ -52,8 +52,6 @@ from pathlib import Path
 from typing import Any
 
 from agentgym import (
-    CheckpointError,
-    ConfigError,
     Progress,
     RayEnvWorkers,
     SamplingParams,
@@ -72,12 +70,7 @@ from agentgym.health import (
     held_by_launcher,
 )
 from agentgym.trainers import apo, failures
-from agentgym.trainers.checkpoint import (
-    read_checkpoint,
-    read_extra_tensors,
-    resume_checkpoint,
-    save_checkpoint,
-)
+from agentgym.trainers.checkpointer import Checkpointer
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.critic_pretrain import pretrain_critic
 from agentgym.trainers.distributed import all_gather_objects, start_distributed
@@ -160,7 +153,6 @@ class DAPOTrainer:
         setup_torch(cfg.run.threads, cfg.run.seed)
         self.env_ids = resolve_envs(cfg.envs)
         self.out.mkdir(parents=True, exist_ok=True)
-        self.ckpt_dir = self.out / "checkpoints"
         # A*PO: the prompts' optimal values come from an offline stage, run first
         self.apo_values = (
             apo.ensure_values(cfg, world_size=self.dist.world_size, say=self._say)
@@ -217,7 +209,20 @@ class DAPOTrainer:
                 rank=self.dist.rank,
             )
         self.steps: StepKind = self._step_kind()
-        self.step = 0  # with the task stream and the learner, what a checkpoint carries
+        self.step = 0
+        #: what a checkpoint holds: the learner, the RNGs, the step, and the parts
+        #: registered here (the task stream with its quarantine; the step kind's state,
+        #: T-PPO's responses in flight)
+        self.checkpoints = Checkpointer(
+            self.out / "checkpoints",
+            self.learner,
+            model,
+            keep=cfg.run.keep_checkpoints,
+            dist=self.dist,
+            say=lambda msg: self._say(f"[agentgym train] {msg}"),
+        )
+        self.checkpoints.register("tasks", self.rollouts)
+        self.checkpoints.register("step_kind", self.steps)
         self.origin = time.monotonic()
 
         self.resumed_from = self._resume() if resume else None
@@ -229,60 +234,18 @@ class DAPOTrainer:
         self.initial_adapter_digest = self.adapter_digest() if cfg.lora.enabled else None
 
     def _resume(self) -> Path | None:
-        """Continue from the run folder's latest checkpoint: the learner's state, the
-        step, the task stream, T-PPO's responses in flight, the quarantined tasks.
-        Returns the checkpoint, or None (with a message) when there is none."""
-        cfg = self.cfg
-        ckpt, damaged = resume_checkpoint(self.ckpt_dir)
-        for msg in damaged:
-            self._say(f"[agentgym train] --resume: {msg}")
-        if ckpt is None and damaged:
-            raise CheckpointError(
-                f"--resume: no intact checkpoint in {self.ckpt_dir} (see above). Start a new "
-                "run folder, or --overwrite this one."
-            )
+        """Continue from the run folder's newest intact checkpoint: every registered part
+        (:attr:`checkpoints`), then the quarantined tasks recorded since. Returns the
+        checkpoint, or None (with a message) when there is none."""
+        ckpt = self.checkpoints.find()
         if ckpt is None:
-            self._say(
-                f"[agentgym train] --resume: no checkpoint in {self.ckpt_dir}; starting fresh."
-            )
             return None
-        if damaged:
-            self._say(f"[agentgym train] --resume: continuing from {ckpt.name}, the newest intact.")
-        weights, optim_states, state = read_checkpoint(
-            ckpt,
-            lora=cfg.lora.enabled,
-            dist=self.dist,
-            optimizer=self.learner.optimizer_shards_read,
-            lazy_adapter=self.dist.layout is not None,  # a mesh rank reads its stage's
-        )
-        if not cfg.lora.enabled:
-            missing, unexpected = self.model.load_state_dict(weights, strict=False)
-            if unexpected:
-                raise ConfigError(f"checkpoint weights do not fit the model: {unexpected[:5]}")
-        critic = read_extra_tensors(ckpt, "critic") if self.learner.critic_config else None
-        self.learner.load_state_dict(
-            {
-                "adapter": weights if cfg.lora.enabled else None,
-                "critic": critic,
-                "optimizer": optim_states,
-                "updates": int(state.get("updates", 0)),
-            }
-        )
-        self.step = int(state["step"])
-        for part in self._parts():
-            part.load_state_dict(state)
+        self.step = self.checkpoints.restore(ckpt)
         # tasks that failed after the checkpoint was written are in the run folder's record
         self.rollouts.tasks.quarantine(
             failures.read_quarantine(self.out / failures.QUARANTINE_FILE)
         )
         return ckpt
-
-    def _parts(self) -> tuple[Any, ...]:
-        """What a checkpoint keeps besides the learner's tensors, each part saving and
-        restoring itself (``state_dict`` / ``load_state_dict``, JSON-ready): the task
-        stream with its quarantine (:class:`~.rollout_phase.RolloutPhase`) and the step
-        kind (T-PPO: its responses in flight; DAPO's: nothing)."""
-        return (self.rollouts, self.steps)
 
     def _open_logs(self, resume: bool) -> None:
         """The run's JSONL logs (on resume, the rows after the checkpoint's step are
@@ -537,25 +500,8 @@ class DAPOTrainer:
             self.timeline_log.write(row)
 
     def save(self) -> Path:
-        """A checkpoint of this step: the learner's state (adapter, critic, optimizer),
-        the task stream, T-PPO's responses in flight (a collective: all ranks call it)."""
-        learner = self.learner.state_dict()
-        trainer_state = {"updates": learner["updates"]}
-        for part in self._parts():
-            trainer_state |= part.state_dict()
-        critic = learner["critic"]
-        return save_checkpoint(
-            self.ckpt_dir,
-            self.step,
-            model=self.model,
-            optimizer_state=learner["optimizer"],
-            adapter_state=learner["adapter"] if self.cfg.lora.enabled else None,
-            dist=self.dist,
-            trainer_state=trainer_state,
-            extra_tensors={"critic": critic} if critic is not None else None,
-            lora=self.cfg.lora.enabled,
-            keep=self.cfg.run.keep_checkpoints,
-        )
+        """A checkpoint of this step (:attr:`checkpoints`; a collective: all ranks call it)."""
+        return self.checkpoints.save(self.step)
 
     def train(self) -> list[dict[str, Any]]:
         """Run to ``run.max_steps`` (value pretraining and the evaluations at the ends

@@ -34,7 +34,7 @@ from agentgym.trainers.evaluation import episode_summary
 from agentgym.trainers.learner import Learner
 from agentgym.trainers.rollout_phase import Collected, RolloutPhase, shaped_rewards
 from agentgym.trainers.turn_kinds import kind_counts
-from agentgym.trainers.update import update_policy
+from agentgym.trainers.update import update_actor_critic
 
 
 @dataclass
@@ -181,7 +181,7 @@ class GroupSteps:
         """The policy update (and the critic's, with one) on the kept groups."""
         if scored.skip:
             return {}
-        return update_policy(
+        return update_actor_critic(  # the policy's, and a critic's where there is one
             self.learner,
             scored.samples,
             self.cfg.algorithm,

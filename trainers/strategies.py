@@ -512,4 +512,6 @@ def make_learner(
         critic=cfg.critic if cfg.algorithm.uses_critic else None,
         seed=derive_seed("critic", cfg.run.seed),
         strategy=strategy,
+        # the schedule's length: each step's batch makes updates_per_batch optimizer steps
+        total_updates=max(1, cfg.run.max_steps * cfg.algorithm.updates_per_batch),
     )

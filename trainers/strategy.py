@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from agentgym import ConfigError
 from agentgym.generation import AdapterShard
 from agentgym.trainers.batch import MicroBatch
 from agentgym.trainers.config import OptimConfig
@@ -210,6 +211,20 @@ class Strategy:
         from agentgym.generation import tensors_digest
 
         return tensors_digest(self.adapter_state(model))
+
+    def model_state(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """Full fine-tuning's weights, whole (it runs in one process: only this strategy
+        is given a model without an adapter)."""
+        return model.state_dict()
+
+    def load_model_state(self, model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+        """Put back full fine-tuning's weights; names the model does not have are refused."""
+        _, unexpected = model.load_state_dict(dict(state), strict=False)
+        if unexpected:
+            raise ConfigError(
+                f"checkpoint weights do not fit the model: {unexpected[:5]}. Resume with the "
+                "model.* settings the checkpoint was written with."
+            )
 
     def critic_state(self, critic: Critic) -> dict[str, torch.Tensor]:
         """The critic's adapter and head, whole."""

@@ -1,8 +1,10 @@
 """One update on a batch of samples, through the learner's interface: the policy's
-(:func:`update_policy`: DAPO, PPO, VAPO and every registered loss) and the critic's alone
-(:func:`update_critic`: value pretraining, T-PPO's critic on the episodes that ended).
+(:func:`update_policy`: DAPO and every registered loss; T-PPO's segments), the policy's
+with the critic's in each optimizer step (:func:`update_actor_critic`: PPO, VAPO) and the
+critic's alone (:func:`update_critic`: value pretraining, T-PPO's critic on the episodes
+that ended).
 
-Both are the same few calls of :class:`~agentgym.trainers.learner.Learner`, with
+All are the same few calls of :class:`~agentgym.trainers.learner.Learner`, with
 different loss functions::
 
     forward(mbs, logprobs)                          old log-probs, if needed
@@ -139,21 +141,36 @@ class ValueLoss:
 
 
 def update_policy(
+    learner: Learner, samples: Sequence[Sample], algo: AlgorithmConfig, *, temperature: float
+) -> dict[str, float]:
+    """The policy's update(s) on one batch (DAPO and every registered loss; T-PPO's
+    segments); returns ``losses/`` and ``charts/`` metrics.
+
+    With a critic, the batch is valued first and the advantages are GAE's, per token
+    (:func:`~agentgym.trainers.critic.attach_advantages`); the critic itself is not
+    trained here (T-PPO trains it on another batch, :func:`update_critic`).
+    """
+    return _update(learner, samples, algo, temperature, None)
+
+
+def update_actor_critic(
+    learner: Learner, samples: Sequence[Sample], algo: AlgorithmConfig, *, temperature: float
+) -> dict[str, float]:
+    """PPO's and VAPO's update: :func:`update_policy`, with each optimizer step training
+    the critic too (``critic.updates_per_batch`` steps per mini-batch, the extra ones
+    first and moving the critic alone). Without a critic, :func:`update_policy`."""
+    return _update(learner, samples, algo, temperature, learner.critic_config)
+
+
+def _update(
     learner: Learner,
     samples: Sequence[Sample],
     algo: AlgorithmConfig,
-    *,
     temperature: float,
-    train_critic: bool = True,
+    critic: CriticConfig | None,
 ) -> dict[str, float]:
-    """Policy update(s) on one batch; returns ``losses/`` and ``charts/`` metrics.
-
-    With a critic, the batch is valued first and the advantages are GAE's, per token
-    (:func:`~agentgym.trainers.critic.attach_advantages`), and each optimizer step trains
-    the critic too (``critic.updates_per_batch`` steps per mini-batch, the extra ones
-    first and moving the critic alone). ``train_critic=False``: the critic only values
-    the batch (T-PPO trains it on another one, :func:`update_critic`).
-    """
+    """The update on one batch, training ``critic`` in each optimizer step (None: the
+    policy alone)."""
     minis, full, critic_stats = _prepare(learner, samples, algo)
     # old log-probs: with one update per batch the policy has not moved since sampling,
     # so old = current (detached) and needs no extra pass
@@ -162,7 +179,6 @@ def update_policy(
     before = _logprobs(learner, full, temperature) if algo.kind_stats else None
     if algo.kl_coef > 0 or loss_spec(algo.loss).needs_reference:
         full = [_with_logprobs(learner, mbs, temperature, "ref_logprobs") for mbs in full]
-    critic = learner.critic_config if train_critic else None
     sums: list[dict[str, float]] = []
     steps: list[dict[str, float]] = []
     critic_norms: list[float] = []

@@ -8,7 +8,7 @@ Three kinds of step on the quickstart's batches (``configs/quickstart_sft.yaml``
   is a label (``length_groups`` micro-batches, batches drawn from ``group_by_length``
   sorted groups when the config sets them);
 * ``new``: the config's step: the same, with the examples packed into rows of
-  ``train.pack_width`` tokens (:mod:`agentgym.trainers.sft.packing`).
+  ``train.pack_width`` tokens (:mod:`agentgym.trainers.token_rows`).
 
 On one batch all three compute the same loss and gradient (checked here, and in
 tests/trainers/test_sft_batches.py and test_sft_packing.py); what differs is how much
@@ -70,13 +70,12 @@ def run(
     import torch
 
     from agentgym.generation import encode_prompt
+    from agentgym.trainers import length_groups, packed_rows
     from agentgym.trainers.sft import (
         SFTConfig,
         batch_loss,
         build_model_and_examples,
         epoch_batches,
-        length_groups,
-        packed_rows,
     )
 
     torch.set_num_threads(threads)

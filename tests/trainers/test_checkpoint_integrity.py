@@ -169,3 +169,59 @@ def test_every_rank_sums_a_share_of_the_checkpoint(tmp_path, monkeypatch):
     read = [sum(min(size - max(c, 0) * 1000, 1000) if c >= 0 else size for _, c, size in share)
             for share in shares]  # fmt: skip
     assert max(read) <= 1.3 * sum(read) / 4
+
+
+class _Counter:
+    """A checkpoint part: a number it saves and restores."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def state_dict(self) -> dict:
+        return {"counter": self.n}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.n = state["counter"]
+
+
+def test_checkpointer_saves_and_restores_the_learner_and_registered_parts(tmp_path, tokenizer):
+    """A full fine-tuning model's weights go through the learner's ``state_dict`` (no
+    adapter), with its optimizer and step count, the RNGs and each registered part."""
+    import torch
+    from conftest import TINY_QWEN
+
+    from agentgym.generation import build_preset
+    from agentgym.trainers.checkpointer import Checkpointer
+    from agentgym.trainers.config import AlgorithmConfig, OptimConfig
+    from agentgym.trainers.learner import Learner
+
+    def learner(seed: int) -> tuple[torch.nn.Module, Learner]:
+        model = build_preset("tiny-qwen2", tokenizer, seed=seed, overrides=TINY_QWEN)
+        return model, Learner(model, AlgorithmConfig(), OptimConfig(lr=0.1), pad_id=0, lora=False)
+
+    model, trained = learner(0)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    model(ids, labels=ids).loss.backward()
+    trained.step()
+    saved = Checkpointer(tmp_path / "ck", trained, model, keep=2, say=lambda _m: None)
+    part = _Counter(7)
+    saved.register("counter", part)
+    with pytest.raises(ValueError, match="registered already"):
+        saved.register("counter", part)
+    saved.save(3)
+    draw = torch.rand(3)  # the RNG state at the save, drawn from after it
+
+    fresh_model, fresh = learner(1)
+    assert not torch.equal(fresh_model.lm_head.weight, model.lm_head.weight)
+    restored = Checkpointer(tmp_path / "ck", fresh, fresh_model, keep=2, say=print)
+    restored.register("counter", fresh_part := _Counter(0))
+    ckpt = restored.find()
+    assert ckpt is not None and restored.restore(ckpt) == 3
+    assert (fresh_part.n, fresh.updates) == (7, 1)
+    assert torch.equal(torch.rand(3), draw)
+    for (name, a), b in zip(
+        model.state_dict().items(), fresh_model.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b), name
+    state = fresh.optimizer.state_dict()["state"]
+    assert state and all(int(s["step"]) == 1 for s in state.values())

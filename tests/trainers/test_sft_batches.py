@@ -9,7 +9,8 @@ import torch
 from conftest import TINY_QWEN
 
 from agentgym.generation import build_preset
-from agentgym.trainers.sft import batch_loss, epoch_batches, length_groups
+from agentgym.trainers.sft import batch_loss, epoch_batches
+from agentgym.trainers.token_rows import length_groups
 
 
 def _textbook(model, items, pad):

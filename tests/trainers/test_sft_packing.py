@@ -10,7 +10,8 @@ import torch
 from conftest import TINY_QWEN
 
 from agentgym.generation import build_preset
-from agentgym.trainers.sft import batch_loss, pack_rows, packed_rows
+from agentgym.trainers.sft import batch_loss
+from agentgym.trainers.token_rows import pack_rows, packed_rows
 
 
 def _items(n: int, seed: int = 0) -> list[tuple[list[int], list[int]]]:

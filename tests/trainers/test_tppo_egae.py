@@ -113,7 +113,7 @@ def test_a_policy_update_that_leaves_the_critic_alone():
     ]
     critic = {n: p.detach().clone() for n, p in learner.critic.named_parameters()}
     for _ in range(2):  # lora_B leaves 0 in the first update, lora_A moves in the second
-        m = update_policy(learner, samples, algo, temperature=1.0, train_critic=False)
+        m = update_policy(learner, samples, algo, temperature=1.0)
     assert "losses/value" not in m and "critic/advantage_mean" in m
     assert all(torch.equal(p, critic[n]) for n, p in learner.critic.named_parameters())
     m = update_critic(learner, samples, algo, updates=None)

@@ -2,12 +2,13 @@
 
 * :mod:`.config`: the ``data`` and ``train`` sections and :class:`SFTConfig`;
 * :mod:`.data`: the examples (worked solutions, or the oracle's turns);
-* :mod:`.packing`: several examples per row, each attending only to itself;
-* :mod:`.schedule`: the learning-rate schedules (cosine, warm-up-stable-decay);
 * :mod:`.train`: the loop (:func:`run_sft`): :class:`SFTLoss` on the trainer's one
-  :class:`~agentgym.trainers.learner.Learner` (its optimizer, clipping and step), and
-  a model directory that ``agentgym train`` loads with ``model.path``;
-* :mod:`.checkpoints`: its checkpoints (the trainer's format) and ``--resume``;
+  :class:`~agentgym.trainers.learner.Learner` (its optimizer, schedule, clipping and
+  step), on the examples as :mod:`agentgym.trainers.token_rows` micro-batches (padded,
+  length-grouped or packed), and a model directory that ``agentgym train`` loads with
+  ``model.path``;
+* :mod:`.checkpoints`: the one part SFT adds to the trainer's checkpoints
+  (:class:`~agentgym.trainers.checkpointer.Checkpointer`): the examples' order;
 * :mod:`.report`: the end of a run: ``plots/``, the summary, the eval table.
 
 A run folder holds one SFT run as it holds one training run (the rules are
@@ -20,24 +21,18 @@ from __future__ import annotations
 
 from agentgym.trainers.sft.config import SFTConfig, SFTData, SFTTrain
 from agentgym.trainers.sft.data import Example, collect_examples, drop_lines, example_corpus
-from agentgym.trainers.sft.packing import Packed, pack_rows, packed_rows
-from agentgym.trainers.sft.schedule import SCHEDULES, lr_at
 from agentgym.trainers.sft.train import (
     SFTLoss,
     batch_loss,
     batch_stream,
     build_model_and_examples,
     epoch_batches,
-    length_groups,
     run_sft,
-    sft_rows,
     sft_step,
 )
 
 __all__ = [
-    "SCHEDULES",
     "Example",
-    "Packed",
     "SFTConfig",
     "SFTData",
     "SFTLoss",
@@ -49,11 +44,6 @@ __all__ = [
     "drop_lines",
     "epoch_batches",
     "example_corpus",
-    "length_groups",
-    "lr_at",
-    "pack_rows",
-    "packed_rows",
     "run_sft",
-    "sft_rows",
     "sft_step",
 ]

@@ -14,8 +14,8 @@ from typing import Any
 
 from agentgym import UnknownNameError
 from agentgym import config_check as _check
-from agentgym.trainers.config import EnvSpec, EvalConfig, LoraSettings, ModelConfig
-from agentgym.trainers.sft.schedule import SCHEDULES
+from agentgym.trainers.config import EnvSpec, EvalConfig, LoraSettings, ModelConfig, OptimConfig
+from agentgym.trainers.schedule import SCHEDULES
 from agentgym.trainers.tracking import check_report_to
 
 
@@ -100,9 +100,10 @@ class SFTTrain:
         batch_size: examples per optimizer step.
         lr / warmup_steps / weight_decay / max_grad_norm: AdamW with linear warm-up,
             then the ``schedule``'s decay.
-        schedule: ``cosine`` (to ``min_lr_ratio x lr``) or ``wsd`` (``lr`` held, then a
+        schedule: ``cosine`` (to ``min_lr_ratio x lr``), ``wsd`` (``lr`` held, then a
             linear decay to ``min_lr_ratio x lr`` over the last ``decay_fraction`` of
-            the steps); :mod:`.schedule`.
+            the steps) or ``constant``; :mod:`agentgym.trainers.schedule`, the one the
+            learner runs for every loop.
         group_by_length: draw batches from groups of this many batches sorted by length,
             so that a batch holds examples of similar length and little padding (0: plain
             random batches).
@@ -149,6 +150,21 @@ class SFTTrain:
         _check(self.save_every >= 0, f"train.save_every must be >= 0, got {self.save_every}.")
         _check(self.batch_size >= 1, "train.batch_size must be >= 1.")
         _check(self.lr > 0, "train.lr must be > 0.")
+
+    @property
+    def optim(self) -> OptimConfig:
+        """These settings as the learner's ``optim`` section (AdamW with betas 0.9 and
+        0.95, the schedule over the run's optimizer steps)."""
+        return OptimConfig(
+            lr=self.lr,
+            warmup_steps=self.warmup_steps,
+            schedule=self.schedule,
+            min_lr_ratio=self.min_lr_ratio,
+            decay_fraction=self.decay_fraction,
+            weight_decay=self.weight_decay,
+            betas=[0.9, 0.95],
+            max_grad_norm=self.max_grad_norm,
+        )
 
 
 @dataclass

@@ -55,7 +55,8 @@ from agentgym import Progress, SamplingParams, derive_seed, save_config
 from agentgym.generation import HFEngine, encode_completion, encode_prompt, place_model, save_model
 from agentgym.health import RunLock, RunStopped
 from agentgym.trainers.batch import TokenRows
-from agentgym.trainers.config import AlgorithmConfig, OptimConfig
+from agentgym.trainers.checkpointer import Checkpointer, checkpoint_step, find_checkpoint
+from agentgym.trainers.config import AlgorithmConfig
 from agentgym.trainers.device import autocast
 from agentgym.trainers.evaluation import evaluate_async
 from agentgym.trainers.learner import Learner
@@ -63,19 +64,12 @@ from agentgym.trainers.logging import JsonlWriter, read_jsonl, start_tracking
 from agentgym.trainers.models import apply_lora, build_model_and_tokenizer
 from agentgym.trainers.replies import labelled_logits
 from agentgym.trainers.runtime import setup_torch
-from agentgym.trainers.sft.checkpoints import (
-    checkpoints_dir,
-    data_order,
-    find_checkpoint,
-    load_sft_checkpoint,
-    save_sft_checkpoint,
-)
+from agentgym.trainers.sft.checkpoints import DataOrder, checkpoints_dir
 from agentgym.trainers.sft.config import SFTConfig, SFTTrain
 from agentgym.trainers.sft.data import Example, collect_examples, example_corpus
-from agentgym.trainers.sft.packing import packed_rows
 from agentgym.trainers.sft.report import plot_sft, write_sft_summary
-from agentgym.trainers.sft.schedule import lr_at
 from agentgym.trainers.stopping import PoliteSignals
+from agentgym.trainers.token_rows import Item, token_rows
 from agentgym.trainers.tracking import close_tracking
 
 
@@ -142,39 +136,6 @@ def batch_stream(
         skip = 0
 
 
-def _collate(items: list[tuple[list[int], list[int]]], pad: int) -> TokenRows:
-    """Right-padded rows and their labels (-100 outside the replies)."""
-    width = max(len(p) + len(r) for p, r in items)
-    ids = torch.full((len(items), width), pad, dtype=torch.long)
-    labels = torch.full((len(items), width), -100, dtype=torch.long)
-    for i, (p, r) in enumerate(items):
-        seq = p + r
-        ids[i, : len(seq)] = torch.tensor(seq)
-        labels[i, len(p) : len(seq)] = torch.tensor(r)
-    return TokenRows(ids, labels)
-
-
-def length_groups(
-    items: list[tuple[list[int], list[int]]], groups: int
-) -> list[list[tuple[list[int], list[int]]]]:
-    """``items`` sorted by length and cut into at most ``groups`` runs of similar length."""
-    ordered = sorted(items, key=lambda it: len(it[0]) + len(it[1]))
-    size = math.ceil(len(ordered) / max(1, groups))
-    return [ordered[k : k + size] for k in range(0, len(ordered), size)]
-
-
-def sft_rows(
-    items: list[tuple[list[int], list[int]]], pad: int, groups: int = 1, pack_width: int = 0
-) -> list[TokenRows]:
-    """A batch's micro-batches: ``groups`` length-sorted runs of padded rows, or with
-    ``pack_width > 0`` the examples packed into rows of that many tokens
-    (:mod:`.packing`; ``groups`` is then unused)."""
-    if pack_width > 0:
-        packed = packed_rows(items, pack_width, pad)
-        return [TokenRows(packed.input_ids, packed.labels, packed.position_ids)]
-    return [_collate(part, pad) for part in length_groups(items, groups)]
-
-
 @dataclass(frozen=True)
 class SFTLoss:
     """Cross-entropy of one micro-batch's labelled tokens (the replies and their end
@@ -191,7 +152,7 @@ class SFTLoss:
 
 def batch_loss(
     model: torch.nn.Module,
-    items: list[tuple[list[int], list[int]]],
+    items: list[Item],
     pad: int,
     groups: int = 1,
     *,
@@ -206,7 +167,7 @@ def batch_loss(
     loss_fn = SFTLoss(sum(len(r) for _, r in items))
     device = next(model.parameters()).device
     loss_sum = 0.0
-    for rows in sft_rows(items, pad, groups, pack_width):
+    for rows in token_rows(items, pad, groups, pack_width):
         rows = rows.to(device)
         with autocast(device, precision):
             logits = labelled_logits(model, rows)
@@ -217,13 +178,12 @@ def batch_loss(
     return loss_sum
 
 
-def sft_step(
-    learner: Learner, items: list[tuple[list[int], list[int]]], pad: int, t: SFTTrain
-) -> float:
+def sft_step(learner: Learner, items: list[Item], pad: int, t: SFTTrain) -> float:
     """The forward and backward passes of one SFT step on the learner: ``items`` as
-    :func:`sft_rows` micro-batches, :class:`SFTLoss`; returns the batch's mean loss."""
+    :func:`~agentgym.trainers.token_rows.token_rows` micro-batches, :class:`SFTLoss`;
+    returns the batch's mean loss."""
     loss = SFTLoss(sum(len(r) for _, r in items))
-    rows = sft_rows(items, pad, t.length_groups, t.pack_width)
+    rows = token_rows(items, pad, t.length_groups, t.pack_width)
     return learner.forward_backward(rows, loss, output="tokens").get("loss", 0.0)
 
 
@@ -237,19 +197,22 @@ def _prepare_model(cfg: SFTConfig) -> tuple[torch.nn.Module, Any, list[Example]]
     return model, tok, examples
 
 
-def _learner(cfg: SFTConfig, model: torch.nn.Module, pad: int) -> Learner:
+def _learner(cfg: SFTConfig, model: torch.nn.Module, pad: int, total_steps: int) -> Learner:
     """The one-process learner of an SFT run: AdamW (betas 0.9, 0.95) on the trainable
-    weights, clipped to ``train.max_grad_norm``; the learning rate is set at each step
-    from ``train``'s schedule (:func:`_lr_at`)."""
-    t = cfg.train
-    optim = OptimConfig(
-        lr=t.lr, weight_decay=t.weight_decay, betas=[0.9, 0.95], max_grad_norm=t.max_grad_norm
+    weights, clipped to ``train.max_grad_norm``, at ``train.schedule``'s learning rate
+    over ``total_steps`` (:attr:`SFTTrain.optim`)."""
+    return Learner(
+        model,
+        AlgorithmConfig(),
+        cfg.train.optim,
+        pad_id=pad,
+        lora=cfg.lora.enabled,
+        total_updates=total_steps,
     )
-    return Learner(model, AlgorithmConfig(), optim, pad_id=pad, lora=cfg.lora.enabled)
 
 
 def _report_examples(
-    encoded: list[tuple[list[int], list[int]]], tok: Any, model: torch.nn.Module, max_tokens: int
+    encoded: list[Item], tok: Any, model: torch.nn.Module, max_tokens: int
 ) -> None:
     """Print the examples' sizes, and a warning when replies exceed ``max_tokens``."""
     too_long = sum(len(r) > max_tokens for _, r in encoded)
@@ -265,19 +228,6 @@ def _report_examples(
             "at evaluation they will be cut.",
             file=sys.stderr,
         )
-
-
-def _lr_at(t: SFTTrain, total_steps: int, step: int) -> float:
-    """The learning rate of ``step`` under ``t``'s schedule (:mod:`.schedule`)."""
-    return lr_at(
-        step,
-        total_steps,
-        lr=t.lr,
-        warmup_steps=t.warmup_steps,
-        schedule=t.schedule,
-        min_ratio=t.min_lr_ratio,
-        decay_fraction=t.decay_fraction,
-    )
 
 
 def _evaluator(cfg: SFTConfig, policy: Any, tok: Any) -> Callable[[], dict[str, float]]:
@@ -317,7 +267,7 @@ class _SFTRun:
         cfg: SFTConfig,
         model: torch.nn.Module,
         tok: Any,
-        encoded: list[tuple[list[int], list[int]]],
+        encoded: list[Item],
         log: JsonlWriter,
     ) -> None:
         self.cfg, self.model, self.tok, self.encoded, self.log = cfg, model, tok, encoded, log
@@ -326,22 +276,25 @@ class _SFTRun:
         self.total_steps = t.max_steps or max(1, int(t.epochs * steps_per_epoch))
         pad = tok.pad_token_id
         self.pad = pad if pad is not None else tok.eos_token_id
-        self.learner = _learner(cfg, model, self.pad)
-        self.order = data_order(cfg, len(encoded))
+        self.learner = _learner(cfg, model, self.pad, self.total_steps)
+        #: the learner, the RNGs, the step and the examples' order (:mod:`.checkpoints`)
+        self.checkpoints = Checkpointer(
+            checkpoints_dir(cfg.run.output_dir),
+            self.learner,
+            model,
+            keep=cfg.run.keep_checkpoints,
+            say=_sft_say,
+        )
+        self.checkpoints.register(
+            "data_order", DataOrder(cfg, len(encoded), self.total_steps, _sft_say)
+        )
         self.step = 0
         self.evaluate: Callable[[], dict[str, float]] = dict
         self.signals = PoliteSignals(self._on_signal, lambda: self.step)
 
     def resume(self, ckpt: Path) -> None:
         """Continue from ``ckpt``: weights, AdamW, RNG states and the step."""
-        self.step = load_sft_checkpoint(
-            ckpt,
-            model=self.model,
-            optimizer=self.learner.optimizer,
-            lora=self.cfg.lora.enabled,
-            order=self.order,
-            say=_say,
-        )
+        self.step = self.checkpoints.restore(ckpt)
         _say(f"[agentgym sft] resumed from {ckpt} (step {self.step} of {self.total_steps})")
 
     def train(self) -> None:
@@ -377,7 +330,7 @@ class _SFTRun:
         t = self.cfg.train
         t0 = time.monotonic()
         loss = sft_step(self.learner, [self.encoded[i] for i in idx], self.pad, t)
-        stepped = self.learner.step(lr=_lr_at(t, self.total_steps, self.step))
+        stepped = self.learner.step()
         self.step += 1
         return {
             "step": self.step,
@@ -388,15 +341,9 @@ class _SFTRun:
         }
 
     def save(self) -> Path:
-        """The checkpoint of this step (:mod:`.checkpoints`)."""
-        return save_sft_checkpoint(
-            self.cfg,
-            self.step,
-            model=self.model,
-            optimizer=self.learner.optimizer,
-            order=self.order,
-            total_steps=self.total_steps,
-        )
+        """The checkpoint of this step (atomically; the oldest beyond
+        ``run.keep_checkpoints`` are pruned)."""
+        return self.checkpoints.save(self.step)
 
     def stopped(self) -> RunStopped:
         """What a stop on a signal says (the exit status: 128 + the signal's number)."""
@@ -426,6 +373,10 @@ class _SFTRun:
 
 def _say(text: str) -> None:
     print(text, file=sys.stderr)
+
+
+def _sft_say(text: str) -> None:
+    _say(f"[agentgym sft] {text}")
 
 
 def _quiet_deepspeed() -> None:
@@ -483,12 +434,12 @@ def run_sft(cfg: SFTConfig, *, resume: bool = False) -> dict[str, Any]:
 
 def _run_sft(cfg: SFTConfig, out: Path, resume: bool) -> dict[str, Any]:
     """:func:`run_sft` with the run folder held."""
-    found = find_checkpoint(out, _say) if resume else None
-    if resume and found is None:
-        _say(f"[agentgym sft] --resume: no checkpoint in {checkpoints_dir(out)}; starting.")
+    found = find_checkpoint(checkpoints_dir(out), _sft_say) if resume else None
     save_config(cfg, out / "config.yaml")
     # resumed: the rows after the checkpoint's step are dropped (they are redone)
-    log = JsonlWriter(out / "metrics.jsonl", truncate_after_step=found[1] if found else -1)
+    log = JsonlWriter(
+        out / "metrics.jsonl", truncate_after_step=checkpoint_step(found) if found else -1
+    )
     start_tracking(cfg, out, log)
     t_start = time.monotonic()
 
@@ -502,7 +453,7 @@ def _run_sft(cfg: SFTConfig, out: Path, resume: bool) -> dict[str, Any]:
     try:
         run.evaluate = _evaluator(cfg, policy, tok)
         if found is not None:
-            run.resume(found[0])  # last: it puts the RNG states back
+            run.resume(found)  # last: it puts the RNG states back
         _train_and_evaluate(run)
     finally:
         policy.close()

@@ -223,7 +223,6 @@ class TruncatedSteps:
                 scored.samples,
                 algo,
                 temperature=self.cfg.rollout.temperature,
-                train_critic=False,
             )
         for k in ("critic/advantage_mean", "critic/advantage_std"):
             if k in m:
