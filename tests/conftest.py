@@ -31,7 +31,22 @@ def pytest_collection_modifyitems(config, items):
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(skip_gpu)
     if getattr(config.option, "loadgroup", False):
+        _slow_modules_first(items)
         _group_suffixes(items)
+
+
+def _slow_modules_first(items) -> None:
+    """Under ``--dist loadgroup``: the modules that hold a ``slow`` test go first, each
+    module whole and in its own order, the rest after them in collection order.
+
+    xdist deals the ``xdist_group`` units first (the largest first), then every other test
+    in collection order, one by one as a worker runs dry. A slow module near the end of
+    the collection (``tests/trainers/test_tppo_trainer.py``: three launches of 15-30 s)
+    then runs while the other worker has nothing left to take and idles; dealt first, the
+    quick tests fill both workers to the end instead. A module stays contiguous so that
+    its module-scoped fixtures are built once per worker, as before."""
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow)  # stable: order within kept
 
 
 def _group_suffixes(items) -> None:
