@@ -18,8 +18,9 @@ third of a padded batch was padding. Two ways to spend less on it:
 * ``train.group_by_length: k`` (:func:`epoch_batches`): batches are drawn from groups of
   ``k`` batches sorted by length, so a batch holds examples of similar length (this
   changes which examples share a batch, not what a batch's step computes);
-* ``train.length_groups: m`` (:func:`sft_rows`): a batch is sorted by length and run
-  as ``m`` micro-batches, each padded to its own longest example, their gradients
+* ``train.length_groups: m`` (:func:`~agentgym.trainers.token_rows.token_rows`): a batch
+  is sorted by length and run as ``m`` micro-batches, each padded to its own longest
+  example, their gradients
   accumulated (the same gradient as one padded batch, up to float rounding; more,
   smaller operations).
 
@@ -29,7 +30,8 @@ run): the step as it was 1.0, the lean step below alone 1.13x faster, with
 (padding 8%), both 1.48x (micro-batches of batches that are already even cost more than
 the padding they save).
 
-And in every step (:func:`sft_rows`, :func:`~agentgym.trainers.replies.labelled_logits`):
+And in every step (:func:`~agentgym.trainers.token_rows.token_rows`,
+:func:`~agentgym.trainers.replies.labelled_logits`):
 rows are padded on the right and run without an attention mask (under causal attention
 no real token sees the padding after it, and attention takes its mask-free causal path),
 and the output projection and the loss run only at the positions that have a label.
