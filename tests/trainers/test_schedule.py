@@ -75,3 +75,26 @@ def test_rl_schedule_is_checked_at_load():
         load_config(TrainConfig, None, ["optim.schedule=cosin"])
     cfg = load_config(TrainConfig, None, ["optim.schedule=wsd"])
     assert cfg.optim.schedule == "wsd"
+
+
+def test_an_rl_run_decays_over_its_optimizer_steps(tmp_path, toy_envs_registered):
+    """``optim.schedule=cosine`` in ``agentgym train``: the run's length in optimizer
+    steps is ``run.max_steps x algorithm.updates_per_batch`` (here 2 x 2)."""
+    from test_loop import _cfg
+
+    from agentgym.trainers.loop import DAPOTrainer
+
+    rows = DAPOTrainer(
+        _cfg(
+            tmp_path,
+            "run.max_steps=2",
+            "algorithm.updates_per_batch=2",
+            "algorithm.dynamic_sampling=false",
+            "optim.schedule=cosine",
+            "optim.min_lr_ratio=0",
+        )
+    ).train()
+    # each step logs the rate of its last optimizer step: updates 1 and 3 of 0..3
+    want = [lr_at(u, 4, lr=0.01, warmup_steps=0, min_ratio=0.0) for u in (1, 3)]
+    assert [r["charts/lr"] for r in rows] == pytest.approx(want)
+    assert want[1] < want[0] < 0.01
