@@ -110,7 +110,9 @@ from agentgym.generation.vllm_setup import (
     remove_shm_segments,
     resolve_sleep_mode,
     served_dtype,
+    serving_threads,
     spanning_kwargs,
+    steps_in_this_process,
     vllm_llm_kwargs,
 )
 
@@ -214,6 +216,8 @@ class VLLMEngine(RolloutEngine):
             kwargs.update(in_process_kwargs())
         if enable_lora:
             vllm_lora.install()
+        #: step with one torch thread (vLLM's CPU build, worker in this process)
+        self._one_thread = steps_in_this_process(kwargs)
         self.llm: Any = vllm.LLM(**kwargs)
         if spanning and cpu and self.layout.pp > 1:
             prepare_cpu_replica(self.llm)
@@ -441,7 +445,12 @@ class VLLMEngine(RolloutEngine):
         return done
 
     def _apply(self, step: Step) -> list[Any]:
-        """Make ``step``'s engine calls here (every rank of the replica makes the same)."""
+        """Make ``step``'s engine calls here (every rank of the replica makes the same),
+        with one torch thread where vLLM's CPU worker is in this process."""
+        with serving_threads(self._one_thread):
+            return self._apply_here(step)
+
+    def _apply_here(self, step: Step) -> list[Any]:
         from vllm.sampling_params import RequestOutputKind
 
         for a in step.added:

@@ -292,6 +292,37 @@ def prepare_cpu_replica(llm: Any) -> None:
     llm.collective_rpc(allocate)
 
 
+def steps_in_this_process(kwargs: dict[str, Any]) -> bool:
+    """Whether an engine built with these ``vllm.LLM`` arguments runs its CPU worker in
+    the caller's process (the ``uni`` and ``external_launcher`` executors on vLLM's CPU
+    build), where :func:`serving_threads` applies."""
+    in_process = kwargs.get("distributed_executor_backend") in ("uni", "external_launcher")
+    return in_process and "enable_chunked_prefill" in cpu_defaults()
+
+
+@contextlib.contextmanager
+def serving_threads(active: bool) -> Iterator[None]:
+    """One torch thread while vLLM steps in this process, the caller's count again after.
+
+    vLLM serves on the CPU with one intra-op thread per worker (with more, OpenMP's
+    threads spin between the step's many small ops and take the cores its serial code
+    needs). In worker processes of its own it sets that; in the caller's process its CPU
+    worker blocks its own call (it replaces ``torch.set_num_threads`` with a no-op), so
+    the engine stepped with the trainer's threads: on the loaded 2-core machine 0.2-0.5x
+    the tokens/s (docs/vllm.md, "What each choice costs"). ``torch._C.set_num_threads``
+    is torch's own, which vLLM leaves alone. ``active`` false: nothing changes.
+    """
+    before = torch.get_num_threads()
+    if not active or before == 1:
+        yield
+        return
+    torch._C.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch._C.set_num_threads(before)
+
+
 @contextlib.contextmanager
 def keeping_default_group() -> Iterator[None]:
     """While vLLM shuts down, keep the job's default process group: vLLM's engine core

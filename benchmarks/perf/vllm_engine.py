@@ -22,12 +22,24 @@ vLLM's start-up (``make_engine``); an adapter swap per step: ``load_adapter`` (w
 switch), and a one-token call right after it (vLLM reads the adapter then) against the
 same call without a swap.
 
-Run: ``python -m agentgym.benchmarks.perf.vllm_engine [--quick]``.
+``--choices`` measures instead what each of agentgym's choices for its vLLM engine
+costs, on the quickstart's batch (192 requests of at most 96 tokens, the same model and
+adapter): ``vllm.LLM.generate`` with vLLM's defaults first (but a bounded KV cache), then
+the choices switched on one at a time, each row keeping those above it (:data:`CHOICES`):
+chunked prefill off, a seed per request, the sampled token's log-prob (processed), eager
+mode, float32 weights (the trainer's), the LoRA adapter; last, agentgym's engine itself
+(``make_engine("vllm")`` with its default options: the engine core in its caller's
+process, the adapter from memory). Each engine runs in a process of its own, one at a
+time; the rows that share an engine run in alternation. A seeded batch is also sent to
+the defaults' engine (chunked prefill on), to show why chunked prefill goes off.
+
+Run: ``python -m agentgym.benchmarks.perf.vllm_engine [--quick] [--choices]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -37,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 TITLE = "Rollout engines: HF (agentgym's decode) vs vLLM (tokens/s, start-up, adapter swap)"
+CHOICES_TITLE = "agentgym's vLLM engine vs vllm.LLM.generate's defaults: what each choice costs"
 
 #: the two workloads: the quickstart's rollout batch, and fewer, longer replies
 WORKLOADS: dict[str, dict[str, int]] = {
@@ -167,19 +180,12 @@ def run(quick: bool = False) -> dict[str, Any]:
         return {"title": TITLE, "ratios": {}, "figures": {}, "notes": f"Skipped: {why}."}
     import torch
 
-    from agentgym.generation import build_preset, build_tokenizer
-    from agentgym.trainers import LoraSettings, apply_lora, logprob_mismatch
+    from agentgym.trainers import logprob_mismatch
 
     s = _settings(quick)
     torch.set_num_threads(s["threads"])
     cuda = torch.cuda.is_available()
-    tok = build_tokenizer()
-    trainer = apply_lora(build_preset("tiny-qwen2", tok, seed=0), LoraSettings(r=s["lora_r"]))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in trainer.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    trainer, tok = _bench_trainer(s["lora_r"])
     if cuda:
         trainer = trainer.cuda()
     workloads = {k: dict(v) for k, v in WORKLOADS.items()}
@@ -230,10 +236,320 @@ def run(quick: bool = False) -> dict[str, Any]:
     return {"title": TITLE, "ratios": ratios, "figures": figures, "notes": notes}
 
 
+# ---------------------------------------------------------------- what each choice costs
+#: ``vllm.LLM.generate`` on the quickstart's batch, from vLLM's defaults to agentgym's
+#: engine's choices, one row at a time, each row adding its own to those above it:
+#: (row, ``vllm.LLM`` arguments added, what the requests ask: a seed each, the sampled
+#: token's log-prob, the LoRA adapter). Chunked prefill goes off first: on vLLM's CPU
+#: build, seeded requests and a partly prefilled prompt do not go together (checked on the
+#: defaults' engine, ``seeds_with_chunked_prefill``).
+CHOICES: list[tuple[str, dict[str, Any], dict[str, bool]]] = [
+    ("vLLM's defaults", {}, {}),
+    ("+ chunked prefill off", {"enable_chunked_prefill": False}, {}),
+    ("+ a seed per request", {}, {"seeds": True}),
+    (
+        "+ log-probs (processed)",
+        {"logprobs_mode": "processed_logprobs"},
+        {"seeds": True, "logprobs": True},
+    ),
+    ("+ eager", {"enforce_eager": True}, {"seeds": True, "logprobs": True}),
+    ("+ float32 (the trainer's)", {"dtype": "float32"}, {"seeds": True, "logprobs": True}),
+    (
+        "+ LoRA adapter",
+        {"enable_lora": True, "max_loras": 1, "max_cpu_loras": 1, "max_lora_rank": 16},
+        {"seeds": True, "logprobs": True, "lora": True},
+    ),
+    (
+        "+ engine core in-process",
+        {"distributed_executor_backend": "uni"},  # with VLLM_ENABLE_V1_MULTIPROCESSING=0
+        {"seeds": True, "logprobs": True, "lora": True},
+    ),
+]
+#: the last row: agentgym's engine itself (``make_engine("vllm")``: all of the above, plus
+#: the adapter from memory and its own request path: requests added and stepped by hand)
+AGENTGYM_ROW = "agentgym's engine"
+
+
+def choice_engines() -> list[tuple[dict[str, Any], list[int]]]:
+    """The engines the rows need, ``(vllm.LLM arguments, rows measured on it)``: a row
+    with engine arguments of its own starts a new engine with those of the rows above it
+    plus its own; a row without shares the engine above it."""
+    engines: list[tuple[dict[str, Any], list[int]]] = []
+    args: dict[str, Any] = {}
+    for i, (_, extra, _) in enumerate(CHOICES):
+        if extra or not engines:
+            args = {**args, **extra}
+            engines.append((dict(args), []))
+        engines[-1][1].append(i)
+    return engines
+
+
+def _choice_params(row: int, n: int, s: dict[str, Any], lora_dir: str) -> tuple[Any, Any]:
+    """A row's sampling parameters for ``n`` prompts and its LoRA request (or None)."""
+    import vllm
+    from vllm.lora.request import LoRARequest
+
+    opts = CHOICES[row][2]
+    base: dict[str, Any] = {"temperature": s["temperature"], "max_tokens": s["max_tokens"]}
+    if opts.get("logprobs"):
+        base["logprobs"] = 0  # the sampled token's only, as agentgym asks
+    if opts.get("seeds"):
+        params: Any = [vllm.SamplingParams(**base, seed=1000 + i) for i in range(n)]
+    else:
+        params = vllm.SamplingParams(**base)
+    lora = LoRARequest("bench", 1, lora_dir) if opts.get("lora") else None
+    return params, lora
+
+
+def _timed_rows(generate: Any, rows: list[int], rounds: int) -> dict[int, list[Any]]:
+    """``generate(row) -> tokens`` timed for each row: one warm-up batch, then ``rounds``
+    batches, rows in alternation (reversed every other round): per row, its (tokens/s,
+    tokens) per timed batch."""
+    out: dict[int, list[Any]] = {r: [] for r in rows}
+    for k in range(rounds + 1):
+        for row in rows if k % 2 == 0 else rows[::-1]:
+            t0 = time.perf_counter()
+            tokens = generate(row)
+            dt = time.perf_counter() - t0
+            if k:  # round 0 warms up (and compiles, where vLLM compiles)
+                out[row].append((tokens / dt, tokens))
+    return out
+
+
+def _seeds_with_chunked_prefill(llm: Any, prompt: list[int], s: dict[str, Any]) -> str:
+    """What seeded requests do on an engine with chunked prefill on when their prompts
+    exceed one step's token budget (8 prompts of 1,000 tokens: vLLM's CPU default budget
+    is 4,096), so that one is prefilled in parts: "ok" or the error (run last: the error
+    may leave the engine dead)."""
+    import vllm
+
+    long = (prompt * (1000 // len(prompt) + 1))[:1000]
+    inputs = [{"prompt_token_ids": [i, *long[1:]]} for i in range(8)]
+    params = [
+        vllm.SamplingParams(temperature=s["temperature"], max_tokens=4, seed=1000 + i)
+        for i in range(len(inputs))
+    ]
+    try:
+        llm.generate(inputs, params, use_tqdm=False)
+    except Exception as e:  # what vLLM does with it is the finding
+        return f"failed: {type(e).__name__}: {str(e)[:160]}"
+    return "ok"
+
+
+def _choice_worker(
+    args: dict[str, Any], rows: list[int], paths: dict[str, str], prompts: list[Any], s: Any
+) -> dict[str, Any]:
+    """One ``vllm.LLM`` with these arguments (vLLM's defaults for the rest, but the KV
+    cache's size), the rows measured on it."""
+    import vllm
+
+    if args.get("distributed_executor_backend") == "uni":  # read when the engine is built
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    t0 = time.perf_counter()
+    llm = vllm.LLM(model=paths["model"], seed=0, kv_cache_memory_bytes=s["kv_bytes"], **args)
+    startup = time.perf_counter() - t0
+    inputs = [{"prompt_token_ids": p} for p in prompts]
+
+    def generate(row: int) -> int:
+        params, lora = _choice_params(row, len(inputs), s, paths["adapter"])
+        done = llm.generate(inputs, params, lora_request=lora, use_tqdm=False)
+        return sum(len(o.outputs[0].token_ids) for o in done)
+
+    out: dict[str, Any] = {"rows": _timed_rows(generate, rows, s["rounds"]), "startup": startup}
+    if not args:  # vLLM's defaults: chunked prefill on
+        out["seeds_with_chunked_prefill"] = _seeds_with_chunked_prefill(llm, prompts[0], s)
+    with contextlib.suppress(Exception):  # the engine core's processes end with it
+        llm.llm_engine.engine_core.shutdown()
+    return out
+
+
+def _agentgym_worker(
+    args: dict[str, Any], rows: list[int], paths: dict[str, str], requests: list[Any], s: Any
+) -> dict[str, Any]:
+    """agentgym's engine, ``make_engine("vllm")`` with its default options but the KV
+    cache's size, serving the trainer's adapter, on the same batch."""
+    from agentgym.generation import make_engine
+
+    trainer, tok = _bench_trainer(s["lora_r"])
+    t0 = time.perf_counter()
+    engine = make_engine(
+        "vllm",
+        model=trainer,
+        tokenizer=tok,
+        model_path=paths["model"],
+        workdir=paths["workdir"],
+        options={"kv_cache_memory_bytes": s["kv_bytes"]},
+    )
+    startup = time.perf_counter() - t0
+    try:
+        rates = _timed_rows(
+            lambda _: sum(c.num_tokens or 0 for c in engine.generate(requests)), rows, s["rounds"]
+        )
+    finally:
+        engine.close()
+    return {"rows": rates, "startup": startup}
+
+
+def _worker_main(target: Any, args: tuple[Any, ...], queue: Any) -> None:
+    """A spawned process's body: ``target(*args)``'s result, or its error, on ``queue``."""
+    try:
+        queue.put(target(*args))
+    except Exception as e:  # reported by the parent, with the rows it was to measure
+        queue.put({"error": f"{type(e).__name__}: {str(e)[:300]}"})
+
+
+def _in_process(target: Any, *args: Any) -> dict[str, Any]:
+    """``target(*args)`` in a process of its own (spawned: one vLLM engine per process,
+    none left behind); its result, or ``{"error": ...}`` when it failed or died."""
+    import multiprocessing as mp
+    import queue as queues
+
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    proc = ctx.Process(target=_worker_main, args=(target, args, results))
+    proc.start()
+    try:
+        while True:
+            try:
+                return results.get(timeout=5)
+            except queues.Empty:
+                if not proc.is_alive():
+                    return {"error": f"the engine's process died (exit code {proc.exitcode})"}
+    finally:
+        proc.join(timeout=30)
+        if proc.is_alive():  # an engine that does not let its process end
+            proc.kill()
+            proc.join()
+
+
+def _bench_trainer(lora_r: int) -> tuple[Any, Any]:
+    """The benchmark's trainer: ``tiny-qwen2`` (random init, seed 0) with a rank-``lora_r``
+    LoRA whose ``lora_B`` is perturbed (so the adapter changes the outputs), and its
+    tokenizer; the same in every process."""
+    import torch
+
+    from agentgym.generation import build_preset, build_tokenizer
+    from agentgym.trainers import LoraSettings, apply_lora
+
+    tok = build_tokenizer()
+    trainer = apply_lora(build_preset("tiny-qwen2", tok, seed=0), LoraSettings(r=lora_r))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in trainer.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    return trainer, tok
+
+
+def _choice_jobs(paths: dict[str, str], requests: list[Any], s: dict[str, Any]) -> list[Any]:
+    """(rows, name, worker, its arguments) of each engine, agentgym's last; with
+    ``s["only"]``, the engines of those rows only."""
+    from agentgym.generation import encode_prompt
+
+    tok = _bench_trainer(s["lora_r"])[1]
+    prompts = [list(encode_prompt(tok, r.messages)) for r in requests]
+    jobs: list[Any] = [
+        (rows, CHOICES[rows[0]][0], _choice_worker, (args, rows, paths, prompts, s))
+        for args, rows in choice_engines()
+    ]
+    agentgym = [len(CHOICES)]
+    jobs.append((agentgym, AGENTGYM_ROW, _agentgym_worker, ({}, agentgym, paths, requests, s)))
+    only = s.get("only")
+    return [j for j in jobs if only is None or set(j[0]) & set(only)]
+
+
+def _choice_figures(rates: dict[int, Any], got: dict[str, Any], n: int) -> tuple[dict, dict]:
+    """Figures (tokens/s and mean tokens per request per row, start-ups, the chunked-
+    prefill check) and ratios (each row's tokens/s over vLLM's defaults')."""
+    names = [c[0] for c in CHOICES] + [AGENTGYM_ROW]
+    figures: dict[str, Any] = {}
+    med: dict[str, float] = {}
+    for i, v in sorted(rates.items()):
+        if isinstance(v, str):
+            figures[f"{names[i]} tokens/s"] = v
+            continue
+        med[names[i]] = statistics.median(r for r, _ in v)
+        figures[f"{names[i]} tokens/s"] = round(med[names[i]], 1)
+        figures[f"{names[i]} tokens/request"] = round(statistics.mean(t for _, t in v) / n, 1)
+    figures.update(got)
+    first = med.get(names[0])
+    ratios = {f"{n} vs defaults": round(v / first, 2) for n, v in med.items() if first}
+    return figures, ratios
+
+
+def choices(quick: bool = False, only: list[int] | None = None) -> dict[str, Any]:
+    """Tokens per second of each row of :data:`CHOICES`, then of agentgym's engine, on
+    the quickstart's batch (see the module docstring); ``only``: the engines of these
+    rows only (their indices; agentgym's engine is ``len(CHOICES)``)."""
+    why = unavailable()
+    if why is not None:
+        return {"title": CHOICES_TITLE, "ratios": {}, "figures": {}, "notes": f"Skipped: {why}."}
+    from agentgym.generation import save_base_model
+
+    w = WORKLOADS["quickstart"]
+    s = {**_settings(quick), "max_tokens": w["max_tokens"], "kv_bytes": 512 * 2**20}
+    s.update(rounds=1 if quick else 3, only=only)
+    requests = _requests(w, s["temperature"])
+    rates: dict[int, Any] = {}
+    got: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="agentgym-bench-vllm-") as tmp:
+        trainer, tok = _bench_trainer(s["lora_r"])
+        paths = {k: str(Path(tmp) / k) for k in ("model", "adapter", "workdir")}
+        save_base_model(trainer, tok, paths["model"])  # the base weights, as vLLM loads them
+        trainer.save_pretrained(paths["adapter"])  # the adapter, as vLLM's LoRA reads it
+        for rows, name, target, args in _choice_jobs(paths, requests, s):
+            out = _in_process(target, *args)
+            if "error" in out:  # the engine did not start or died: its rows say why
+                rates.update({r: f"failed: {out['error']}" for r in rows})
+                continue
+            rates.update(out.pop("rows"))
+            got[f"{name} start-up s"] = round(out.pop("startup"), 1)
+            got.update(out)
+    figures, ratios = _choice_figures(rates, got, len(requests))
+    notes = (
+        f"{len(requests)} requests ({w['prompts']} prompts x {w['group_size']}), at most "
+        f"{w['max_tokens']} tokens, T={s['temperature']}; tiny-qwen2 (random init) + rank-"
+        f"{s['lora_r']} LoRA (perturbed); each engine in a process of its own, threads as "
+        f"vLLM binds them, KV cache {s['kv_bytes'] >> 20} MiB; 1 warm-up + {s['rounds']} timed "
+        "batches per row, the rows of one engine in alternation; medians; rows cumulative; "
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end."
+    )
+    return {"title": CHOICES_TITLE, "ratios": ratios, "figures": figures, "notes": notes}
+
+
+def _print_choices(out: dict[str, Any]) -> int:
+    print(out["title"])
+    f = out["figures"]
+    if not f:
+        print(f"  {out['notes']}")
+        return 0
+    print(f"  {'row':28} {'tokens/s':>9} {'vs defaults':>12} {'tokens/request':>15}")
+    for name in [c[0] for c in CHOICES] + [AGENTGYM_ROW]:
+        rate = f.get(name + " tokens/s")
+        if isinstance(rate, str):
+            print(f"  {name:28} {rate}")
+        elif rate is not None:
+            ratio = out["ratios"].get(name + " vs defaults", float("nan"))
+            per = f[name + " tokens/request"]
+            print(f"  {name:28} {rate:9.0f} {ratio:11.2f}x {per:15.1f}")
+    starts = ", ".join(f"{k[:-11]} {v:.0f}" for k, v in f.items() if k.endswith(" start-up s"))
+    print(f"  start-up seconds: {starts}")
+    print(f"  seeded requests with chunked prefill on: {f.get('seeds_with_chunked_prefill')}")
+    print(f"  {out['notes']}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="a smaller, faster workload")
+    p.add_argument(
+        "--choices",
+        action="store_true",
+        help="the cost of each of the engine's choices against vllm.LLM.generate's defaults",
+    )
     args = p.parse_args(argv)
+    if args.choices:
+        return _print_choices(choices(quick=args.quick))
     out = run(quick=args.quick)
     print(out["title"])
     f = out["figures"]

@@ -524,3 +524,21 @@ def test_models_vllm_cannot_serve_are_refused_before_it_starts(tmp_path, tokeniz
     path = save_model(build_preset("tiny-deepseek-v3", tokenizer), tokenizer, tmp_path / "moe")
     with pytest.raises(ConfigError, match="MLA"):
         VLLMEngine(path, tokenizer)
+
+
+def test_the_engine_steps_with_one_thread_and_gives_the_callers_back():
+    from agentgym.generation.vllm_setup import serving_threads
+
+    before = torch.get_num_threads()
+    torch._C.set_num_threads(2)  # torch's own: an in-process vLLM CPU worker no-ops the other
+    try:
+        with serving_threads(True):
+            assert torch.get_num_threads() == 1  # what vLLM serves a CPU worker with
+        assert torch.get_num_threads() == 2  # the trainer's, back
+        with pytest.raises(RuntimeError), serving_threads(True):
+            raise RuntimeError("a failed step")
+        assert torch.get_num_threads() == 2
+        with serving_threads(False):  # a GPU, or vLLM's own worker processes
+            assert torch.get_num_threads() == 2
+    finally:
+        torch._C.set_num_threads(before)
