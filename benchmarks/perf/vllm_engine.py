@@ -27,10 +27,12 @@ costs, on the quickstart's batch (192 requests of at most 96 tokens, the same mo
 adapter): ``vllm.LLM.generate`` with vLLM's defaults first (but a bounded KV cache), then
 the choices switched on one at a time, each row keeping those above it (:data:`CHOICES`):
 chunked prefill off, a seed per request, the sampled token's log-prob (processed), eager
-mode, float32 weights (the trainer's), the LoRA adapter; last, agentgym's engine itself
-(``make_engine("vllm")`` with its default options: the engine core in its caller's
-process, the adapter from memory). Each engine runs in a process of its own, one at a
-time; the rows that share an engine run in alternation. A seeded batch is also sent to
+mode, float32 weights (the trainer's), the LoRA adapter, the engine core and its worker
+in the caller's process; last, agentgym's engine itself (``make_engine("vllm")`` with its
+default options, the adapter from memory, its own request path), and the same engine
+stepping with the trainer's torch threads instead of one (what it did before
+``serving_threads``). Each engine runs in a process of its own, one at a time; the rows
+that share an engine run in alternation. A seeded batch of long prompts is also sent to
 the defaults' engine (chunked prefill on), to show why chunked prefill goes off.
 
 Run: ``python -m agentgym.benchmarks.perf.vllm_engine [--quick] [--choices]``.
@@ -268,6 +270,9 @@ CHOICES: list[tuple[str, dict[str, Any], dict[str, bool]]] = [
 #: the last row: agentgym's engine itself (``make_engine("vllm")``: all of the above, plus
 #: the adapter from memory and its own request path: requests added and stepped by hand)
 AGENTGYM_ROW = "agentgym's engine"
+#: the same engine, stepping with the trainer's torch threads (the quickstart's 2) instead
+#: of one: what the engine did before it set one thread per step (``serving_threads``)
+TRAINER_THREADS_ROW = "  same, the trainer's threads"
 
 
 def choice_engines() -> list[tuple[dict[str, Any], list[int]]]:
@@ -367,9 +372,13 @@ def _agentgym_worker(
     args: dict[str, Any], rows: list[int], paths: dict[str, str], requests: list[Any], s: Any
 ) -> dict[str, Any]:
     """agentgym's engine, ``make_engine("vllm")`` with its default options but the KV
-    cache's size, serving the trainer's adapter, on the same batch."""
+    cache's size, serving the trainer's adapter, on the same batch, in a process with the
+    trainer's torch threads; its second row steps with those threads, not one."""
+    import torch
+
     from agentgym.generation import make_engine
 
+    torch.set_num_threads(s["threads"])  # the trainer's (run.threads: 2 in the quickstart)
     trainer, tok = _bench_trainer(s["lora_r"])
     t0 = time.perf_counter()
     engine = make_engine(
@@ -381,10 +390,14 @@ def _agentgym_worker(
         options={"kv_cache_memory_bytes": s["kv_bytes"]},
     )
     startup = time.perf_counter() - t0
+    one_thread = engine._one_thread
+
+    def generate(row: int) -> int:
+        engine._one_thread = one_thread and row == rows[0]  # the second row: trainer's
+        return sum(c.num_tokens or 0 for c in engine.generate(requests))
+
     try:
-        rates = _timed_rows(
-            lambda _: sum(c.num_tokens or 0 for c in engine.generate(requests)), rows, s["rounds"]
-        )
+        rates = _timed_rows(generate, rows, s["rounds"])
     finally:
         engine.close()
     return {"rows": rates, "startup": startup}
@@ -452,7 +465,7 @@ def _choice_jobs(paths: dict[str, str], requests: list[Any], s: dict[str, Any]) 
         (rows, CHOICES[rows[0]][0], _choice_worker, (args, rows, paths, prompts, s))
         for args, rows in choice_engines()
     ]
-    agentgym = [len(CHOICES)]
+    agentgym = [len(CHOICES), len(CHOICES) + 1]
     jobs.append((agentgym, AGENTGYM_ROW, _agentgym_worker, ({}, agentgym, paths, requests, s)))
     only = s.get("only")
     return [j for j in jobs if only is None or set(j[0]) & set(only)]
@@ -461,7 +474,7 @@ def _choice_jobs(paths: dict[str, str], requests: list[Any], s: dict[str, Any]) 
 def _choice_figures(rates: dict[int, Any], got: dict[str, Any], n: int) -> tuple[dict, dict]:
     """Figures (tokens/s and mean tokens per request per row, start-ups, the chunked-
     prefill check) and ratios (each row's tokens/s over vLLM's defaults')."""
-    names = [c[0] for c in CHOICES] + [AGENTGYM_ROW]
+    names = [c[0] for c in CHOICES] + [AGENTGYM_ROW, TRAINER_THREADS_ROW]
     figures: dict[str, Any] = {}
     med: dict[str, float] = {}
     for i, v in sorted(rates.items()):
@@ -480,7 +493,7 @@ def _choice_figures(rates: dict[int, Any], got: dict[str, Any], n: int) -> tuple
 def choices(quick: bool = False, only: list[int] | None = None) -> dict[str, Any]:
     """Tokens per second of each row of :data:`CHOICES`, then of agentgym's engine, on
     the quickstart's batch (see the module docstring); ``only``: the engines of these
-    rows only (their indices; agentgym's engine is ``len(CHOICES)``)."""
+    rows only (their indices; agentgym's engine's are ``len(CHOICES)`` and the next)."""
     why = unavailable()
     if why is not None:
         return {"title": CHOICES_TITLE, "ratios": {}, "figures": {}, "notes": f"Skipped: {why}."}
@@ -523,15 +536,15 @@ def _print_choices(out: dict[str, Any]) -> int:
     if not f:
         print(f"  {out['notes']}")
         return 0
-    print(f"  {'row':28} {'tokens/s':>9} {'vs defaults':>12} {'tokens/request':>15}")
-    for name in [c[0] for c in CHOICES] + [AGENTGYM_ROW]:
+    print(f"  {'row':30} {'tokens/s':>9} {'vs defaults':>12} {'tokens/request':>15}")
+    for name in [c[0] for c in CHOICES] + [AGENTGYM_ROW, TRAINER_THREADS_ROW]:
         rate = f.get(name + " tokens/s")
         if isinstance(rate, str):
-            print(f"  {name:28} {rate}")
+            print(f"  {name:30} {rate}")
         elif rate is not None:
             ratio = out["ratios"].get(name + " vs defaults", float("nan"))
             per = f[name + " tokens/request"]
-            print(f"  {name:28} {rate:9.0f} {ratio:11.2f}x {per:15.1f}")
+            print(f"  {name:30} {rate:9.0f} {ratio:11.2f}x {per:15.1f}")
     starts = ", ".join(f"{k[:-11]} {v:.0f}" for k, v in f.items() if k.endswith(" start-up s"))
     print(f"  start-up seconds: {starts}")
     print(f"  seeded requests with chunked prefill on: {f.get('seeds_with_chunked_prefill')}")
