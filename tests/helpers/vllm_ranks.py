@@ -161,3 +161,9 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # everything this run reports is written and its engine closed: skip the interpreter's
+    # own teardown of vLLM's and torch's modules (~2.5 s of CPU and ~4.5 s per process
+    # here, after every atexit handler has run), which no assertion reads
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
