@@ -72,9 +72,14 @@ _LAZY = {
     # training batches and MoE router replay (benchmarks measure them)
     "Sample": "agentgym.trainers.batch",
     "make_microbatches": "agentgym.trainers.batch",
+    # SFT's token rows and the learning-rate schedules (one home each, every loop's)
     "token_rows": "agentgym.trainers.token_rows",
     "length_groups": "agentgym.trainers.token_rows",
     "packed_rows": "agentgym.trainers.token_rows",
+    "pack_rows": "agentgym.trainers.token_rows",
+    "Packed": "agentgym.trainers.token_rows",
+    "lr_at": "agentgym.trainers.schedule",
+    "SCHEDULES": "agentgym.trainers.schedule",
     "RoutingReplay": "agentgym.trainers.router_replay",
     "logprob_mismatch": "agentgym.trainers.mismatch",
     "flat": "agentgym.trainers.router_replay",

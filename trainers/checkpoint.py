@@ -486,23 +486,3 @@ def read_checkpoint(
         optim[r] = read(_optimizer_file(r, written_by), torch_file)
     set_rng_state(read("rng.pt", torch_file))
     return weights, optim, state
-
-
-def load_checkpoint(
-    path: str | Path, *, model: Any, optimizer: torch.optim.Optimizer, lora: bool
-) -> dict[str, Any]:
-    """Restore model/adapter weights, optimizer and RNG states (single process).
-
-    Returns the trainer state.
-    """
-    weights, optim, state = read_checkpoint(path, lora=lora)
-    if lora:
-        from agentgym.generation import load_adapter_state_dict
-
-        load_adapter_state_dict(model, weights)
-    else:
-        missing, unexpected = model.load_state_dict(weights, strict=False)
-        if unexpected:
-            raise ConfigError(f"checkpoint weights do not fit the model: {unexpected[:5]}")
-    optimizer.load_state_dict(optim[0])
-    return state

@@ -36,6 +36,10 @@ from agentgym.trainers.checkpoint import (
 from agentgym.trainers.distributed import SINGLE, DistInfo
 from agentgym.trainers.learner import Learner
 
+#: the keys of ``trainer_state.json`` a part may not use: the learner's step count, the
+#: step, the number of processes that wrote the checkpoint
+RESERVED = ("updates", "step", "world_size")
+
 
 class Part(Protocol):
     """What a checkpoint keeps of a component besides tensors (JSON-ready)."""
@@ -75,9 +79,14 @@ class Checkpointer:
         self.parts: dict[str, Part] = {}
 
     def register(self, name: str, part: Part) -> None:
-        """Keep ``part``'s state in every checkpoint from now on (under ``name``)."""
+        """Keep ``part``'s state in every checkpoint from now on. The parts' states share
+        ``trainer_state.json`` with the learner's step count and the step (:data:`RESERVED`):
+        their keys must differ (checked at each save)."""
         if name in self.parts:
-            raise ValueError(f"checkpoint part {name!r} is registered already")
+            raise ValueError(
+                f"checkpoint part {name!r} is registered already: give the second part "
+                "a name of its own."
+            )
         self.parts[name] = part
 
     def save(self, step: int) -> Path:
@@ -85,8 +94,16 @@ class Checkpointer:
         it). The parts' states are kept side by side in ``trainer_state.json``."""
         learner = self.learner.state_dict()
         state: dict[str, Any] = {"updates": learner["updates"]}
-        for part in self.parts.values():
-            state |= part.state_dict()
+        owner = dict.fromkeys(RESERVED, "the checkpoint itself")
+        for name, part in self.parts.items():
+            own = part.state_dict()
+            for key in own.keys() & owner.keys():
+                raise ValueError(
+                    f"checkpoint parts {owner[key]!r} and {name!r} both save the key {key!r}: "
+                    "rename one of them (they share trainer_state.json)."
+                )
+            owner |= dict.fromkeys(own, name)
+            state |= own
         with quiet_hf_loading():  # a whole model's "Writing model shards" bar
             return self._write(step, learner, state)
 

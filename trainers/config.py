@@ -305,10 +305,14 @@ class OptimConfig:
         lr: peak learning rate.
         warmup_steps: linear warm-up steps (optimizer steps).
         schedule: what follows the warm-up (:mod:`~agentgym.trainers.schedule`):
-            ``constant`` (``lr``), ``cosine`` (down to ``min_lr_ratio x lr`` at the
-            run's last optimizer step) or ``wsd`` (``lr`` held, then a straight line down
-            over the last ``decay_fraction`` of the run). A run's length in optimizer
-            steps is ``run.max_steps x algorithm.updates_per_batch``.
+            ``constant`` (``lr``), ``cosine`` (half a cosine towards ``min_lr_ratio x
+            lr``, which it reaches one step after the run's last) or ``wsd`` (``lr``
+            held, then a straight line down to the floor over the last ``decay_fraction``
+            of the run). A run's length in optimizer steps is ``run.max_steps x
+            algorithm.updates_per_batch``: a step that skips its update (a dynamic-
+            sampling batch with nothing to train) leaves the decay unfinished, and
+            ``--resume`` with a larger ``run.max_steps`` stretches the schedule (the rate
+            goes up again).
         min_lr_ratio / decay_fraction: the decay's floor and (``wsd``) its share of the run.
         weight_decay / betas / eps: AdamW's.
         max_grad_norm: gradient clipping (0: off).

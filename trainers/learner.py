@@ -131,6 +131,11 @@ class Learner:
                 f"optim.schedule={optim.schedule} decays over the run's optimizer steps: "
                 "give the learner total_updates (or use optim.schedule=constant)."
             )
+        if not lora and dist.world_size > 1:  # its weights are saved and loaded whole
+            raise ConfigError(
+                "full fine-tuning runs on one process: set lora.enabled=true to train on "
+                f"{dist.world_size} processes, or run without --nproc / torchrun."
+            )
         self.total_updates = total_updates
         self.strategy = strategy or Strategy(dist)
         self.micro_batch_size = algo.micro_batch_size

@@ -213,8 +213,8 @@ class Strategy:
         return tensors_digest(self.adapter_state(model))
 
     def model_state(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
-        """Full fine-tuning's weights, whole (it runs in one process: only this strategy
-        is given a model without an adapter)."""
+        """Full fine-tuning's weights, whole (it runs in one process: the learner refuses
+        a model without an adapter on more, so a sharded backend never gets here)."""
         return model.state_dict()
 
     def load_model_state(self, model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:

@@ -148,7 +148,9 @@ def update_policy(
 
     With a critic, the batch is valued first and the advantages are GAE's, per token
     (:func:`~agentgym.trainers.critic.attach_advantages`); the critic itself is not
-    trained here (T-PPO trains it on another batch, :func:`update_critic`).
+    trained here (T-PPO trains it on another batch, :func:`update_critic`; PPO and VAPO
+    train it in the same steps: :func:`update_actor_critic`). Before this split, this
+    function trained a learner's critic by default (``train_critic=True``).
     """
     return _update(learner, samples, algo, temperature, None)
 

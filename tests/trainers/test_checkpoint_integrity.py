@@ -225,3 +225,7 @@ def test_checkpointer_saves_and_restores_the_learner_and_registered_parts(tmp_pa
         assert torch.equal(a, b), name
     state = fresh.optimizer.state_dict()["state"]
     assert state and all(int(s["step"]) == 1 for s in state.values())
+    # two parts that would write the same key of trainer_state.json: refused at the save
+    restored.register("another", _Counter(1))
+    with pytest.raises(ValueError, match="'counter' and 'another' both save the key"):
+        restored.save(4)

@@ -142,6 +142,23 @@ def test_resume_gives_the_same_steps_as_an_uninterrupted_run(tmp_path, toy_envs_
     assert [r["step"] for r in rows] == [1, 2, 3]
 
 
+def test_full_fine_tuning_resumes_to_the_uninterrupted_run(tmp_path, toy_envs_registered):
+    """``lora.enabled=false``: the checkpoint holds the whole model (from the learner's
+    state), and a run resumed from step 1 trains the weights of one never stopped."""
+    extra = ("run.max_steps=2", "run.save_every=1", "lora.enabled=false")
+    full = DAPOTrainer(_cfg(tmp_path, *extra, name="full"))
+    full.train()
+    DAPOTrainer(_cfg(tmp_path, *extra, "run.max_steps=1", name="cut")).train()
+    assert (tmp_path / "cut" / "checkpoints" / "step_000001" / "model").is_dir()
+    resumed = DAPOTrainer(_cfg(tmp_path, *extra, name="cut"), resume=True)
+    assert resumed.step == 1
+    resumed.train()
+    for (name, a), b in zip(
+        full.model.state_dict().items(), resumed.model.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b), name
+
+
 def test_interrupted_checkpoint_write_keeps_the_previous_one(tmp_path, toy_envs_registered):
     from agentgym.generation import latest_checkpoint
 

@@ -70,6 +70,21 @@ def test_the_learner_runs_the_schedule_for_every_loop():
         _stepped_rates(cosine, 0, 1)
 
 
+def test_full_fine_tuning_is_refused_on_more_than_one_process():
+    """Its weights are saved and loaded whole; a sharded learner holds shares."""
+    from agentgym.trainers.distributed import DistInfo
+
+    with pytest.raises(ConfigError, match=r"lora\.enabled=true"):
+        Learner(
+            torch.nn.Linear(2, 1),
+            AlgorithmConfig(),
+            OptimConfig(),
+            pad_id=0,
+            lora=False,
+            dist=DistInfo(rank=0, world_size=2, backend="gloo"),
+        )
+
+
 def test_rl_schedule_is_checked_at_load():
     with pytest.raises(UnknownNameError, match="cosine"):
         load_config(TrainConfig, None, ["optim.schedule=cosin"])

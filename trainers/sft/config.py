@@ -111,7 +111,7 @@ class SFTTrain:
             padded to its own longest example; the gradient is that of the whole batch
             (1: one padded batch).
         pack_width: pack each batch's examples into rows of at most this many tokens,
-            each example attending only to itself (:mod:`.packing`; the gradient is
+            each example attending only to itself (:mod:`agentgym.trainers.token_rows`; the gradient is
             that of the padded batch); 0: one padded row per example.
     """
 
@@ -150,6 +150,9 @@ class SFTTrain:
         _check(self.save_every >= 0, f"train.save_every must be >= 0, got {self.save_every}.")
         _check(self.batch_size >= 1, "train.batch_size must be >= 1.")
         _check(self.lr > 0, "train.lr must be > 0.")
+        _check(self.warmup_steps >= 0, "train.warmup_steps must be >= 0.")
+        _check(self.max_grad_norm >= 0, "train.max_grad_norm must be >= 0 (0: no clipping).")
+        _check(self.weight_decay >= 0, "train.weight_decay must be >= 0.")
 
     @property
     def optim(self) -> OptimConfig:

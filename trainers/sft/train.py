@@ -4,8 +4,8 @@ The loss (:class:`SFTLoss`) is cross-entropy on the reply tokens only (plus the
 end-of-sequence token), summed and divided by the batch's reply token count; it runs on
 the trainer's :class:`~agentgym.trainers.learner.Learner` (``output="tokens"``), whose
 optimizer (AdamW), clipping and step every training loop shares, with the learning rate
-of ``train.schedule`` (:mod:`.schedule`: warm-up, then cosine or warm-up-stable-decay)
-set at each step. The result is a full Hugging Face
+of ``train.schedule`` (:mod:`agentgym.trainers.schedule`: warm-up, then cosine,
+warm-up-stable-decay or constant) set at each step. The result is a full Hugging Face
 model directory (``<output_dir>/model``, with the tokenizer) that ``agentgym train``
 loads with ``model.path``. On the way, a checkpoint every ``train.save_every`` steps
 and after the last (:mod:`.checkpoints`), from which ``--resume`` continues to the same
