@@ -308,9 +308,10 @@ def serving_threads(active: bool) -> Iterator[None]:
     threads spin between the step's many small ops and take the cores its serial code
     needs). In worker processes of its own it sets that; in the caller's process its CPU
     worker blocks its own call (it replaces ``torch.set_num_threads`` with a no-op), so
-    the engine stepped with the trainer's threads: on the loaded 2-core machine 0.2-0.5x
-    the tokens/s (docs/vllm.md, "What each choice costs"). ``torch._C.set_num_threads``
-    is torch's own, which vLLM leaves alone. ``active`` false: nothing changes.
+    the engine stepped with the trainer's threads: on the shared 2-core machine under load
+    0.12-0.55x one thread's tokens/s, on a quiet one 1.2-1.3x (docs/vllm.md, "What each
+    choice costs"). ``torch._C.set_num_threads`` is torch's own, which vLLM leaves alone.
+    ``active`` false: nothing changes.
     """
     before = torch.get_num_threads()
     if not active or before == 1:
