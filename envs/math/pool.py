@@ -249,9 +249,14 @@ class GradingPool:
             self._ready = True
 
     def shutdown(self) -> None:
-        """Stop every process. The pool cannot be used afterwards."""
+        """Stop every process. The pool cannot be used afterwards. A start under way (the
+        zygote still importing sympy, about a second) is cut short, not waited for: a run
+        that ends before its first grading call exits at once."""
+        self._closed = True
+        starting = self._zygote
+        if not self._ready and starting is not None and starting.poll() is None:
+            starting.kill()  # start() sees it exit, gives up and lets go of the lock
         with self._lock:
-            self._closed = True
             self._stop_locked()
 
     def _stop_locked(self) -> None:

@@ -205,3 +205,40 @@ def test_costly_shapes(answer, costly):
     from agentgym.envs.math.normalize import looks_costly
 
     assert looks_costly(answer) is costly
+
+
+def test_a_shutdown_during_start_up_cuts_it_short():
+    """A process that exits while the pool still starts (the zygote importing sympy) does
+    not wait for the start: the zygote is stopped, the start gives up, nothing is left."""
+    p = GradingPool(size=1)
+    gave_up: list[PoolError] = []
+
+    def start() -> None:
+        try:
+            p.start()
+        except PoolError as e:
+            gave_up.append(e)
+
+    starter = threading.Thread(target=start)
+    starter.start()
+    while p._zygote is None:  # the zygote is being started (its import takes ~1 s)
+        time.sleep(0.001)
+    zygote = p._zygote
+    p.shutdown()
+    starter.join(timeout=60)
+    assert not starter.is_alive() and not p.started and gave_up
+    assert zygote.poll() is not None  # stopped, and reaped
+    with pytest.raises(PoolError, match="shut down"):
+        p.start()
+
+
+def test_a_started_pool_stops_its_zygote_and_workers():
+    p = GradingPool(size=2)
+    p.start()
+    pids = [w.pid for w in list(p._idle.queue)]
+    zygote = p._zygote
+    p.shutdown()
+    assert zygote.poll() is not None
+    for pid in pids:  # the zygote killed and reaped each worker before it exited
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
