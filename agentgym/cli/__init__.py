@@ -110,5 +110,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def console() -> None:
+    """The ``agentgym`` program (and ``python -m agentgym``): :func:`main`, then the
+    process ends without the interpreter's teardown (:mod:`agentgym.cli.fast_exit`)."""
+    status = main()
+    from agentgym.cli.fast_exit import exit_now
+
+    exit_now(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import re
 import signal
-import sys
 
 #: exit statuses of a rank that stopped on purpose and said why
 MEANT = {2, 128 + signal.SIGINT, 128 + signal.SIGTERM}
@@ -64,4 +63,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from agentgym.cli.fast_exit import exit_now
+
+    exit_now(main())
