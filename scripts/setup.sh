@@ -24,6 +24,14 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 source "$ROOT/scripts/lib.sh"
+# one set-up at a time in a checkout: two started together (say the quickstart and the
+# tests) uninstalled each other's packages midway ("Could not restore ... _distutils_hack")
+mkdir -p "$ROOT/.cache"
+exec 9>"$ROOT/.cache/setup.lock"
+if command -v flock >/dev/null && ! flock -n 9; then
+    echo "[setup] another set-up of this checkout is running: waiting for it to finish" >&2
+    flock 9
+fi
 PY="${PYTHON:-python3}"
 VENV="$ROOT/.venv"
 STAMP="$VENV/.agentgym-install-stamp"
