@@ -13,7 +13,7 @@ import importlib
 import os
 import sys
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "console", "main"]
 
 #: subcommand module names, in help order
 SUBCOMMANDS: tuple[str, ...] = (
