@@ -4,7 +4,7 @@ When a Python program returns, the interpreter finishes in three parts: it joins
 threads that are not daemons, runs the at-exit handlers (logging's flush, multiprocessing's
 children, wandb's finish, ...), and then frees every module and object one by one. The
 last part does nothing a user can see, yet with torch imported it takes 0.3-0.8 s, and in
-a training rank that still holds its model, optimizer and process groups 1.5-2.3 s
+a training rank that still holds its model, optimizer and process groups 1.6-2.3 s
 (2-core VM). An ``agentgym train --nproc 2`` launch pays it three times over, one process
 after another: the rank, torchrun, then the launcher.
 
