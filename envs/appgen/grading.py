@@ -520,6 +520,7 @@ def _app_settings(task: AppTask) -> dict[str, Any] | None:
         "command": task.app.command,
         "ready_path": task.app.ready_path,
         "startup_timeout": task.app.startup_timeout,
+        "page_timeout": task.app.page_timeout,
         "service_env": {s.name: s.env for s in task.services},
     }
 

@@ -17,7 +17,7 @@ from agentgym import DataError
 
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _RESERVED_ENV = {"PORT", "DATA_DIR", "PATH", "HOME"}
-_APP_KEYS = {"command", "port", "ready_path", "startup_timeout", "browser"}
+_APP_KEYS = {"command", "port", "ready_path", "startup_timeout", "browser", "page_timeout"}
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class AppSettings:
         ready_path: polled until it answers (any status) before a test uses the app.
         startup_timeout: seconds the app may take to answer.
         browser: the hidden tests drive the front end in headless Chromium.
+        page_timeout: seconds a page action (``page.wait_*``, a click, a load) waits for
+            what the test expects before the test fails.
     """
 
     command: str
@@ -38,6 +40,7 @@ class AppSettings:
     ready_path: str = "/"
     startup_timeout: float = 15.0
     browser: bool = False
+    page_timeout: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -85,12 +88,16 @@ def _app(where: Path, raw: Any) -> AppSettings | None:
     wait = raw.get("startup_timeout", 15.0)
     if isinstance(wait, bool) or not isinstance(wait, int | float) or wait <= 0:
         raise DataError(f"{where}: [app] startup_timeout must be a number > 0, got {wait!r}.")
+    page_wait = raw.get("page_timeout", 10.0)
+    if isinstance(page_wait, bool) or not isinstance(page_wait, int | float) or page_wait <= 0:
+        raise DataError(f"{where}: [app] page_timeout must be a number > 0, got {page_wait!r}.")
     return AppSettings(
         command=raw["command"],
         port=port,
         ready_path=path,
         startup_timeout=float(wait),
         browser=bool(raw.get("browser", False)),
+        page_timeout=float(page_wait),
     )
 
 

@@ -300,5 +300,6 @@ class FullStack:
         if browser is None or browser.closed:
             browser = _state["browser"] = _state["launch"]()
         tab = browser.new_page()
+        tab.timeout = float((_state["app"] or {}).get("page_timeout", tab.timeout))
         yield tab
         tab.close()

@@ -10,10 +10,12 @@ score no more than the honest project it was built on: no hidden test may pass t
 honest project fails. The issue's own attack runs on every built-in task.
 
 To keep hangs cheap the library tasks are graded with ``test_timeout = 2`` (the honest
-projects pass well within it; the full-stack task keeps its own limits, as starting
-Chromium takes longer), and the costly attacks (a stalled process costs each test its whole
-time limit, an exhausted resource seconds, whatever the task) run on two families. Also here: what the project's process can find of the hidden tests
-at grading time, and what an agent's ``<run>`` commands can find during the episode.
+projects pass well within it; the full-stack task keeps its own limits, as starting Chromium
+takes longer, but its page waits last 2 s, not 10: no project graded here serves its page,
+so the page tests fail either way), and the costly attacks (a stalled process costs each
+test its whole time limit, an exhausted resource seconds, whatever the task) run on two
+families. Also here: what the project's process can find of the hidden tests at grading
+time, and what an agent's ``<run>`` commands can find during the episode.
 
 The attacks of issue 30 (:mod:`.attacks_paths`) each score 0, and why each is closed:
 
@@ -80,6 +82,9 @@ FILE_TASKS = (
     "todo_sqlite",
 )
 _TASK_DIRS: dict[str, object] = {}
+#: the full-stack task's page waits (10 s by default): the projects graded here serve no
+#: page (the partial one has no static files), so each page test that waits waits this long
+PAGE_WAIT = 2
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -90,9 +95,12 @@ def _docker(tmp_path_factory):
         dest = root / name
         shutil.copytree(BUILTIN_TASKS_DIR / name, dest)
         _TASK_DIRS[name] = dest
-        if load_task(dest).app is not None:
-            continue
         toml = dest / "task.toml"
+        if load_task(dest).app is not None:  # no project here serves a page: its tests fail
+            text = toml.read_text().replace("[app]\n", f"[app]\npage_timeout = {PAGE_WAIT}\n")
+            toml.write_text(text)
+            assert load_task(dest).app.page_timeout == PAGE_WAIT
+            continue
         text = re.sub(r"test_timeout = \d+", "test_timeout = 2", toml.read_text())
         toml.write_text(re.sub(r"grade_timeout = \d+", "grade_timeout = 100", text))
 

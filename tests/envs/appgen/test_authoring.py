@@ -76,6 +76,7 @@ def _edit(root: Path, old: str, new: str) -> None:
         ('command = "python3 -m demo"', "", "needs command"),
         ("port = 8000", "port = 80", "port must be"),
         ("browser = true", "browser = true\nwarmup = 3", "unknown \\[app\\] key"),
+        ("browser = true", "browser = true\npage_timeout = 0", "page_timeout must be a number > 0"),
         ('fixture = "fixtures/quotes.json"', 'fixture = "quotes.json"', "not a file under"),
         ('env = "QUOTES_URL"', 'env = "PORT"', "unused UPPER_CASE"),
         ('= ["test_api.py::test_notes"]', '= ["test_api.py::test_nope"]', "must list hidden"),
@@ -156,10 +157,20 @@ def test_tasks_from_an_installed_task_set(tmp_path, monkeypatch):
 # -- check-task on the real sandbox ---------------------------------------------------------
 
 
+def _short_page_waits(root: Path) -> Path:
+    """The starter with ``[app] page_timeout = 3``: check-task grades half-built projects,
+    whose page tests wait for a page that is not there (10 s each by default); the starter
+    as written is checked by the README's ``agentgym appgen check-task`` (test_readme.py)."""
+    toml = root / "task.toml"
+    toml.write_text(toml.read_text().replace("[app]\n", "[app]\npage_timeout = 3\n", 1))
+    assert load_task(root).app.page_timeout == 3
+    return root
+
+
 @pytest.mark.docker
 def test_check_task_proves_the_starter_sound(tmp_path, capsys, monkeypatch):
     need_docker()
-    root = new_task("quote_notes", tmp_path)
+    root = _short_page_waits(new_task("quote_notes", tmp_path))
     from agentgym.envs.appgen import checktask
 
     graded: list[tuple] = []
@@ -193,7 +204,7 @@ def test_check_task_finds_what_is_unsound(tmp_path):
     a fixture route the mock service cannot answer as written, and a hidden test that
     reads the app's file with plain open."""
     need_docker()
-    root = new_task("quote_notes", tmp_path)
+    root = _short_page_waits(new_task("quote_notes", tmp_path))
     main_py = root / "solution" / "quote_notes" / "__main__.py"
     source = main_py.read_text()
     forgetful = source.replace('os.path.join(root, "notes.db")', '":memory:"')

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -95,9 +96,21 @@ def test_the_scaffold_scores_zero_on_every_fullstack_task():
             assert bare.passed == 0 and not bare.tampered, (name, bare.per_test)
 
 
+def _short_page_waits(name: str, root: Path, seconds: int = 3):
+    """The task, copied under ``root`` with ``[app] page_timeout = seconds``: a page test
+    of a project that lacks the page fails after that long, not the default 10 s."""
+    dest = root / name
+    shutil.copytree(TASKS[name].path, dest)
+    toml = dest / "task.toml"
+    toml.write_text(toml.read_text().replace("[app]\n", f"[app]\npage_timeout = {seconds}\n"))
+    task = load_task(dest)
+    assert task.app.page_timeout == seconds
+    return task
+
+
 @pytest.mark.parametrize("name", ["bookmarks", "guestbook", "outfit_planner"])
-def test_scaffold_scores_zero_and_half_built_projects_partial_credit(name):
-    task = TASKS[name]
+def test_scaffold_scores_zero_and_half_built_projects_partial_credit(name, tmp_path):
+    task = _short_page_waits(name, tmp_path)  # the half-built projects' page tests wait
     half = task.initial_files()
     for path in task.oracle_order[: len(task.oracle_order) // 2]:
         half[path] = task.solution[path]
