@@ -130,6 +130,11 @@ def format_envs(fmt: str) -> list[dict[str, Any]]:
     return [{"id": env["id"], "kwargs": env["kwargs"]}]
 
 
+def _warm_kept(out: Path, seed: int) -> bool:
+    """Whether the seed's warm start is in ``out`` already (a finished one)."""
+    return (out / "warm" / f"s{seed}" / "model" / "config.json").is_file()
+
+
 def warm_start(out: Path, seed: int, s: Settings) -> Path:
     """The seed's warm start (``agentgym sft`` on the oracle's turns in every format);
     kept in ``out/warm/s<seed>`` and reused when its model is there."""
@@ -137,7 +142,7 @@ def warm_start(out: Path, seed: int, s: Settings) -> Path:
     from agentgym.trainers import SFTConfig, run_sft
 
     folder = out / "warm" / f"s{seed}"
-    if (folder / "model" / "config.json").is_file():
+    if _warm_kept(out, seed):
         return folder / "model"
     if folder.exists():  # a warm start that did not finish: start it again
         import shutil
@@ -412,8 +417,10 @@ def compare(out: Path, s: Settings, arms: Sequence[str] = ARMS, say: Any = print
     results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
     for seed in s.seeds:
         t = time.perf_counter()
+        kept = _warm_kept(out, seed)
         model = warm_start(out, seed, s)
-        say(f"[seed_claim] warm start s{seed}: {time.perf_counter() - t:.0f} s")
+        took = "kept from an earlier run" if kept else f"{time.perf_counter() - t:.0f} s"
+        say(f"[seed_claim] warm start s{seed}: {took} ({model})")
         for arm in arms:
             t = time.perf_counter()
             r = train_arm(arm, seed, model, out, s)

@@ -62,7 +62,7 @@ def test_the_smoke_form_runs_every_arm_to_the_table_and_the_plot(tmp_path):
         env=env,
         cwd=tmp_path,
     )
-    assert again.returncode == 0 and "warm start s0: 0 s" in again.stdout
+    assert again.returncode == 0 and "warm start s0: kept from an earlier run" in again.stdout
     assert json.loads((out / "results.json").read_text())["rows"] == rows
 
 
