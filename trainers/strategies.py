@@ -28,9 +28,10 @@ Adapter sync and checkpoints gather only the LoRA weights (``lora_`` parameters)
 the base model. Optimizer state is saved per rank (a resumed run needs the same number
 of processes; the adapter itself is saved whole and loads anywhere).
 
-DeepSpeed compiles a small communication extension on first use on CPU. Its build
-cache is ``TORCH_EXTENSIONS_DIR`` (default here: ``~/.cache/agentgym/torch_extensions``,
-set before DeepSpeed is imported), so the compile happens once per machine.
+DeepSpeed would compile a shared-memory communication extension on first use on CPU
+(40-80 s); it serves only inference, so :func:`_skip_shm_extension` skips that build.
+Any extension DeepSpeed still builds is cached in ``TORCH_EXTENSIONS_DIR`` (default
+here: ``~/.cache/agentgym/torch_extensions``, set before DeepSpeed is imported).
 """
 
 from __future__ import annotations
@@ -59,6 +60,23 @@ def extensions_dir() -> Path:
         return Path(env)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "agentgym" / "torch_extensions"
+
+
+def _skip_shm_extension() -> None:
+    """Keep DeepSpeed from compiling its shared-memory communication extension.
+
+    On CPU, DeepSpeed's communication backend compiles a C++ extension when it starts
+    (40-80 s on 2 busy cores, and again for every new virtual environment: the build is
+    keyed by the sources' paths). The extension serves only ``inference_all_reduce``
+    (DeepSpeed's inference tensor parallelism); ZeRO's reductions, all a training run
+    makes, go through ``torch.distributed``. Without it the backend takes the path it
+    takes wherever the extension cannot be built."""
+    import importlib
+
+    # the submodule by its full name: ``deepspeed.comm.torch`` as an attribute is torch
+    backend = importlib.import_module("deepspeed.comm.torch")
+    if hasattr(backend, "build_shm_op"):
+        backend.build_shm_op = lambda: None
 
 
 def _lora_params(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
@@ -142,6 +160,7 @@ class DeepSpeedZeRO(Strategy):
             raise ConfigError(
                 "distributed.strategy: deepspeed needs the deepspeed package: pip install deepspeed"
             ) from e
+        _skip_shm_extension()
         config = deepspeed_config(
             micro_batch_size=self.micro_batch_size,
             world_size=self.dist.world_size,

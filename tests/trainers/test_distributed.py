@@ -58,8 +58,10 @@ def _args(out: Path, preset: str, *extra: str) -> list[str]:
     ]
 
 
-def _train_cli(args: list[str], nproc: int, *flags: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
+def _train_cli(
+    args: list[str], nproc: int, *flags: str, **env_vars: str
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **env_vars}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HELPERS), env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "agentgym", "train", *args, "--nproc", str(nproc), *flags]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
@@ -126,9 +128,11 @@ def test_two_processes_match_one(tmp_path, single_run, strategy, preset):
     extra = [f"distributed.strategy={name}"] + (
         [f"distributed.zero_stage={stage}"] if stage else []
     )
-    out = tmp_path / "run"
-    _train_cli(_args(out, preset, *extra), 2)
+    out, extensions = tmp_path / "run", tmp_path / "extensions"
+    proc = _train_cli(_args(out, preset, *extra), 2, TORCH_EXTENSIONS_DIR=str(extensions))
     _assert_same_as_single(out, single_run(preset))
+    # DeepSpeed compiles no C++ extension (its shared-memory one serves inference only)
+    assert not extensions.exists() and "built successfully" not in proc.stdout + proc.stderr
     if preset == "tiny-deepseek-v3":  # the routed experts' LoRA is in the adapter and moved
         expert_keys = [k for k in _adapter(out) if "experts" in k]
         assert expert_keys
