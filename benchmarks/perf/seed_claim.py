@@ -486,13 +486,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default 0 1 2)")
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS, help="arms to run")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
+    p.add_argument(
+        "--steps", type=int, default=None, help="RL steps per arm (default: the config's)"
+    )
     args = p.parse_args(argv)
     s = SMOKE if args.smoke else Settings()
     s = Settings(
         seeds=tuple(args.seeds) if args.seeds else s.seeds,
         sft_overrides=s.sft_overrides,
         rl_overrides=s.rl_overrides,
-        steps=s.steps,
+        steps=args.steps or s.steps,
         eval_every=s.eval_every,
         threads=args.threads,
     )
