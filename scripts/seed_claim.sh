@@ -6,7 +6,7 @@
 # overrides) -- then the table ($OUT/table.md), the curves ($OUT/recall.png) and every
 # figure ($OUT/results.json).
 #
-#   scripts/seed_claim.sh                      # the whole comparison: hours on 2 cores
+#   scripts/seed_claim.sh                      # the whole comparison: ~45 min on 2 cores
 #   OUT=/tmp/sc SEEDS="0" scripts/seed_claim.sh   # one seed
 #   ARMS="summary-dapo long-grpo" scripts/seed_claim.sh
 #   SMOKE=1 OUT=/tmp/sc-smoke scripts/seed_claim.sh  # the pipeline in a minute

@@ -44,9 +44,9 @@ so an interrupted comparison continues where it stopped), ``results.json``,
 ``table.md`` and ``recall.png`` (the curves, the seed mean with a band from the lowest
 to the highest seed).
 
-Run: ``scripts/seed_claim.sh`` (the whole comparison, hours on a 2-core machine) or
+Run: ``scripts/seed_claim.sh`` (the whole comparison, ~45 minutes on a 2-core machine) or
 ``python -m agentgym.benchmarks.perf.seed_claim [--smoke] [--seeds 0 1 2] [--arms ...]
-[--out DIR]``; ``--smoke`` (and ``run(quick=True)``) is the same pipeline at a size
+[--out DIR] [--steps N]``; ``--smoke`` (and ``run(quick=True)``) is the same pipeline at a size
 that takes a minute, for the tests.
 """
 
