@@ -42,6 +42,30 @@ def _kill_later(container_id: str, delay: float) -> threading.Thread:
     return t
 
 
+def _kill_when_running(container_id: str, marker: str, after: float) -> threading.Thread:
+    """Kill the container ``after`` seconds after a process whose command line holds
+    ``marker`` appears in it: mid-command however long the command took to start (a
+    fixed delay from the step's start could land before the grading, on a busy machine,
+    and the pool would replace the dead sandbox before grading in it)."""
+    from agentgym.sandbox import docker_client
+
+    api = docker_client().api
+
+    def kill() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            rows = api.top(container_id, ps_args="-eo pid,args").get("Processes") or []
+            if any(marker in " ".join(row) for row in rows):
+                break
+            time.sleep(0.05)
+        time.sleep(after)
+        api.kill(container_id)
+
+    t = threading.Thread(target=kill, daemon=True)
+    t.start()
+    return t
+
+
 def _recovers(env) -> None:
     """A new episode on the same shared pool gets a working sandbox."""
     env.reset(seed=0)
@@ -82,7 +106,7 @@ def test_container_killed_during_grading_is_an_infra_error(tmp_path):
         env.reset(seed=0)
         with env.unwrapped._grading_pool.sandbox() as sb:  # its only one: it grades next
             victim = sb.container_id
-        killer = _kill_later(victim, 2.5)
+        killer = _kill_when_running(victim, "apptest_runner", 1.0)  # test_slow: 8 s
         with pytest.raises(agentgym.InfraError) as info:
             env.step("<submit/>")
         assert info.value.reason == "sandbox_died"
