@@ -56,7 +56,16 @@ def test_the_exit_status_says_which_signal(tmp_path, toy_envs_registered):
     assert stopped.value.exit_code == 128 + signal.SIGTERM
 
 
-def test_a_second_signal_has_its_usual_effect(tmp_path, toy_envs_registered):
+@pytest.fixture
+def python_sigint():
+    """Python's own SIGINT handler as "the usual" one: a pytest-xdist worker may run with
+    another installed (the second signal then had that handler's effect instead)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_a_second_signal_has_its_usual_effect(tmp_path, toy_envs_registered, python_sigint):
     trainer = DAPOTrainer(_cfg(tmp_path, "run.max_steps=3"))
     real_step = trainer.train_step
 
