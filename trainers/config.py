@@ -24,7 +24,7 @@ from agentgym import config_check as _check
 from agentgym.generation import HFEngineOptions, VLLMEngineOptions, engine_options
 from agentgym.health import DetectorSettings
 from agentgym.trainers.algorithm import AlgorithmConfig
-from agentgym.trainers.critic import CriticConfig
+from agentgym.trainers.critic_config import CriticConfig
 from agentgym.trainers.schedule import SCHEDULES
 from agentgym.trainers.tracking import check_report_to
 
@@ -558,9 +558,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _check(len(self.envs) >= 1, "envs must list at least one environment.")
-        from agentgym.trainers.algorithm import estimator_spec
+        from agentgym.trainers.algorithm import ESTIMATORS
 
-        groups = estimator_spec(self.algorithm.advantage).needs_groups
+        groups = ESTIMATORS[self.algorithm.advantage].needs_groups
         _check(
             self.rollout.group_size >= 2 or not groups,
             f"rollout.group_size must be >= 2 for the group advantage "

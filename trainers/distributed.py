@@ -31,12 +31,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import torch
-
 from agentgym import ConfigError
 from agentgym.health import COLLECTIVES
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch is imported where it is used: the launcher needs none of it
+    import torch
+
     from agentgym.trainers.config import DistributedConfig
     from agentgym.trainers.parallel import Layout
 
@@ -77,6 +77,8 @@ class DistInfo:
 
     @property
     def device(self) -> torch.device:
+        import torch
+
         if self.backend == "nccl":
             return torch.device("cuda", self.local_rank)
         return torch.device("cpu")
@@ -135,6 +137,7 @@ def init_distributed(timeout_s: float = DEFAULT_TIMEOUT_S, backend: str = "auto"
             "a sharded strategy needs a process group: start the run with "
             "`agentgym train CONFIG --nproc N` (or under torchrun)."
         )
+    import torch
     import torch.distributed as dist
 
     rank = int(os.environ["RANK"])
@@ -173,6 +176,7 @@ def all_reduce_sum(values: Sequence[float], info: DistInfo) -> list[float]:
     """
     if not info.distributed:
         return list(values)
+    import torch
     import torch.distributed as dist
 
     t = torch.tensor(list(values), dtype=torch.float64, device=info.device)

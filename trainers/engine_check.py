@@ -119,10 +119,10 @@ def refuse_unservable(cfg: Any) -> None:
     installed, or a model it cannot serve on this platform (MLA's head sizes, LoRA on a
     mixture-of-experts model on its CPU build: :func:`~agentgym.generation.vllm_refusal`).
     """
-    from agentgym.generation import import_vllm, vllm_refusal
-
     if cfg.rollout.engine != "vllm":
         return
+    from agentgym.generation import import_vllm, vllm_refusal  # torch: only for vLLM runs
+
     import_vllm()
     config = model_config(cfg.model)
     if not config:

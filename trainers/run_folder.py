@@ -13,7 +13,9 @@ they write into ``run.output_dir``, and how a start-up that failed is cleaned aw
   and restarts) resumes when there is one and starts fresh otherwise. A resume is
   refused, before anything is written, when the folder holds the other command's run,
   when a setting the checkpoint's shapes depend on (:data:`RESUME_FIXED`) differs from
-  the run's ``config.yaml``, or when the steps asked for are fewer than those done.
+  the run's ``config.yaml``, when the parallel layout (``distributed.dp_shard/tp/ep/pp``:
+  how the optimizer shards were split) differs, or when the steps asked for are fewer
+  than those done.
 * :func:`clean_failed_start`: a folder this command created and that holds nothing a
   user wants after a failed start-up (its config, the lock) is removed again.
 
@@ -175,6 +177,8 @@ def _check_resumable(
                 f"{key}={new} to continue the run, or start a new one (another "
                 "run.output_dir, or --overwrite)."
             )
+        if settings is not None:
+            _check_same_layout(out, saved, settings)
     ckpts = _checkpoints(out)
     done = int(ckpts[-1].removeprefix("step_")) if ckpts else 0
     if max_steps is not None and max_steps[1] is not None and done > max_steps[1]:
@@ -184,6 +188,27 @@ def _check_resumable(
             f"than {key}={asked}: nothing is left to run. {key} counts from the start of the "
             f"run, not from the checkpoint: for {asked} more steps use "
             f"{key}={done + asked}."
+        )
+
+
+#: how a checkpoint's optimizer shards were split (the ranks check it again on loading)
+LAYOUT_SIZES = ("dp_shard", "tp", "ep", "pp")
+
+
+def _check_same_layout(out: Path, saved: Mapping[str, Any], settings: Mapping[str, Any]) -> None:
+    """Refuse, before any process starts, a resume under another dp_shard/tp/ep/pp: each
+    rank's optimizer shard fits only the layout that wrote it (an unset size is 1)."""
+
+    def sizes(tree: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: _get(tree, f"distributed.{k}") or 1 for k in LAYOUT_SIZES}
+
+    written, here = sizes(saved), sizes(settings)
+    if written != here:
+        raise ConfigError(
+            f"--resume: the checkpoints in {out} were written with distributed {written} "
+            f"and this run is {here}: resume with the same dp_shard/tp/ep/pp (the adapter "
+            "itself loads under any layout: start a new run from it with model.path / the "
+            "saved adapter)."
         )
 
 

@@ -31,12 +31,9 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from agentgym import ConfigError, UnknownNameError
-from agentgym.generation.base import RolloutEngine
 from agentgym.generation.layout import EngineLayout, Replicas
 from agentgym.generation.options import (
     ENGINE_OPTIONS,
@@ -45,6 +42,11 @@ from agentgym.generation.options import (
     VLLMEngineOptions,
     engine_options,
 )
+
+if TYPE_CHECKING:  # the launcher checks engine layouts without importing torch
+    from torch import nn
+
+    from agentgym.generation.base import RolloutEngine
 
 #: engine names accepted by :func:`make_engine`
 ENGINE_KINDS: tuple[str, ...] = tuple(ENGINE_OPTIONS)

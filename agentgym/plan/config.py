@@ -223,7 +223,7 @@ class TimingInputs:
 
 def timing_inputs(cfg: TrainConfig, gpus: int) -> TimingInputs:
     """The time model's inputs from the trainer's sections and ``plan:``."""
-    from agentgym.trainers import POLICY_LOSSES
+    from agentgym.trainers.algorithm import LOSSES
 
     settings = plan_settings(cfg)
     ws = settings.workload
@@ -242,7 +242,7 @@ def timing_inputs(cfg: TrainConfig, gpus: int) -> TimingInputs:
             "lower it or raise the cap."
         )
     algo = cfg.algorithm
-    needs_ref = algo.kl_coef > 0 or POLICY_LOSSES[algo.loss].needs_reference
+    needs_ref = algo.kl_coef > 0 or LOSSES[algo.loss].needs_reference
     critic = algo.uses_critic  # its valuation is one more forward pass over the batch
     workload = Workload(
         episodes=cfg.rollout.batch_tasks * cfg.rollout.group_size,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,8 @@ from agentgym import lazy_exports
 LAZY_PACKAGES = (
     "agentgym",
     "agentgym.trainers",
+    "agentgym.trainers.algorithm",
+    "agentgym.trainers.sft",
     "agentgym.generation",
     "agentgym.trainers.parallel",
     "agentgym.trainers.tppo",
@@ -57,6 +60,44 @@ def test_importing_the_lazy_packages_does_not_import_torch():
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+def test_config_checks_and_the_launcher_import_no_torch(tmp_path):
+    """``--print-config``, ``agentgym plan`` and the launcher of ``--nproc N`` check a
+    whole config (its sections, engine placement, the run folder) without torch: they
+    answer in a fraction of a second, and a launch pays torch only in its ranks. The
+    launch here stops at the run folder's check: a resume under another layout than the
+    one its config.yaml (written by ``--print-config``) says. (A config with
+    ``rollout.engine: vllm`` imports vLLM, and so torch, to check that this machine's vLLM
+    serves its model.)"""
+    out = tmp_path / "run"
+    (out / "checkpoints" / "step_000001").mkdir(parents=True)
+    (out / "checkpoints" / "step_000001" / "trainer_state.json").write_text("{}")
+    run = ["train", "envs=[{id: agentgym/MemoryRecall-v0}]", "model.preset=tiny-qwen2"]
+    run += [f"run.output_dir={out}", "distributed.strategy=fsdp2"]
+    commands = [
+        ["train", "configs/quickstart_dapo.yaml", "--print-config"],
+        ["sft", "configs/quickstart_sft.yaml", "--print-config"],
+        ["plan", "configs/deepseek_v3_671b_48xh100.yaml"],
+        [*run, "distributed.tp=2", "--print-config"],
+        [*run, "distributed.ep=2", "--resume", "--nproc", "2"],
+    ]
+    code = (
+        "import contextlib, io, sys\n"
+        "from agentgym.cli import main\n"
+        f"for argv in {commands!r}:\n"
+        "    printed = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(printed):\n"
+        "        rc = main(argv)\n"
+        "    assert rc == (2 if '--resume' in argv else 0), (argv, rc)\n"
+        "    assert 'torch' not in sys.modules, argv\n"
+        "    if 'distributed.tp=2' in argv:\n"
+        f"        open({str(out / 'config.yaml')!r}, 'w').write(printed.getvalue())\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resume with the same dp_shard/tp/ep/pp" in done.stderr, done.stderr[-3000:]
+
+
 @pytest.mark.parametrize("package", LAZY_PACKAGES)
 def test_every_public_name_is_listed_by_dir(package):
     module = __import__(package, fromlist=["__all__"])
@@ -64,7 +105,15 @@ def test_every_public_name_is_listed_by_dir(package):
 
 
 @pytest.mark.parametrize(
-    "package", ["agentgym", "agentgym.trainers.parallel", "agentgym.trainers.tppo", "agentgym.plan"]
+    "package",
+    [
+        "agentgym",
+        "agentgym.trainers.parallel",
+        "agentgym.trainers.tppo",
+        "agentgym.plan",
+        "agentgym.trainers.algorithm",
+        "agentgym.trainers.sft",
+    ],
 )
 def test_every_public_name_resolves(package):
     module = __import__(package, fromlist=["__all__"])

@@ -38,6 +38,29 @@ def ratios(*rs):
     return torch.log(torch.tensor([rs])).requires_grad_(True), torch.zeros(1, len(rs))
 
 
+def test_the_catalog_a_config_is_checked_against_names_each_registered_function():
+    """The config's torch-free catalog and the registries agree, name for name and need
+    for need; a function cannot register under a name the catalog lacks."""
+    from agentgym.trainers.algorithm import ESTIMATORS, LOSSES, advantage_estimator, policy_loss
+
+    assert set(ESTIMATORS) == set(ADVANTAGE_ESTIMATORS) and set(LOSSES) == set(POLICY_LOSSES)
+    for name, needs in ESTIMATORS.items():
+        spec = ADVANTAGE_ESTIMATORS[name]
+        got = (spec.needs_groups, spec.needs_values, spec.needs_critic)
+        assert got == (needs.needs_groups, needs.needs_values, needs.needs_critic), name
+    for name, needs in LOSSES.items():
+        spec = POLICY_LOSSES[name]
+        assert (spec.aggregation, spec.needs_reference) == (
+            needs.aggregation,
+            needs.needs_reference,
+        )
+    with pytest.raises(ConfigError, match=r"add it to catalog\.ESTIMATORS"):
+        advantage_estimator("mine")(lambda *a, **k: None)
+    with pytest.raises(ConfigError, match=r"add it to catalog\.LOSSES"):
+        policy_loss("mine")(lambda *a, **k: None)
+    assert "mine" not in ADVANTAGE_ESTIMATORS and "mine" not in POLICY_LOSSES
+
+
 def test_every_loss_and_estimator_is_registered_with_its_aggregation():
     assert set(POLICY_LOSSES) == {"dapo", "grpo", "ppo", "gspo", "cispo", "reinforce", "apo"}
     assert set(ADVANTAGE_ESTIMATORS) == {

@@ -199,7 +199,7 @@ def test_a_critic_on_the_mesh_resumes(tmp_path, tmp_path_factory, toy_envs_regis
 def test_parallel_resume_continues_like_an_uninterrupted_run(tmp_path, single_run):
     """Step 1 under tp=2, then ``--resume`` with the same layout: the per-rank optimizer
     shards and the whole adapter are put back, and step 2 is the uninterrupted one's.
-    Resuming under another layout of the same size is refused."""
+    Resuming under another layout of the same size is refused at start-up."""
     out = tmp_path / "run"
     args = _args(out, *_layout(tp=2))
     _train_cli([*args, "run.max_steps=1"], 2)
@@ -208,10 +208,13 @@ def test_parallel_resume_continues_like_an_uninterrupted_run(tmp_path, single_ru
     proc = _train_cli(args, 2, "--resume")
     assert "resumed from" in proc.stdout
     _assert_same_as_single(out, single_run, 2)
-    # the same number of processes under another layout: refused, saying why
+    # the same number of processes under another layout: refused by the launcher, before
+    # any rank starts, saying why
     other = _args(out, *_layout(ep=2), "run.max_steps=3")
     proc = _train_cli(other, 2, "--resume", expect_ok=False)
-    assert "resume with the same dp_shard/tp/ep/pp" in proc.stdout + proc.stderr
+    assert "--resume: the checkpoints in" in proc.stderr, proc.stderr[-3000:]
+    assert "resume with the same dp_shard/tp/ep/pp" in proc.stderr
+    assert "launching" not in proc.stdout + proc.stderr
 
 
 @pytest.mark.slow

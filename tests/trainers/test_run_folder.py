@@ -145,6 +145,27 @@ def test_the_rules_as_functions(tmp_path):
     assert not clean_failed_start(kept, existed=False) and kept.exists()
 
 
+def test_a_resume_under_another_layout_is_refused_before_any_process_starts(tmp_path):
+    """Each rank's optimizer shard fits only the dp_shard/tp/ep/pp that wrote it: the
+    launcher refuses another layout (the ranks would, after a whole start-up); an unset
+    size is 1, and the same layout resumes."""
+    out = tmp_path / "r"
+    ckpt = out / "checkpoints" / "step_000001"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text("{}")
+    saved = {"run": {}, "rollout": {}, "distributed": {"strategy": "fsdp2", "tp": 2, "ep": 1}}
+    (out / "config.yaml").write_text(json.dumps(saved))
+
+    def resume(**sizes: int) -> bool:
+        settings = {"run": {}, "rollout": {}, "distributed": {"strategy": "fsdp2", **sizes}}
+        return prepare_run_folder(out, command="train", resume=True, settings=settings)
+
+    assert resume(tp=2) and resume(tp=2, pp=1)
+    with pytest.raises(ConfigError, match="resume with the same dp_shard/tp/ep/pp") as e:
+        resume(ep=2)
+    assert "'tp': 2" in str(e.value) and "'ep': 2" in str(e.value)
+
+
 def test_a_layout_that_does_not_fit_the_processes_is_said_once_before_anything_starts(tmp_path):
     out = tmp_path / "run"
     r = cli(

@@ -9,6 +9,8 @@ current, the sampling and the reference policy; ``mask`` is 1 on tokens the poli
 (the ones trained on), 0 on prompt, environment text and padding.
 
 * :mod:`.config`: the ``algorithm`` section of a trainer config (:class:`AlgorithmConfig`);
+* :mod:`.catalog`: the estimators' and losses' names and what each needs, without torch
+  (what a config is checked against before any process imports torch);
 * :mod:`.advantages`: estimators by name (:data:`ADVANTAGE_ESTIMATORS`: ``grpo``,
   ``drgrpo``, ``rloo``, ``reinforce++``, ``apo``, ``apo_group``) and A*PO's
   :func:`optimal_value`;
@@ -28,100 +30,60 @@ Which loss and estimator to use when: docs/trainer.md ("Losses and estimators").
 
 from __future__ import annotations
 
-from agentgym.trainers.algorithm.advantages import (
-    ADVANTAGE_ESTIMATORS,
-    EstimatorSpec,
-    advantage_estimator,
-    estimator_spec,
-    group_advantages,
-    optimal_value,
-)
-from agentgym.trainers.algorithm.config import AlgorithmConfig
-from agentgym.trainers.algorithm.correction import (
-    TIS_MODES,
-    importance_weights,
-    mismatch_stats,
-)
-from agentgym.trainers.algorithm.groups import group_stats
-from agentgym.trainers.algorithm.losses import (
-    POLICY_LOSSES,
-    SEQ_MEAN,
-    SEQ_MEAN_TOKEN_MEAN,
-    TOKEN_MEAN,
-    LossSpec,
-    LossTerms,
-    aggregate,
-    apo_policy_loss,
-    cispo_policy_loss,
-    dapo_policy_loss,
-    grpo_policy_loss,
-    gspo_policy_loss,
-    loss_spec,
-    policy_loss,
-    ppo_policy_loss,
-    reinforce_policy_loss,
-)
-from agentgym.trainers.algorithm.shaping import informative_groups, length_reward, overlong_penalty
-from agentgym.trainers.algorithm.tokens import (
-    logprobs_and_entropy,
-    masked_mean,
-    selected_logprobs,
-    token_entropy,
-)
-from agentgym.trainers.algorithm.values import (
-    decoupled_gae,
-    egae,
-    explained_variance,
-    gae,
-    last_masked,
-    length_adaptive_lambda,
-    positive_nll,
-    terminal_rewards,
-    value_loss,
-)
+from agentgym import lazy_exports
 
-__all__ = [
-    "ADVANTAGE_ESTIMATORS",
-    "POLICY_LOSSES",
-    "SEQ_MEAN",
-    "SEQ_MEAN_TOKEN_MEAN",
-    "TIS_MODES",
-    "TOKEN_MEAN",
-    "AlgorithmConfig",
-    "EstimatorSpec",
-    "LossSpec",
-    "LossTerms",
-    "advantage_estimator",
-    "aggregate",
-    "apo_policy_loss",
-    "cispo_policy_loss",
-    "dapo_policy_loss",
-    "decoupled_gae",
-    "egae",
-    "estimator_spec",
-    "explained_variance",
-    "gae",
-    "group_advantages",
-    "group_stats",
-    "grpo_policy_loss",
-    "gspo_policy_loss",
-    "importance_weights",
-    "informative_groups",
-    "last_masked",
-    "length_adaptive_lambda",
-    "length_reward",
-    "logprobs_and_entropy",
-    "loss_spec",
-    "masked_mean",
-    "mismatch_stats",
-    "optimal_value",
-    "overlong_penalty",
-    "policy_loss",
-    "positive_nll",
-    "ppo_policy_loss",
-    "reinforce_policy_loss",
-    "selected_logprobs",
-    "terminal_rewards",
-    "token_entropy",
-    "value_loss",
-]
+#: public name -> the module that defines it (imported on first use: the config and the
+#: catalog need no torch)
+_LAZY = {
+    "ADVANTAGE_ESTIMATORS": "agentgym.trainers.algorithm.advantages",
+    "EstimatorSpec": "agentgym.trainers.algorithm.advantages",
+    "advantage_estimator": "agentgym.trainers.algorithm.advantages",
+    "estimator_spec": "agentgym.trainers.algorithm.advantages",
+    "group_advantages": "agentgym.trainers.algorithm.advantages",
+    "optimal_value": "agentgym.trainers.algorithm.advantages",
+    "ESTIMATORS": "agentgym.trainers.algorithm.catalog",
+    "EstimatorNeeds": "agentgym.trainers.algorithm.catalog",
+    "LOSSES": "agentgym.trainers.algorithm.catalog",
+    "LossNeeds": "agentgym.trainers.algorithm.catalog",
+    "SEQ_MEAN": "agentgym.trainers.algorithm.catalog",
+    "SEQ_MEAN_TOKEN_MEAN": "agentgym.trainers.algorithm.catalog",
+    "TIS_MODES": "agentgym.trainers.algorithm.catalog",
+    "TOKEN_MEAN": "agentgym.trainers.algorithm.catalog",
+    "AlgorithmConfig": "agentgym.trainers.algorithm.config",
+    "importance_weights": "agentgym.trainers.algorithm.correction",
+    "mismatch_stats": "agentgym.trainers.algorithm.correction",
+    "group_stats": "agentgym.trainers.algorithm.groups",
+    "LossSpec": "agentgym.trainers.algorithm.losses",
+    "LossTerms": "agentgym.trainers.algorithm.losses",
+    "POLICY_LOSSES": "agentgym.trainers.algorithm.losses",
+    "aggregate": "agentgym.trainers.algorithm.losses",
+    "apo_policy_loss": "agentgym.trainers.algorithm.losses",
+    "cispo_policy_loss": "agentgym.trainers.algorithm.losses",
+    "dapo_policy_loss": "agentgym.trainers.algorithm.losses",
+    "grpo_policy_loss": "agentgym.trainers.algorithm.losses",
+    "gspo_policy_loss": "agentgym.trainers.algorithm.losses",
+    "loss_spec": "agentgym.trainers.algorithm.losses",
+    "policy_loss": "agentgym.trainers.algorithm.losses",
+    "ppo_policy_loss": "agentgym.trainers.algorithm.losses",
+    "reinforce_policy_loss": "agentgym.trainers.algorithm.losses",
+    "informative_groups": "agentgym.trainers.algorithm.shaping",
+    "length_reward": "agentgym.trainers.algorithm.shaping",
+    "overlong_penalty": "agentgym.trainers.algorithm.shaping",
+    "logprobs_and_entropy": "agentgym.trainers.algorithm.tokens",
+    "masked_mean": "agentgym.trainers.algorithm.tokens",
+    "selected_logprobs": "agentgym.trainers.algorithm.tokens",
+    "token_entropy": "agentgym.trainers.algorithm.tokens",
+    "decoupled_gae": "agentgym.trainers.algorithm.values",
+    "egae": "agentgym.trainers.algorithm.values",
+    "explained_variance": "agentgym.trainers.algorithm.values",
+    "gae": "agentgym.trainers.algorithm.values",
+    "last_masked": "agentgym.trainers.algorithm.values",
+    "length_adaptive_lambda": "agentgym.trainers.algorithm.values",
+    "positive_nll": "agentgym.trainers.algorithm.values",
+    "terminal_rewards": "agentgym.trainers.algorithm.values",
+    "value_loss": "agentgym.trainers.algorithm.values",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+
+__all__ = sorted(_LAZY)

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from agentgym import ConfigError, UnknownNameError
+from agentgym.trainers.algorithm.catalog import ESTIMATORS
 from agentgym.trainers.algorithm.groups import group_max, group_stats
 
 Estimator = Callable[..., Tensor]
@@ -56,15 +57,19 @@ class EstimatorSpec:
 ADVANTAGE_ESTIMATORS: dict[str, EstimatorSpec] = {}
 
 
-def advantage_estimator(
-    name: str, *, needs_groups: bool = True, needs_values: bool = False, needs_critic: bool = False
-) -> Callable[[Estimator], Estimator]:
-    """Register ``fn`` as the estimator ``name`` (a decorator)."""
+def advantage_estimator(name: str) -> Callable[[Estimator], Estimator]:
+    """Register ``fn`` as the estimator ``name`` of :data:`.catalog.ESTIMATORS` (a
+    decorator): what it needs comes from there."""
 
     def register(fn: Estimator) -> Estimator:
         if name in ADVANTAGE_ESTIMATORS:
             raise ConfigError(f"advantage estimator {name!r} is registered twice.")
-        ADVANTAGE_ESTIMATORS[name] = EstimatorSpec(fn, needs_groups, needs_values, needs_critic)
+        if name not in ESTIMATORS:
+            raise ConfigError(f"advantage estimator {name!r}: add it to catalog.ESTIMATORS first.")
+        needs = ESTIMATORS[name]
+        ADVANTAGE_ESTIMATORS[name] = EstimatorSpec(
+            fn, needs.needs_groups, needs.needs_values, needs.needs_critic
+        )
         return fn
 
     return register
@@ -148,7 +153,7 @@ def rloo(r: Tensor, group_ids: Tensor, **_: object) -> Tensor:
     return _only_groups((r - mean) * size / (size - 1).clamp(min=1), size)
 
 
-@advantage_estimator("reinforce++", needs_groups=False)
+@advantage_estimator("reinforce++")
 def reinforce_pp(r: Tensor, group_ids: Tensor, *, eps: float, **_: object) -> Tensor:
     """Batch-normalised REINFORCE: ``(r - mean_batch) / (std_batch + eps)``.
 
@@ -162,7 +167,7 @@ def reinforce_pp(r: Tensor, group_ids: Tensor, *, eps: float, **_: object) -> Te
     return centred / (centred.pow(2).mean().sqrt() + eps)
 
 
-@advantage_estimator("apo", needs_groups=False, needs_values=True)
+@advantage_estimator("apo")
 def apo(r: Tensor, group_ids: Tensor, *, values: Tensor | None = None, **_: object) -> Tensor:
     """A*PO: ``r - V*(x)``, with ``V*`` estimated offline (:func:`optimal_value`)."""
     assert values is not None  # checked by group_advantages
@@ -176,7 +181,7 @@ def apo_group(r: Tensor, group_ids: Tensor, **_: object) -> Tensor:
     return _only_groups(r - group_max(r, group_ids), size)
 
 
-@advantage_estimator("gae", needs_groups=False, needs_critic=True)
+@advantage_estimator("gae")
 def gae_from_critic(r: Tensor, group_ids: Tensor, **_: object) -> Tensor:
     """GAE: per token, from the critic's values (:func:`~.values.gae`); the learner
     computes it once the critic has valued the batch, so there is no per-episode value."""

@@ -7,9 +7,7 @@ from dataclasses import dataclass, field
 
 from agentgym import ConfigError, UnknownNameError
 from agentgym import config_check as _check
-from agentgym.trainers.algorithm.advantages import ADVANTAGE_ESTIMATORS
-from agentgym.trainers.algorithm.correction import TIS_MODES
-from agentgym.trainers.algorithm.losses import POLICY_LOSSES
+from agentgym.trainers.algorithm.catalog import ESTIMATORS, LOSSES, TIS_MODES
 
 
 @dataclass
@@ -36,7 +34,7 @@ class AlgorithmConfig:
             config may tune.
         loss: the policy loss by name (``dapo``, ``grpo``, ``ppo``, ``gspo``, ``cispo``,
             ``reinforce``, ``apo``; see docs/trainer.md's table and
-            :data:`~agentgym.trainers.algorithm.POLICY_LOSSES`).
+            :data:`~agentgym.trainers.algorithm.catalog.LOSSES`).
         advantage: the estimator by name (``grpo``, DAPO's; ``drgrpo``, ``rloo``,
             ``reinforce++``, ``apo``, ``apo_group``).
         normalize_std: divide ``grpo`` advantages by the group std.
@@ -138,10 +136,10 @@ class AlgorithmConfig:
 
     def __post_init__(self) -> None:
         self._apply_preset()
-        if self.advantage not in ADVANTAGE_ESTIMATORS:
-            raise UnknownNameError("algorithm.advantage", self.advantage, ADVANTAGE_ESTIMATORS)
-        if self.loss not in POLICY_LOSSES:
-            raise UnknownNameError("algorithm.loss", self.loss, POLICY_LOSSES)
+        if self.advantage not in ESTIMATORS:
+            raise UnknownNameError("algorithm.advantage", self.advantage, ESTIMATORS)
+        if self.loss not in LOSSES:
+            raise UnknownNameError("algorithm.loss", self.loss, LOSSES)
         if self.tis not in TIS_MODES:
             raise UnknownNameError("algorithm.tis", self.tis, TIS_MODES)
         _check(self.clip_c > 1, f"algorithm.clip_c must be > 1, got {self.clip_c}.")
@@ -177,7 +175,7 @@ class AlgorithmConfig:
     @property
     def uses_critic(self) -> bool:
         """Whether the advantages come from a critic (the ``critic`` section is used)."""
-        return ADVANTAGE_ESTIMATORS[self.advantage].needs_critic
+        return ESTIMATORS[self.advantage].needs_critic
 
     def _apply_preset(self) -> None:
         """Set the fields ``name``'s preset governs that were left at their defaults."""

@@ -20,8 +20,7 @@ import torch
 from torch import Tensor
 
 from agentgym import UnknownNameError
-
-TIS_MODES = ("off", "token", "sequence", "mask")
+from agentgym.trainers.algorithm.catalog import TIS_MODES
 
 
 def mismatch_stats(learner_logp: Tensor, engine_logp: Tensor, known: Tensor) -> dict[str, Tensor]:

@@ -42,10 +42,11 @@ import torch
 from torch import Tensor
 
 from agentgym import ConfigError, UnknownNameError
-
-TOKEN_MEAN = "token-mean"
-SEQ_MEAN_TOKEN_MEAN = "seq-mean-token-mean"
-SEQ_MEAN = "seq-mean"
+from agentgym.trainers.algorithm.catalog import (
+    LOSSES,
+    SEQ_MEAN_TOKEN_MEAN,
+    TOKEN_MEAN,
+)
 
 
 @dataclass(frozen=True)
@@ -93,15 +94,17 @@ class LossSpec:
 POLICY_LOSSES: dict[str, LossSpec] = {}
 
 
-def policy_loss(
-    name: str, *, aggregation: str = TOKEN_MEAN, needs_reference: bool = False
-) -> Callable[[PolicyLoss], PolicyLoss]:
-    """Register ``fn`` as the loss ``name`` (a decorator)."""
+def policy_loss(name: str) -> Callable[[PolicyLoss], PolicyLoss]:
+    """Register ``fn`` as the loss ``name`` of :data:`.catalog.LOSSES` (a decorator): its
+    aggregation and whether it needs the reference come from there."""
 
     def register(fn: PolicyLoss) -> PolicyLoss:
         if name in POLICY_LOSSES:
             raise ConfigError(f"policy loss {name!r} is registered twice.")
-        POLICY_LOSSES[name] = LossSpec(fn, aggregation, needs_reference)
+        if name not in LOSSES:
+            raise ConfigError(f"policy loss {name!r}: add it to catalog.LOSSES first.")
+        needs = LOSSES[name]
+        POLICY_LOSSES[name] = LossSpec(fn, needs.aggregation, needs.needs_reference)
         return fn
 
     return register
@@ -245,7 +248,7 @@ def dapo_policy_loss(
     )
 
 
-@policy_loss("grpo", aggregation=SEQ_MEAN_TOKEN_MEAN)
+@policy_loss("grpo")
 def grpo_policy_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -343,7 +346,7 @@ def ppo_policy_loss(
     )
 
 
-@policy_loss("gspo", aggregation=SEQ_MEAN_TOKEN_MEAN)
+@policy_loss("gspo")
 def gspo_policy_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -473,7 +476,7 @@ def reinforce_policy_loss(
     )
 
 
-@policy_loss("apo", aggregation=SEQ_MEAN, needs_reference=True)
+@policy_loss("apo")
 def apo_policy_loss(
     logp: Tensor,
     old_logp: Tensor,

@@ -19,31 +19,26 @@ checkpoint.
 
 from __future__ import annotations
 
-from agentgym.trainers.sft.config import SFTConfig, SFTData, SFTTrain
-from agentgym.trainers.sft.data import Example, collect_examples, drop_lines, example_corpus
-from agentgym.trainers.sft.train import (
-    SFTLoss,
-    batch_loss,
-    batch_stream,
-    build_model_and_examples,
-    epoch_batches,
-    run_sft,
-    sft_step,
-)
+from agentgym import lazy_exports
 
-__all__ = [
-    "Example",
-    "SFTConfig",
-    "SFTData",
-    "SFTLoss",
-    "SFTTrain",
-    "batch_loss",
-    "batch_stream",
-    "build_model_and_examples",
-    "collect_examples",
-    "drop_lines",
-    "epoch_batches",
-    "example_corpus",
-    "run_sft",
-    "sft_step",
-]
+#: public name -> the module that defines it (imported on first use: the config needs no torch)
+_LAZY = {
+    "SFTConfig": "agentgym.trainers.sft.config",
+    "SFTData": "agentgym.trainers.sft.config",
+    "SFTTrain": "agentgym.trainers.sft.config",
+    "Example": "agentgym.trainers.sft.data",
+    "collect_examples": "agentgym.trainers.sft.data",
+    "drop_lines": "agentgym.trainers.sft.data",
+    "example_corpus": "agentgym.trainers.sft.data",
+    "SFTLoss": "agentgym.trainers.sft.train",
+    "batch_loss": "agentgym.trainers.sft.train",
+    "batch_stream": "agentgym.trainers.sft.train",
+    "build_model_and_examples": "agentgym.trainers.sft.train",
+    "epoch_batches": "agentgym.trainers.sft.train",
+    "run_sft": "agentgym.trainers.sft.train",
+    "sft_step": "agentgym.trainers.sft.train",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+
+__all__ = sorted(_LAZY)
