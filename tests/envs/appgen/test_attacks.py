@@ -14,7 +14,7 @@ projects pass well within it; the full-stack task keeps its own limits, as start
 takes longer, but its page waits last 2 s, not 10: no project graded here serves its page,
 so the page tests fail either way), and the costly attacks (a stalled process costs each
 test its whole time limit, an exhausted resource seconds, whatever the task) run on two
-families. Also here: what the project's process can find of the hidden tests at grading
+families; the stalling ones (:data:`STALLS`: waiting, not work) are graded side by side. Also here: what the project's process can find of the hidden tests at grading
 time, and what an agent's ``<run>`` commands can find during the episode.
 
 The attacks of issue 30 (:mod:`.attacks_paths`) each score 0, and why each is closed:
@@ -169,25 +169,61 @@ def passed_tests(result: GradeResult) -> set[str]:
 #: each) and starts their sandbox once instead of once per worker
 SLOW_FAMILIES = ("full-stack",)
 SLOW_CASES = [pytest.mark.slow, pytest.mark.xdist_group("appgen_attacks_slow")]
+#: costly attacks whose cost is waiting, not work: the project's process stalls, and each
+#: hidden test waits out its time limit (~20 s a grading, no CPU). Their gradings run side
+#: by side, each in a sandbox of its own, from the first of their cases on one worker.
+STALLS = ("signal handlers and timers", "hang at import", "modules the runner uses patched")
+STALL_CASES = [pytest.mark.xdist_group("appgen_attack_stalls")]
+
+
+def _marks(family: str, attack: Attack) -> list:
+    if family in SLOW_FAMILIES:
+        return SLOW_CASES
+    return STALL_CASES if attack.name in STALLS else []
+
+
 CASES = [
-    pytest.param(
-        family,
-        attack,
-        id=f"{family}-{attack.name}",
-        marks=SLOW_CASES if family in SLOW_FAMILIES else [],
-    )
+    pytest.param(family, attack, id=f"{family}-{attack.name}", marks=_marks(family, attack))
     for attack in ATTACKS
     for family in FAMILIES
     if not attack.costly or family in COSTLY_FAMILIES
 ]
 
 
-@pytest.mark.parametrize("family, attack", CASES)
-def test_attack_scores_no_more_than_the_honest_project(pool, family: str, attack: Attack):
-    honest = _honest(family, attack.base, pool)
+def _rigged(family: str, attack: Attack) -> tuple[AppTask, dict[str, bytes]]:
     task = fast_task(family)
-    rigged = attack.build(task, base_files(family, attack.base))
-    result = run_grade(pool, task, rigged)
+    return task, attack.build(task, base_files(family, attack.base))
+
+
+@pytest.fixture(scope="module")
+def stalls():
+    """The stalling attacks' gradings, started together: (family, attack name) -> future."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agentgym.sandbox import SandboxPool
+
+    cases = [(f, a) for a in ATTACKS if a.name in STALLS for f in COSTLY_FAMILIES]
+    assert len(cases) == 2 * len(STALLS)  # each name is an attack's, and a costly one
+
+    def one(family: str, attack: Attack) -> GradeResult:
+        task, rigged = _rigged(family, attack)
+        with own.sandbox() as sb:
+            return grade(task, rigged, sb)
+
+    with (
+        SandboxPool(size=len(cases), backend="docker", timeout=120) as own,
+        ThreadPoolExecutor(len(cases)) as workers,
+    ):
+        yield {(f, a.name): workers.submit(one, f, a) for f, a in cases}
+
+
+@pytest.mark.parametrize("family, attack", CASES)
+def test_attack_scores_no_more_than_the_honest_project(request, pool, family: str, attack: Attack):
+    honest = _honest(family, attack.base, pool)
+    if attack.name in STALLS:
+        result = request.getfixturevalue("stalls")[family, attack.name].result()
+    else:
+        result = run_grade(pool, *_rigged(family, attack))
     assert result.score <= honest.score, (attack.name, result.per_test, result.errors)
     assert passed_tests(result) <= passed_tests(honest), (attack.name, result.per_test)
     assert not result.timed_out, (attack.name, result.errors)
