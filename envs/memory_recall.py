@@ -45,7 +45,8 @@ class MemoryRecallEnv(ConversationEnv):
     Terminal only: the share of asked lockers whose code is answered correctly. Each
     locker counts once, by the first code given for it; a locker answered with two
     different codes counts as wrong. ``reward_breakdown``: ``correct``, ``asked``,
-    ``answers`` (locker -> given or None), ``expected``, ``format_ok``.
+    ``answers`` (locker -> given or None), ``expected``, ``parts`` (locker -> the part,
+    from 1, that showed it), ``format_ok``.
 
     ## Episode end
     Terminated after the answer to the question. Truncated at ``max_turns`` (default:
@@ -219,6 +220,12 @@ class MemoryRecallEnv(ConversationEnv):
             "asked": len(self._asked),
             "answers": {str(k): given[k] for k in self._asked},
             "expected": {str(k): self._codes[k] for k in self._asked},
+            "parts": {
+                str(lk): i + 1
+                for i, part in enumerate(self._parts)
+                for lk, _ in part
+                if lk in given
+            },
             "format_ok": any(v is not None for v in given.values()),
         }
 

@@ -407,7 +407,9 @@ class DAPOTrainer:
         )
 
     # ------------------------------------------------------------------ the run
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, episodes: list[Any] | None = None) -> dict[str, float]:
+        """Held-out evaluation's metrics (``eval/...``); ``episodes``, when given, gets
+        every episode played (all envs, all ranks' shares), for a caller's own measures."""
         e = self.cfg.eval
         sampling = SamplingParams(
             max_tokens=e.max_tokens or self.cfg.rollout.max_tokens,
@@ -443,6 +445,8 @@ class DAPOTrainer:
                 sorted((ep for part in parts for ep in part[i]), key=lambda ep: ep.seed)
                 for i in range(len(per_env))
             ]
+        if episodes is not None:
+            episodes.extend(ep for eps in per_env for ep in eps)
         return eval_metrics(self.env_ids, per_env)
 
     def adapter_digest(self) -> str:

@@ -228,17 +228,33 @@ def _evaluate(trainer: Any, step: int) -> dict[str, float]:
     sampled_t = e.temperature
     sampled = trainer.evaluate()
     e.temperature = 0.0
+    episodes: list[Any] = []
     try:
-        greedy = trainer.evaluate()
+        greedy = trainer.evaluate(episodes)
     finally:
         e.temperature = sampled_t
     return {
         "step": step,
         "sampled": sampled["eval/reward"],
         "greedy": greedy["eval/reward"],
+        "greedy_by_part": recall_by_part(episodes),
         "working_context": sampled["eval/working_context_mean"],
         "greedy_working_context": greedy["eval/working_context_mean"],
     }
+
+
+def recall_by_part(episodes: Sequence[Any]) -> list[float | None]:
+    """Recall by where the asked code was shown: entry ``p`` is the share of asked codes
+    shown in part ``p + 1`` that the episodes answered right (None: no asked code there).
+    Where a format loses codes shows here: a summary that keeps only the first part's
+    code, say, recalls part 1 and nothing after it."""
+    right: dict[int, list[bool]] = {}
+    for ep in episodes:
+        b = ep.reward_breakdown
+        for locker, part in b.get("parts", {}).items():
+            right.setdefault(part, []).append(b["answers"].get(locker) == b["expected"][locker])
+    parts = max(right, default=0)
+    return [sum(right[p]) / len(right[p]) if right.get(p) else None for p in range(1, parts + 1)]
 
 
 def _step_row(step: int, m: dict[str, Any], wall: float) -> dict[str, float]:
@@ -321,6 +337,9 @@ def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, A
                 e["working_context"] for r in runs for e in r["evals"]
             ),
         }
+        if all("greedy_by_part" in r["evals"][0] for r in runs):  # (runs of earlier code: not)
+            row["start_greedy_by_part"] = _mean_parts([r["evals"][0] for r in runs])
+            row["final_greedy_by_part"] = _mean_parts([r["evals"][-1] for r in runs])
         for name, other in (("reference", REFERENCE), ("baseline", BASELINE)):
             if other in finals:
                 target = finals[other]
@@ -328,6 +347,17 @@ def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, A
                 row[f"steps_to_{name}"] = first_reach(sampled, "sampled", target)
         rows[arm] = row
     return rows
+
+
+def _mean_parts(evals: Sequence[dict[str, Any]]) -> list[float | None]:
+    """The seed mean of :func:`recall_by_part`'s lists, part by part."""
+    width = max(len(e["greedy_by_part"]) for e in evals)
+    out: list[float | None] = []
+    for p in range(width):
+        vals = [e["greedy_by_part"][p] for e in evals if p < len(e["greedy_by_part"])]
+        vals = [v for v in vals if v is not None]
+        out.append(statistics.mean(vals) if vals else None)
+    return out
 
 
 # ----------------------------------------------------------------------------- report
@@ -352,6 +382,19 @@ def table(rows: dict[str, dict[str, Any]], max_steps: int) -> str:
             f"{r['generated_tokens_per_step']:.0f} / {r['trained_tokens_per_step']:.0f} | "
             f"{r['wall_s_per_step']:.1f} |"
         )
+    parted = {arm: r for arm, r in rows.items() if "final_greedy_by_part" in r}
+    if parted:
+        lines += [
+            "",
+            "| arm | greedy recall of the codes shown in part 1 / 2 / ...: start -> end |",
+        ]
+        lines.append("|---|---|")
+        for arm, r in parted.items():
+            start, end = (
+                " / ".join("-" if v is None else f"{v:.0%}" for v in r[key])
+                for key in ("start_greedy_by_part", "final_greedy_by_part")
+            )
+            lines.append(f"| {arm} | {start} -> {end} |")
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -17,7 +18,9 @@ from agentgym.benchmarks.perf.seed_claim import (
     collapses,
     first_reach,
     format_envs,
+    recall_by_part,
     summarise,
+    table,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,6 +45,7 @@ def test_the_smoke_form_runs_every_arm_to_the_table_and_the_plot(tmp_path):
         assert [e["step"] for e in run["evals"]] == [0, 1, 2]
         assert [s["step"] for s in run["steps"]] == [1, 2]
         assert all(0 <= e["sampled"] <= 1 and 0 <= e["greedy"] <= 1 for e in run["evals"])
+        assert all(len(e["greedy_by_part"]) == 4 for e in run["evals"])  # 4 parts, 2 asked
         assert all(s["episodes"] > 0 and s["wall_s"] > 0 for s in run["steps"])
     rows = rec["rows"]
     # one conversation holds the whole document: its prompts outgrow the summaries' and
@@ -52,6 +56,7 @@ def test_the_smoke_form_runs_every_arm_to_the_table_and_the_plot(tmp_path):
     assert "name: grpo" in cfg and "memory: false" in cfg
     table = (out / "table.md").read_text()
     assert all(f"| {arm} |" in table for arm in ARMS) and "steps to summary-dapo" in table
+    assert "codes shown in part 1 / 2" in table
     assert (out / "recall.png").read_bytes()[:4] == b"\x89PNG"
     # a second run reuses the warm start and every arm: it only summarises again
     again = subprocess.run(
@@ -122,3 +127,48 @@ def test_steps_to_reach_and_the_summary_of_two_arms():
     assert ref["reward_step_std"] == pytest.approx(0.0) and base[
         "reward_step_std"
     ] == pytest.approx(0.1)
+
+
+def test_recall_by_part_counts_each_asked_code_where_it_was_shown():
+    """From the env's own breakdown: MemoryRecall says which part showed each asked
+    locker; a code answered right counts for its part."""
+    import gymnasium as gym
+
+    import agentgym  # noqa: F401 - registers the envs
+
+    kwargs = format_envs("summary")[0]["kwargs"]
+    env = gym.make("agentgym/MemoryRecall-v0", **{**kwargs, "memory": False})
+    obs, _ = env.reset(seed=3)
+    done = False
+    while not done:
+        obs, reward, term, trunc, info = env.step(env.unwrapped.oracle_action(obs))
+        done = term or trunc
+    b = info["reward_breakdown"]
+    assert reward == 1.0 and sorted(b["parts"]) == sorted(b["expected"])
+    for locker, part in b["parts"].items():  # the part that showed it says so
+        assert f"locker {locker}: {b['expected'][locker]}" in env.unwrapped._part_text(part - 1)
+    env.close()
+
+    def ep(parts: dict, right: set) -> SimpleNamespace:
+        expected = {k: "1234" for k in parts}
+        answers = {k: ("1234" if k in right else "9999") for k in parts}
+        return SimpleNamespace(
+            reward_breakdown={"parts": parts, "expected": expected, "answers": answers}
+        )
+
+    episodes = [ep({"1": 1, "2": 3}, {"1"}), ep({"3": 1, "4": 4}, {"3", "4"})]
+    assert recall_by_part(episodes) == [1.0, None, 0.0, 1.0]
+    assert recall_by_part([]) == []
+    rows = {
+        "summary-dapo": {
+            **dict.fromkeys(("working_context", "reward_step_std", "wall_s_per_step"), 1.0),
+            **dict.fromkeys(("start_sampled", "final_sampled", "start_greedy"), 0.1),
+            "final_greedy": 0.2,
+            "collapses": 0,
+            "generated_tokens_per_step": 1.0,
+            "trained_tokens_per_step": 1.0,
+            "start_greedy_by_part": [0.8, 0.0, None],
+            "final_greedy_by_part": [0.9, 0.25, None],
+        }
+    }
+    assert "| summary-dapo | 80% / 0% / - -> 90% / 25% / - |" in table(rows, 40)
