@@ -30,7 +30,9 @@ for; DAPO's dynamic sampling generates more episodes per step than GRPO (the tab
 gives the tokens generated per step next to the steps).
 
 Measured per arm and seed: held-out recall every ``eval_every`` steps, sampled at
-temperature 1 (the policy being trained) and greedy; the training reward of every step
+temperature 1 (the policy being trained) and greedy, and greedy recall by the part that
+showed each asked code (:func:`recall_by_part`: a policy that keeps one position's code
+whatever is asked shows as one part near 100% and the others near 0); the training reward of every step
 (temperature 1, every episode the step played); tokens generated and trained, and wall
 seconds, per step; the working context (each episode's largest prompt, averaged). From
 these: the steps each arm needs to reach the summary-DAPO arm's final recall (and the
