@@ -101,6 +101,11 @@ from agentgym.sandbox.limits import SandboxLimits
 
 log = logging.getLogger("agentgym.sandbox")
 
+#: how long a container that a SIGKILL-ed command leaves looking alive is looked at again
+#: before the kill counts as the command's own (an OOM kill, ``kill -9``): the engine
+#: records a killed container's state a moment after its processes died
+KILLED_SETTLE_S = 1.0
+
 __all__ = ["DockerSandbox"]
 
 
@@ -463,7 +468,10 @@ class DockerSandbox(Sandbox):
         if end.broken is not None:
             self._broken = end.broken
         if end.exit_code != 0:
-            self._check_alive()
+            # a command ended by a SIGKILL not the host's (or with no exit code) may be the
+            # container's death that the engine's state does not show yet: a moment for it
+            killed = end.exit_code in (137, -1) and not end.host_killed
+            self._check_alive(settle_s=KILLED_SETTLE_S if killed else 0.0)
         return end
 
     def _not_running(self) -> str | None:
@@ -477,24 +485,32 @@ class DockerSandbox(Sandbox):
             return None
         return f"its state is {state.get('Status')!r}"
 
-    def _check_alive(self) -> None:
+    def _check_alive(self, settle_s: float = 0.0) -> None:
         """Raise :class:`ContainerGoneError` if the container is no longer running (a
-        failed exec may be the container's death, not the command's exit)."""
+        failed exec may be the container's death, not the command's exit). ``settle_s``:
+        how long a container that still looks alive is looked at again (the engine records
+        a killed container's state a moment after its processes died: on a busy machine,
+        after the exec's own end)."""
         if self._closed:
             return  # closed by its holder meanwhile: run() says so
         from docker.errors import NotFound
 
-        try:
-            state = self._api.inspect_container(self.container_id)["State"]
-        except NotFound as e:
-            state, why = None, f"it was removed ({e})"
-        except engine_errors() as e:
-            self._broken = "the Docker engine stopped answering"
-            raise unreachable(self.name, e) from e
-        else:
+        until = time.monotonic() + settle_s
+        while True:
+            try:
+                state = self._api.inspect_container(self.container_id)["State"]
+            except NotFound as e:
+                state, why = None, f"it was removed ({e})"
+                break
+            except engine_errors() as e:
+                self._broken = "the Docker engine stopped answering"
+                raise unreachable(self.name, e) from e
             why = f"its state is {state.get('Status')!r}, exit code {state.get('ExitCode')}"
-            if _running(state):
+            if not _running(state):
+                break
+            if time.monotonic() >= until:
                 return
+            time.sleep(0.1)
         self._broken = f"the container died: {why}"
         raise ContainerGoneError(
             f"Sandbox container {self.name} died under a command ({why}): it was killed or "

@@ -36,6 +36,29 @@ def test_container_killed_mid_command_raises_sandbox_died():
             sb.run("true")
 
 
+def test_a_killed_container_whose_state_lags_is_still_found_dead():
+    """On a busy machine the engine records a killed container's state after the exec's
+    own end (exit 137): the first look still says "running". The sandbox looks again for
+    a moment (``KILLED_SETTLE_S``) before taking 137 for the command's own exit."""
+    api = docker_client().api
+    with open_sandbox("docker") as sb:
+        real, looks = sb._api.inspect_container, []
+
+        def lagging(container_id):  # the first look after the kill: the state before it
+            info = real(container_id)
+            looks.append(info["State"]["Status"])
+            if len(looks) == 1:
+                info = {**info, "State": {**info["State"], "Running": True, "Status": "running"}}
+            return info
+
+        threading.Timer(1.0, lambda: api.kill(sb.container_id)).start()
+        sb._api.inspect_container = lagging
+        with pytest.raises(InfraError, match="died") as info:
+            sb.run("sleep 20", timeout=30)
+        assert info.value.reason == "sandbox_died" and len(looks) >= 2, looks
+        sb._api.inspect_container = real
+
+
 def test_a_container_paused_under_a_command_is_found_by_the_liveness_check(monkeypatch):
     """``docker pause`` freezes the command without ending its output: the liveness check
     (every LIVENESS_S of silence) finds it, where the command's deadline (here 600 s)
