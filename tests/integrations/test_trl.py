@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from installed import require
 
-pytest.importorskip("trl", reason="pip install 'agentgym[trl]'")
-pytest.importorskip("datasets", reason="pip install 'agentgym[trl]'")
+require("trl", reason="pip install 'agentgym[trl]'")
+require("datasets", reason="pip install 'agentgym[trl]'")
 
 TINY = {
     "hidden_size": 32,

