@@ -11,7 +11,7 @@ honest project fails. The issue's own attack runs on every built-in task.
 
 To keep hangs cheap the library tasks are graded with ``test_timeout = 2`` (the honest
 projects pass well within it; the full-stack task keeps its own limits, as starting Chromium
-takes longer, but its page waits last 2 s, not 10: no project graded here serves its page,
+takes longer, but its page waits last 1 s, not 10: no project graded here serves its page,
 so the page tests fail either way), and the costly attacks (a stalled process costs each
 test its whole time limit, an exhausted resource seconds, whatever the task) run on two
 families; the stalling ones (:data:`STALLS`: waiting, not work) are graded side by side. Also here: what the project's process can find of the hidden tests at grading
@@ -84,7 +84,7 @@ FILE_TASKS = (
 _TASK_DIRS: dict[str, object] = {}
 #: the full-stack task's page waits (10 s by default): the projects graded here serve no
 #: page (the partial one has no static files), so each page test that waits waits this long
-PAGE_WAIT = 2
+PAGE_WAIT = 1
 
 
 @pytest.fixture(scope="module", autouse=True)
