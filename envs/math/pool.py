@@ -81,7 +81,28 @@ COSTLY_CPU_SHARE = 1 / 2
 STARVED_WALL_FACTOR = 4.0
 #: How often a starved check's CPU time is read while it is given more time.
 _STARVED_POLL_S = 0.05
+#: Longest wait at shutdown for the zygote to kill and collect its workers; then it is
+#: killed, and its workers die with it (``PR_SET_PDEATHSIG``), awaited as long again.
+STOP_TIMEOUT_S = 5.0
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _running(pid: int) -> bool:
+    """A process with this pid exists and is not a zombie (a killed worker whose zygote is
+    gone waits, dead, for init to collect it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _await_exit(pids: set[int], timeout_s: float) -> None:
+    """Wait until none of ``pids`` runs, at most ``timeout_s`` (a pid reused meanwhile by
+    another process costs that wait, nothing more: nothing is sent to it)."""
+    end = time.monotonic() + timeout_s
+    while any(_running(p) for p in pids) and time.monotonic() < end:
+        time.sleep(0.02)
 
 
 class PoolError(RuntimeError):
@@ -198,6 +219,7 @@ class GradingPool:
         self._closed = False
         self._ready = False  # workers spawned (set last in start, under _lock)
         self.replaced = 0  # workers killed after a timeout or a crash (for tests/metrics)
+        self._pids: set[int] = set()  # workers forked, until shutdown sees them gone
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -273,11 +295,13 @@ class GradingPool:
             with contextlib.suppress(OSError):
                 self._ctrl.close()  # the zygote sees EOF, kills its workers and exits
             self._ctrl = None
+        pids, self._pids = self._pids, set()
         if self._zygote is not None:
             try:
-                self._zygote.wait(timeout=5)
-            except subprocess.TimeoutExpired:
+                self._zygote.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:  # a machine too busy to let it finish
                 self._kill_zygote()
+                _await_exit(pids, STOP_TIMEOUT_S)
             self._zygote = None
 
     def _kill_zygote(self) -> None:
@@ -305,6 +329,9 @@ class GradingPool:
             mine.close()
             raise PoolError("The grading zygote sent an unexpected reply.")
         pid = struct.unpack("!i", reply[1:5])[0]
+        if len(self._pids) >= 4 * self.max_size:  # a long run replaces many workers
+            self._pids = {p for p in self._pids if _running(p)}
+        self._pids.add(pid)
         return _Worker(pid, Connection(mine.detach()))
 
     def _discard(self, w: _Worker) -> None:

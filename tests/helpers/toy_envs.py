@@ -68,10 +68,24 @@ class DiesOnceEnv(CounterEnv):
         import signal
         from pathlib import Path
 
-        if self.marker and self.seed_played == self.die_on_seed and not Path(self.marker).exists():
-            Path(self.marker).write_text("died once\n")
+        if self.marker and self.seed_played == self.die_on_seed and _claim(Path(self.marker)):
             os.kill(os.getpid(), signal.SIGKILL)
         return super()._act(action)
+
+
+def _claim(marker) -> bool:
+    """Create ``marker`` unless it exists; True for the one caller that created it. Atomic
+    (O_EXCL): the group's episodes of one seed run side by side on different workers, and a
+    check-then-write let two of them die."""
+    import os
+
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write("died once\n")
+    return True
 
 
 class FailsOnSeedsEnv(CounterEnv):

@@ -59,7 +59,8 @@ def test_tampering_gains_nothing_with_docker():
     assert patched_result.per_test == honest.per_test and not patched_result.tampered
 
 
-def test_eval_cli_oracle_json():
+def test_eval_cli_oracle_json(tmp_path):
+    episodes = tmp_path / "episodes.jsonl"
     out = subprocess.run(
         [
             sys.executable,
@@ -76,6 +77,8 @@ def test_eval_cli_oracle_json():
             "--json",
             "--env-arg",
             "sandbox=docker",
+            "--out",
+            str(episodes),
         ],
         capture_output=True,
         text=True,
@@ -83,4 +86,12 @@ def test_eval_cli_oracle_json():
     )
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout.strip().splitlines()[-1])
-    assert summary["mean_reward"] == 1.0 and summary["min_conversations"] >= 2
+    # what the reference solution lost, if anything: each hidden test that did not pass
+    lost = {
+        (ep["task_id"], test): (verdict, ep["reward_breakdown"]["errors"])
+        for ep in map(json.loads, episodes.read_text().splitlines())
+        for test, verdict in ep["reward_breakdown"]["per_test"].items()
+        if verdict != "passed"
+    }
+    assert summary["mean_reward"] == 1.0, lost
+    assert summary["min_conversations"] >= 2

@@ -245,6 +245,24 @@ def test_pool_replaces_a_timed_out_worker_and_leaves_no_process_behind():
     assert not _alive(second)
 
 
+def test_a_zygote_too_slow_to_stop_is_killed_and_its_workers_are_gone_at_return(monkeypatch):
+    """On a machine too busy for the zygote to collect its workers in time, shutdown kills
+    it and still returns only once its workers are gone (they die with the zygote)."""
+    import signal
+
+    from agentgym.envs.math import pool as pool_module
+
+    monkeypatch.setattr(pool_module, "STOP_TIMEOUT_S", 0.3)
+    pool = GradingPool(size=2)
+    pool.start()
+    workers = [w.pid for w in pool._idle.queue]
+    zygote = pool._zygote
+    os.kill(zygote.pid, signal.SIGSTOP)  # the zygote cannot answer the end of its socket
+    pool.shutdown()
+    assert zygote.returncode == -signal.SIGKILL
+    assert workers and not any(_alive(pid) for pid in workers)
+
+
 def test_pool_cannot_be_used_after_shutdown():
     pool = GradingPool(size=1)
     pool.shutdown()
