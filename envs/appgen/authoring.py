@@ -234,8 +234,11 @@ if __name__ == "__main__":
 </html>
 """,
     "solution/PKG/static/app.js": """\
+let shown = 0;
 async function refresh() {
+  const mine = ++shown;
   const notes = await (await fetch("/api/notes")).json();
+  if (mine !== shown) return;  // a newer refresh started: its data is newer
   document.getElementById("notes").replaceChildren(...notes.map((n) => {
     const li = document.createElement("li");
     li.textContent = n.text;

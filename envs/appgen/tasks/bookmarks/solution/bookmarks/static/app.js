@@ -6,11 +6,15 @@ function showError(text) {
   $("error").hidden = !text;
 }
 
+let shown = 0;
 async function refresh() {
+  const mine = ++shown;
   const params = new URLSearchParams();
   if (activeTag) params.set("tag", activeTag);
   if ($("search").value.trim()) params.set("q", $("search").value.trim());
-  const items = await (await fetch("/api/bookmarks?" + params)).json();
+  const [items, tags] = await Promise.all(
+    ["/api/bookmarks?" + params, "/api/tags"].map(async (path) => (await fetch(path)).json()));
+  if (mine !== shown) return;  // a newer refresh started: its data is newer
   $("list").replaceChildren(...items.map((b) => {
     const li = document.createElement("li");
     li.className = "bookmark";
@@ -29,7 +33,6 @@ async function refresh() {
     li.append(a, " ", del);
     return li;
   }));
-  const tags = await (await fetch("/api/tags")).json();
   $("tags-bar").replaceChildren(...tags.map(({tag}) => {
     const button = document.createElement("button");
     button.className = "tag" + (tag === activeTag ? " active" : "");

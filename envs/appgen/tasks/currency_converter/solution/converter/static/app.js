@@ -18,8 +18,11 @@ async function loadCurrencies() {
   }
 }
 
+let shown = 0;
 async function loadHistory() {
+  const mine = ++shown;
   const items = await (await fetch("/api/history")).json();
+  if (mine !== shown) return;  // a newer load started: its data is newer
   $("history").replaceChildren(...items.map((c) => {
     const li = document.createElement("li");
     li.textContent = line(c);

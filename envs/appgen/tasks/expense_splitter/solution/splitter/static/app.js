@@ -12,12 +12,15 @@ async function post(path, body) {
   return resp.ok;
 }
 
+let shown = 0;
 async function refresh() {
-  const members = await (await fetch("/api/members")).json();
+  const mine = ++shown;
+  const [members, balances] = await Promise.all(
+    ["/api/members", "/api/balances"].map(async (path) => (await fetch(path)).json()));
+  if (mine !== shown) return;  // a newer refresh started: its data is newer
   const chosen = $("payer").value;
   $("payer").replaceChildren(...members.map((m) => new Option(m.name, m.name)));
   if (chosen) $("payer").value = chosen;
-  const balances = await (await fetch("/api/balances")).json();
   $("balances").replaceChildren(...balances.map((b) => {
     const li = document.createElement("li");
     li.textContent = `${b.name}: ${b.display}`;

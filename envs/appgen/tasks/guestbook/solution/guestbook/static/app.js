@@ -18,8 +18,11 @@ function showError(text) {
   error.hidden = !text;
 }
 
+let shown = 0;
 async function load() {
+  const mine = ++shown;
   const entries = await (await fetch("/api/entries")).json();
+  if (mine !== shown) return;  // a newer load started: its data is newer
   list.replaceChildren(...entries.map(render));
 }
 
@@ -38,7 +41,7 @@ document.getElementById("sign-form").addEventListener("submit", async (event) =>
   const body = await resp.json();
   if (!resp.ok) return showError(body.error || "Could not sign.");
   showError("");
-  list.prepend(render(body));
+  load();  // not list.prepend: the load-time list, if still on its way, would drop the entry
   document.getElementById("name").value = "";
   document.getElementById("message").value = "";
 });

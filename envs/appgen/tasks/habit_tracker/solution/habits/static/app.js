@@ -6,8 +6,11 @@ function today() {
   return `${pad(d.getDate())}/${pad(d.getMonth() + 1)}/${d.getFullYear()}`;
 }
 
+let shown = 0;
 async function refresh() {
+  const mine = ++shown;
   const habits = await (await fetch("/api/habits?today=" + encodeURIComponent(today()))).json();
+  if (mine !== shown) return;  // a newer refresh started: its data is newer
   $("habits").replaceChildren(...habits.map((h) => {
     const li = document.createElement("li");
     li.className = "habit";

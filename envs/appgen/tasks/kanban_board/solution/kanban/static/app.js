@@ -58,8 +58,11 @@ function render(board) {
   }));
 }
 
+let shown = 0;
 async function refresh() {
-  render(await (await fetch("/api/board")).json());
+  const mine = ++shown;
+  const board = await (await fetch("/api/board")).json();
+  if (mine === shown) render(board);  // else a newer refresh started: its data is newer
 }
 
 $("add-card").addEventListener("click", async () => {

@@ -22,8 +22,11 @@ async function post(path, body) {
   return resp.ok;
 }
 
+let searches = 0;
 async function searchBooks() {
+  const mine = ++searches;
   const books = await (await fetch("/api/books?q=" + encodeURIComponent($("search").value.trim()))).json();
+  if (mine !== searches) return;  // a newer search started: its data is newer
   $("books").replaceChildren(...books.map((b) => {
     const li = document.createElement("li");
     li.className = "book";
@@ -41,8 +44,11 @@ async function searchBooks() {
   }));
 }
 
+let loanLoads = 0;
 async function loadLoans() {
+  const mine = ++loanLoads;
   const items = await (await fetch("/api/loans")).json();
+  if (mine !== loanLoads) return;  // a newer load started: its data is newer
   $("loans").replaceChildren(...items.map((l) => {
     const li = document.createElement("li");
     li.className = "loan";

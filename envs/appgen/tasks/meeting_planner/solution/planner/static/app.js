@@ -6,8 +6,11 @@ function showError(text) {
   $("error").hidden = !text;
 }
 
+let meetingLoads = 0;
 async function loadMeetings() {
+  const mine = ++meetingLoads;
   const items = await (await fetch("/api/meetings")).json();
+  if (mine !== meetingLoads) return;  // a newer load started: its data is newer
   $("meetings").replaceChildren(...items.map((m) => {
     const li = document.createElement("li");
     li.textContent = `${m.date} ${m.start}-${m.end} ${m.title} (${m.people.join(", ")})`;
@@ -15,10 +18,13 @@ async function loadMeetings() {
   }));
 }
 
+let searches = 0;
 async function find() {
+  const mine = ++searches;
   const params = new URLSearchParams({date: $("date").value.trim(), people: people().join(","), minutes: $("minutes").value});
   const resp = await fetch("/api/slots?" + params);
   const body = await resp.json();
+  if (mine !== searches) return;  // a newer search started: its data is newer
   if (!resp.ok) {
     $("slots").replaceChildren();
     return showError(body.error || "Could not find times.");

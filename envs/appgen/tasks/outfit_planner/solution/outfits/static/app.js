@@ -17,8 +17,11 @@ async function api(path, options) {
   return body;
 }
 
+let shown = 0;
 async function loadItems() {
+  const mine = ++shown;
   const items = await api("/api/items");
+  if (mine !== shown) return;  // a newer load started: its data is newer
   $("items").replaceChildren(...items.map((item) => {
     const li = document.createElement("li");
     const name = document.createElement("span");

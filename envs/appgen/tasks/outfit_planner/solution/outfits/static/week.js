@@ -7,7 +7,7 @@
     if (!resp.ok) return;
     const settings = await resp.json();
     if (settings.city) {
-      $("home-city").value = settings.city;
+      if (!$("home-city").value) $("home-city").value = settings.city;
       if (!$("city").value) $("city").value = settings.city;
     }
   }

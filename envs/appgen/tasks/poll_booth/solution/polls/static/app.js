@@ -53,12 +53,14 @@ async function vote(id, option) {
     body: JSON.stringify({option}),
   });
   if (!resp.ok) return showError("Could not vote.");
-  const poll = await resp.json();
-  pollsBox.querySelector(`.poll[data-id="${id}"]`).replaceWith(renderPoll(poll));
+  load();  // the latest load wins, so answers to overlapping votes cannot leave old counts
 }
 
+let shown = 0;
 async function load() {
+  const mine = ++shown;
   const polls = await (await fetch("/api/polls")).json();
+  if (mine !== shown) return;  // a newer load started: its data is newer
   pollsBox.replaceChildren(...polls.map(renderPoll));
 }
 
@@ -77,7 +79,7 @@ document.getElementById("new-poll").addEventListener("submit", async (event) => 
   const body = await resp.json();
   if (!resp.ok) return showError(body.error || "Could not create the poll.");
   showError("");
-  pollsBox.prepend(renderPoll(body));
+  load();  // not pollsBox.prepend: the load-time list, if still on its way, would drop the poll
   resetForm();
 });
 

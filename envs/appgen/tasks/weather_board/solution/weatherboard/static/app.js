@@ -5,8 +5,11 @@ function showError(text) {
   $("error").hidden = !text;
 }
 
+let shown = 0;
 async function refresh() {
+  const mine = ++shown;
   const board = await (await fetch("/api/board")).json();
+  if (mine !== shown) return;  // a newer refresh started: its data is newer
   $("unit").value = board.unit;
   $("board").replaceChildren(...board.cities.map((c) => {
     const card = document.createElement("div");
