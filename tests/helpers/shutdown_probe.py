@@ -46,7 +46,9 @@ def main() -> None:
     assert gloo_threads() > 0
     del holder
     shutdown(info)
-    print(f"rank {info.rank} gloo threads left: {gloo_threads()}", flush=True)
+    # one write of a whole line: both ranks share the test's pipe, and print() writes the
+    # text and its newline apart when stdout is unbuffered, so two lines could interleave
+    os.write(1, f"rank {info.rank} gloo threads left: {gloo_threads()}\n".encode())
 
 
 if __name__ == "__main__":
