@@ -66,13 +66,22 @@ def episode_summary(played: Sequence[Episode], prefix: str) -> dict[str, float]:
     return out
 
 
+def env_labels(env_ids: Sequence[str]) -> list[str]:
+    """Each env's name in metric keys: its short id (``BalancedMath-v0``), followed by
+    ``#k`` (its place in ``envs``, from 1) where several envs share that id (one env under
+    two sets of arguments), so that no env's figures overwrite another's."""
+    short = [env_id.split("/")[-1] for env_id in env_ids]
+    return [s if short.count(s) == 1 else f"{s}#{i + 1}" for i, s in enumerate(short)]
+
+
 def eval_metrics(env_ids: Sequence[str], per_env: Sequence[Sequence[Episode]]) -> dict[str, float]:
-    """Summary metrics under ``eval/`` (and ``eval/<EnvName>/`` with several envs)."""
+    """Summary metrics under ``eval/`` (and ``eval/<EnvName>/`` with several envs, named
+    by :func:`env_labels`)."""
     episodes = [ep for eps in per_env for ep in eps]
     metrics = episode_summary(episodes, "eval")
     if len(env_ids) > 1:
-        for env_id, eps in zip(env_ids, per_env, strict=True):
-            metrics.update(episode_summary(eps, f"eval/{env_id.split('/')[-1]}"))
+        for label, eps in zip(env_labels(env_ids), per_env, strict=True):
+            metrics.update(episode_summary(eps, f"eval/{label}"))
     return metrics
 
 

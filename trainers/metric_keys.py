@@ -2,7 +2,7 @@
 
 One table (:data:`METRICS`) for the keys of ``agentgym train`` and ``agentgym sft`` rows.
 A key with a part that varies is written as a pattern: ``{env}`` an env's short name
-(``MemoryRecall-v0``), ``{kind}`` a turn kind (``act``, ``summary``), ``{reason}`` a
+(``MemoryRecall-v0``; ``BalancedMath-v0#2`` for the second of envs sharing an id), ``{kind}`` a turn kind (``act``, ``summary``), ``{reason}`` a
 failure reason, ``{n}`` a number, ``{phase}`` a timeline phase. :func:`describe` finds a
 key's row; :func:`undeclared` lists the keys of a row that no entry covers (the tests
 run it on the runs they make, and ``AGENTGYM_STRICT_METRICS=1`` makes the metrics log
@@ -324,7 +324,7 @@ METRICS: tuple[Metric, ...] = (
 )
 
 _HOLES = {
-    "{env}": r"[A-Za-z0-9_.:-]+-v\d+",
+    "{env}": r"[A-Za-z0-9_.:-]+-v\d+(#\d+)?",
     "{kind}": r"[a-z]+",
     "{reason}": r"[A-Za-z0-9_.-]+",
     "{n}": r"\d+",
@@ -373,7 +373,8 @@ def markdown() -> str:
         "# Metrics: every key of `metrics.jsonl`",
         "",
         "Generated from `trainers/metric_keys.py` (`python -m agentgym.trainers.metric_keys`",
-        "writes this page; a test keeps the two equal). `{env}` is an env's short name,",
+        "writes this page; a test keeps the two equal). `{env}` is an env's short name",
+        "(`BalancedMath-v0#2`: the second of the envs that share an id, by place in `envs`),",
         "`{kind}` a turn kind (`act`, `summary`), `{reason}` a failure reason, `{n}` a number,",
         "`{phase}` a phase of the step's timeline. Rank 0 writes the rows; a row's figures are",
         "the whole job's unless the meaning says rank 0.",
