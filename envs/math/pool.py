@@ -56,6 +56,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from agentgym.health import alive
+
 __all__ = [
     "QUEUE_TIMEOUT_S",
     "GradingPool",
@@ -87,21 +89,11 @@ STOP_TIMEOUT_S = 5.0
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _running(pid: int) -> bool:
-    """A process with this pid exists and is not a zombie (a killed worker whose zygote is
-    gone waits, dead, for init to collect it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def _await_exit(pids: set[int], timeout_s: float) -> None:
     """Wait until none of ``pids`` runs, at most ``timeout_s`` (a pid reused meanwhile by
     another process costs that wait, nothing more: nothing is sent to it)."""
     end = time.monotonic() + timeout_s
-    while any(_running(p) for p in pids) and time.monotonic() < end:
+    while any(alive(p) for p in pids) and time.monotonic() < end:
         time.sleep(0.02)
 
 
@@ -330,7 +322,7 @@ class GradingPool:
             raise PoolError("The grading zygote sent an unexpected reply.")
         pid = struct.unpack("!i", reply[1:5])[0]
         if len(self._pids) >= 4 * self.max_size:  # a long run replaces many workers
-            self._pids = {p for p in self._pids if _running(p)}
+            self._pids = {p for p in self._pids if alive(p)}
         self._pids.add(pid)
         return _Worker(pid, Connection(mine.detach()))
 
