@@ -1,6 +1,8 @@
 const $ = (id) => document.getElementById(id);
 const KINDS = ["top", "bottom", "outer", "shoes"];
 
+// an error stays until the user's next action: a background load that succeeds (the
+// item list after a failed suggestion) must not hide it
 function showError(text) {
   $("error").textContent = text;
   $("error").hidden = !text;
@@ -13,7 +15,6 @@ async function api(path, options) {
     showError(body && body.error ? body.error : "Request failed");
     throw new Error(String(resp.status));
   }
-  showError("");
   return body;
 }
 
@@ -32,6 +33,7 @@ async function loadItems() {
     remove.type = "button";
     remove.textContent = "Remove";
     remove.addEventListener("click", async () => {
+      showError("");
       await api(`/api/items/${item.id}`, {method: "DELETE"});
       loadItems();
     });
@@ -42,6 +44,7 @@ async function loadItems() {
 
 $("item-form").addEventListener("submit", async (event) => {
   event.preventDefault();
+  showError("");
   const body = {
     name: $("item-name").value.trim(),
     kind: $("item-kind").value,
@@ -56,6 +59,7 @@ $("item-form").addEventListener("submit", async (event) => {
 });
 
 $("suggest").addEventListener("click", async () => {
+  showError("");
   const s = await api("/api/suggestion?city=" + encodeURIComponent($("city").value.trim()));
   $("temp").textContent = s.display;
   $("outfit").replaceChildren(...KINDS.filter((k) => s.outfit[k]).map((k) => {

@@ -20,6 +20,7 @@
   });
 
   $("plan-week").addEventListener("click", async () => {
+    $("error").hidden = true;  // the last action's error goes with a new one
     const city = encodeURIComponent($("city").value.trim());
     const resp = await fetch(`/api/week?days=5${city ? "&city=" + city : ""}`);
     const body = await resp.json();
