@@ -27,8 +27,10 @@ SFT_OVERRIDE_EXAMPLES = (
 )
 
 
-#: torchrun, as agentgym launches it (:mod:`agentgym.cli.torchrun`)
+#: torchrun, as agentgym launches it (:mod:`agentgym.cli.torchrun`): several nodes
 QUIET_TORCHRUN = "agentgym.cli.torchrun"
+#: one node's launcher (:mod:`agentgym.cli.local_ranks`)
+LOCAL_RANKS = "agentgym.cli.local_ranks"
 
 
 def _overrides_help(examples: tuple[str, ...]) -> str:
@@ -341,15 +343,37 @@ def _prepare(args: argparse.Namespace, cfg: Any, command: str) -> bool:
     )
 
 
+def launch_command(argv: list[str], args: argparse.Namespace) -> list[str]:
+    """The command that starts the ranks of ``agentgym ARGV``: on one node without GPUs
+    they fork from :mod:`agentgym.cli.local_ranks` (torch imported once;
+    ``AGENTGYM_LAUNCHER=torchrun`` uses torchrun instead), elsewhere torchrun starts them."""
+    from agentgym.cli.local_ranks import forks_here
+    from agentgym.trainers import torchrun_command
+
+    nproc = args.nproc or 1
+    if (args.nnodes or 1) == 1 and forks_here():
+        return [sys.executable, "-m", LOCAL_RANKS, str(nproc), *argv]
+    cmd = torchrun_command(
+        argv,
+        nproc=nproc,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        master_addr=args.master_addr,
+        master_port=args.master_port,
+    )
+    # torchrun itself, without its traceback when a rank stopped on purpose
+    return [QUIET_TORCHRUN if part == "torch.distributed.run" else part for part in cmd]
+
+
 def _launch(
     args: argparse.Namespace, config: str | None, overrides: list[str], cfg: Any, resume: bool
 ) -> int:
-    """Run this same command under torchrun, supervised (the fault detector, restarts);
-    returns 0, the status of a stop on a fault, or torchrun's status."""
+    """Run this same command on ``--nproc`` ranks (:func:`launch_command`), supervised
+    (the fault detector, restarts); returns 0, the status of a stop on a fault, or the
+    ranks' launcher's status."""
     from pathlib import Path
 
     from agentgym.health import LaunchPlan, RunLock, supervise
-    from agentgym.trainers import torchrun_command
 
     argv = ["train", *([config] if config else []), *overrides]
     # what torchrun sets anyway when it is unset, without its banner on every run (each
@@ -357,16 +381,7 @@ def _launch(
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
     def command(resume: bool) -> list[str]:
-        cmd = torchrun_command(
-            [*argv, *(["--resume"] if resume else [])],
-            nproc=args.nproc or 1,
-            nnodes=args.nnodes,
-            node_rank=args.node_rank,
-            master_addr=args.master_addr,
-            master_port=args.master_port,
-        )
-        # torchrun itself, without its traceback when a rank stopped on purpose
-        return [QUIET_TORCHRUN if part == "torch.distributed.run" else part for part in cmd]
+        return launch_command([*argv, *(["--resume"] if resume else [])], args)
 
     run_dir = Path(cfg.run.output_dir)
     health = cfg.health

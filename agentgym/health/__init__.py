@@ -43,7 +43,7 @@ from agentgym.health.lock import (
     held_by_launcher,
     read_owner,
 )
-from agentgym.health.procs import alive
+from agentgym.health.procs import alive, die_with_parent
 from agentgym.health.scoring import (
     HIGH_BAD,
     LOW_BAD,
@@ -98,6 +98,7 @@ __all__ = [
     "WorkerMonitor",
     "alive",
     "broken",
+    "die_with_parent",
     "drift",
     "drifting",
     "guard_parent",

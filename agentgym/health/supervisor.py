@@ -1,7 +1,8 @@
-"""The launcher of ``agentgym train --nproc N``: start torchrun, watch the ranks, act.
+"""The launcher of ``agentgym train --nproc N``: start the ranks, watch them, act.
 
-:func:`supervise` runs in the process the user started. It launches torchrun (which
-starts the ranks), reads the ranks' heartbeat files every ``heartbeat_s``, feeds them to
+:func:`supervise` runs in the process the user started. It launches the ranks' own
+launcher ("torchrun" below: torchrun on several nodes, :mod:`agentgym.cli.local_ranks`
+on one, which behaves as torchrun does in all that follows), reads the ranks' heartbeat files every ``heartbeat_s``, feeds them to
 a :class:`~agentgym.health.detector.Detector`, and, on a fault:
 
 1. reports it: one line on stderr naming the rank, host, pid and the metrics that gave

@@ -1,6 +1,7 @@
 """Sharded training: DeepSpeed ZeRO-2/3 and FSDP2 with 2 processes (gloo, CPU) via the CLI.
 
-Each multi-process case runs ``agentgym train ... --nproc 2`` for two steps (``lora_A``
+Each multi-process case runs ``agentgym train ... --nproc 2`` (its ranks forked by
+:mod:`agentgym.cli.local_ranks`; one case through torchrun) for two steps (``lora_A``
 gets no gradient until ``lora_B`` has left zero in step 1) and checks that
 
 * the adapter moved, and every rank holds the same adapter (``ranks/rank<r>.json``);
@@ -138,6 +139,17 @@ def test_two_processes_match_one(tmp_path, single_run, strategy, preset):
         assert expert_keys
         first = _adapter(out, step=1)
         assert any(not torch.equal(_adapter(out)[k], first[k]) for k in expert_keys)
+
+
+@pytest.mark.slow
+def test_one_node_through_torchrun_on_request_matches_one_process(tmp_path, single_run):
+    """``AGENTGYM_LAUNCHER=torchrun``: one node's ranks started by torchrun instead of
+    forked (:mod:`agentgym.cli.local_ranks`, every other case here), the same run."""
+    out = tmp_path / "run"
+    args = _args(out, "tiny-qwen2", "distributed.strategy=fsdp2")
+    proc = _train_cli(args, 2, AGENTGYM_LAUNCHER="torchrun")
+    assert "launching: -m agentgym.cli.torchrun --nproc-per-node=2 --standalone" in proc.stderr
+    _assert_same_as_single(out, single_run("tiny-qwen2"))
 
 
 @pytest.mark.slow

@@ -1,0 +1,106 @@
+"""The one-node launcher (:mod:`agentgym.cli.local_ranks`): ranks forked from one process
+that imported torch once, in place of torchrun.
+
+Its runs themselves are every ``agentgym train --nproc N`` test (layouts, faults, resume,
+vLLM on the ranks); here: that its ranks see torchrun's environment, that it forks (the
+imports start no thread), and which launcher a launch picks (a one-node run through torchrun, on
+request: ``test_distributed.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from agentgym.cli import local_ranks
+from agentgym.cli.local_ranks import PRELOAD, rank_env
+from agentgym.cli.train import LOCAL_RANKS, QUIET_TORCHRUN, launch_command
+
+#: what local_ranks sets otherwise than torchrun, on purpose (see rank_env)
+DIFFERENT_VALUES = {
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE",
+}
+#: what torchrun sets for its own agent's use
+AGENT_ONLY = {"TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_SIGNALS_TO_HANDLE", "_"}
+
+
+def test_each_rank_gets_the_variables_torchrun_sets(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        textwrap.dedent(
+            """
+            import json, os
+            base = set(json.loads(os.environ["PROBE_BASE"]))
+            line = "ENV " + json.dumps({k: v for k, v in os.environ.items() if k not in base})
+            os.write(1, (line + "\\n").encode())  # one write: the two ranks share the pipe
+            """
+        )
+    )
+    env = dict(os.environ)
+    env.pop("OMP_NUM_THREADS", None)
+    env["PROBE_BASE"] = json.dumps([*env, "PROBE_BASE"])
+    out = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         str(probe)],
+        capture_output=True, text=True, env=env, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    seen = [json.loads(line[4:]) for line in out.splitlines() if line.startswith("ENV ")]
+    assert len(seen) == 2
+    for theirs in seen:
+        ours = rank_env(int(theirs["RANK"]), 2, port=12345)
+        assert set(theirs) - AGENT_ONLY == set(ours), "torchrun sets another variable now"
+        for key, value in ours.items():
+            if key not in DIFFERENT_VALUES:
+                assert theirs[key] == value, key
+
+
+def test_the_preloaded_imports_start_no_thread():
+    """Forking is safe from a process of one thread; an import that started one would
+    make every launch start fresh interpreters (correct, but the saving gone). The
+    launcher's environment: OMP_NUM_THREADS=1 (numpy's OpenBLAS starts no worker)."""
+    env = {k: v for k, v in os.environ.items() if "NUM_THREADS" not in k}
+    env["OMP_NUM_THREADS"] = "1"
+    code = "import agentgym.cli.local_ranks as L\nprint(L.preload(), L._threads())\n"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert out.stdout.split() == ["True", "1"], out.stdout + out.stderr[-2000:]
+    assert "torch" in PRELOAD and "transformers.modeling_utils" in PRELOAD
+
+
+def _args(nproc: int, nnodes: int = 1) -> argparse.Namespace:
+    return argparse.Namespace(
+        nproc=nproc, nnodes=nnodes, node_rank=0, master_addr="10.0.0.1", master_port=None
+    )
+
+
+def test_one_node_forks_its_ranks_and_several_nodes_use_torchrun(monkeypatch, tmp_path):
+    monkeypatch.delenv("AGENTGYM_LAUNCHER", raising=False)
+    monkeypatch.setattr(local_ranks, "GPU_DEVICE_FILES", ())
+    one = launch_command(["train", "c.yaml"], _args(2))
+    assert one == [sys.executable, "-m", LOCAL_RANKS, "2", "train", "c.yaml"]
+    two = launch_command(["train", "c.yaml"], _args(4, nnodes=2))
+    assert two[1:3] == ["-m", QUIET_TORCHRUN] and "--nnodes=2" in two
+    assert two[-3:] == ["agentgym", "train", "c.yaml"]
+    monkeypatch.setenv("AGENTGYM_LAUNCHER", "torchrun")
+    asked = launch_command(["train", "c.yaml"], _args(2))
+    assert asked[1:3] == ["-m", QUIET_TORCHRUN] and "--standalone" in asked
+    # a GPU driver's device file: torchrun (CUDA must not be probed before a fork)
+    monkeypatch.delenv("AGENTGYM_LAUNCHER")
+    gpu = tmp_path / "nvidiactl"
+    gpu.touch()
+    monkeypatch.setattr(local_ranks, "GPU_DEVICE_FILES", (str(gpu),))
+    assert launch_command(["train", "c.yaml"], _args(2))[1:3] == ["-m", QUIET_TORCHRUN]
+
+
+def test_rank_env_names_every_rank():
+    envs = [rank_env(r, 3, port=4242) for r in range(3)]
+    assert [e["RANK"] for e in envs] == ["0", "1", "2"]
+    assert {e["WORLD_SIZE"] for e in envs} == {"3"} and {e["MASTER_PORT"] for e in envs} == {"4242"}
