@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -67,7 +68,11 @@ def prune(*, everything: bool = False, dry_run: bool = False) -> list[str]:
         try:
             api.remove_container(cid, force=True)
         except Exception as e:  # already gone, or removal in progress elsewhere
-            if "No such container" not in str(e) and "already in progress" not in str(e):
+            if "already in progress" in str(e):  # another process prunes it: wait for that
+                if not _gone_within(api, cid, REMOVAL_WAIT_S):
+                    log.warning("%s is still being removed after %.0f s", name, REMOVAL_WAIT_S)
+                    return
+            elif "No such container" not in str(e):
                 log.warning("could not remove %s: %s", name, e)
                 return
         with lock:
@@ -75,6 +80,26 @@ def prune(*, everything: bool = False, dry_run: bool = False) -> list[str]:
 
     _parallel(remove, doomed)
     return sorted(removed)
+
+
+#: how long a prune waits for a removal that another process started
+REMOVAL_WAIT_S = 60.0
+
+
+def _gone_within(api: Any, cid: str, seconds: float) -> bool:
+    """Whether container ``cid`` no longer exists within ``seconds`` (what a prune
+    reports as removed is gone when it returns, whoever removed it)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            api.inspect_container(cid)
+        except Exception as e:
+            if "No such container" in str(e) or getattr(e, "status_code", None) == 404:
+                return True
+            raise
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
 
 
 def _parallel(fn: Callable[[Any], None], items: Sequence[Any], width: int = 8) -> None:
