@@ -1,5 +1,8 @@
 """``python -m agentgym.cli.local_ranks NPROC ARGS...``: the ranks of a one-node launch,
 forked from one process that imported torch, transformers and peft once.
+(``NPROC SCRIPT.py ARGS...`` runs a script as the ranks instead, as ``torchrun
+--standalone --nproc-per-node NPROC SCRIPT.py ARGS`` would: the tests' multi-process
+helpers.)
 
 torchrun starts every rank as a fresh interpreter, and every rank then imports torch,
 transformers and peft on its own: ~4.5 CPU-s a rank on the 2-core VM, most of what a
@@ -110,22 +113,19 @@ def _run_rank(rank: int, nproc: int, port: int, argv: list[str], fork: bool) -> 
     interpreter; never returns."""
     status = 1
     try:
-        import agentgym
         from agentgym.health import die_with_parent
 
         die_with_parent(signal.SIGKILL)
         os.environ.update(rank_env(rank, nproc, port))
         if not fork:
-            os.execv(sys.executable, [sys.executable, "-u", "-m", "agentgym", *argv])
+            entry = argv if _is_script(argv) else ["-m", "agentgym", *argv]
+            os.execv(sys.executable, [sys.executable, "-u", *entry])
         for stream in (sys.stdout, sys.stderr):  # a line a write: ranks share the pipes
             stream.reconfigure(line_buffering=True)
-        from agentgym.cli import main
         from agentgym.cli.fast_exit import exit_now
 
-        # what `python -m agentgym ARGS` would hold
-        sys.argv = [os.path.join(os.path.dirname(agentgym.__file__), "__main__.py"), *argv]
         try:
-            status = main(argv)
+            status = _script(argv) if _is_script(argv) else _agentgym(argv)
         except SystemExit as e:
             status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         except BaseException:
@@ -138,6 +138,29 @@ def _run_rank(rank: int, nproc: int, port: int, argv: list[str], fork: bool) -> 
         traceback.print_exc()
     finally:
         os._exit(status)
+
+
+def _is_script(argv: list[str]) -> bool:
+    return bool(argv) and argv[0].endswith(".py") and os.path.isfile(argv[0])
+
+
+def _agentgym(argv: list[str]) -> int:
+    """``python -m agentgym ARGV``, in this process."""
+    import agentgym
+    from agentgym.cli import main
+
+    sys.argv = [os.path.join(os.path.dirname(agentgym.__file__), "__main__.py"), *argv]
+    return main(argv)
+
+
+def _script(argv: list[str]) -> int:
+    """``python SCRIPT ARGS`` (``argv``), in this process."""
+    import runpy
+
+    sys.argv = list(argv)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+    runpy.run_path(argv[0], run_name="__main__")
+    return 0
 
 
 class _Ranks:

@@ -150,8 +150,9 @@ def test_the_sync_sends_each_worker_its_experts_from_the_ranks_that_hold_them(tm
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(HELPERS), os.environ.get("PYTHONPATH")])),
+        "OMP_NUM_THREADS": "1",
     }
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    cmd = [sys.executable, "-m", "agentgym.cli.local_ranks", "2"]
     proc = subprocess.run(
         [*cmd, str(HELPERS / "sync_ranks.py"), str(tmp_path)],
         capture_output=True,

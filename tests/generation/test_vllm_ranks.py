@@ -1,4 +1,5 @@
-"""The vLLM engine on the trainer's ranks, run for real: vLLM's CPU build under torchrun.
+"""The vLLM engine on the trainer's ranks, run for real: vLLM's CPU build on two ranks
+(forked by agentgym's one-node launcher, with torchrun's variables).
 
 ``tests/helpers/vllm_ranks.py`` runs once per layout, over two processes with a gloo group
 made first (as the trainer does), and once in one plain process for the reference: the
@@ -41,10 +42,11 @@ LAYOUTS = {
 
 def _launch(options: dict, out: Path, nproc: int) -> list[dict]:
     cmd = [sys.executable]
-    if nproc > 1:
-        cmd += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-    cmd += [str(HELPER), json.dumps(options), str(out)]
     env = {**os.environ, "VLLM_NO_USAGE_STATS": "1"}
+    if nproc > 1:  # the ranks forked as agentgym's one-node launcher forks them
+        cmd += ["-m", "agentgym.cli.local_ranks", str(nproc)]
+        env["OMP_NUM_THREADS"] = "1"  # what torchrun gives a rank (and forking needs)
+    cmd += [str(HELPER), json.dumps(options), str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=out.parent)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-6000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]

@@ -104,3 +104,38 @@ def test_rank_env_names_every_rank():
     envs = [rank_env(r, 3, port=4242) for r in range(3)]
     assert [e["RANK"] for e in envs] == ["0", "1", "2"]
     assert {e["WORLD_SIZE"] for e in envs} == {"3"} and {e["MASTER_PORT"] for e in envs} == {"4242"}
+
+
+def test_a_script_runs_as_forked_ranks_and_a_failed_rank_stops_the_others(tmp_path):
+    """``local_ranks 2 SCRIPT``: both ranks are the launcher's children with torchrun's
+    variables; rank 1 exits with 3 while rank 0 would sleep for minutes: rank 0 is
+    stopped (else the launch would outlive the timeout) and the launch exits with 3."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        textwrap.dedent(
+            f"""
+            import json, os, sys, time
+            rank = int(os.environ["RANK"])
+            row = {{"ppid": os.getppid(), "world": os.environ["WORLD_SIZE"], "argv": sys.argv}}
+            row["cmdline"] = open("/proc/self/cmdline").read()  # the launcher's: forked
+            with open(os.path.join({str(tmp_path)!r}, f"rank{{rank}}.json"), "w") as f:
+                json.dump(row, f)
+            if rank == 1:
+                sys.exit(3)
+            time.sleep(600)
+            """
+        )
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "agentgym.cli.local_ranks", "2", str(probe), "x"]
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    assert proc.returncode == 3, err[-2000:]
+    assert "rank 1 failed (exit status 3)" in err
+    rows = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [r["ppid"] for r in rows] == [proc.pid, proc.pid]
+    assert all("agentgym.cli.local_ranks" in r["cmdline"] for r in rows)  # forked, not exec'd
+    assert all(r["world"] == "2" and r["argv"] == [str(probe), "x"] for r in rows)

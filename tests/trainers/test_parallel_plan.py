@@ -1,7 +1,7 @@
 """The planner against what each rank of the trainer's mesh holds and saves.
 
 ``tests/helpers/parallel_bytes.py`` builds the mesh learner on the tiny DeepSeek-V3 under
-a layout (torchrun, gloo) and writes each rank's bytes of frozen base and of adapter;
+a layout (gloo, ranks forked by ``agentgym.cli.local_ranks``) and writes each rank's bytes of frozen base and of adapter;
 ``plan_lora`` is asked for the same layout in its own terms (``Layout.planner_sizes``,
 FSDP2 as ZeRO-3 for the adapter and ``shard_base`` for the frozen base, fp32 everywhere)
 and must give the same per-GPU figures for the pipeline stage it names as the worst.
@@ -47,12 +47,14 @@ HELPERS = Path(__file__).resolve().parents[1] / "helpers"
 
 
 def torchrun_rows(script: str, arg: str, nproc: int, out: Path) -> list[dict]:
-    """Run a helper under torchrun with ``nproc`` ranks; each rank's JSON row."""
+    """Run a helper on ``nproc`` ranks (forked by agentgym's one-node launcher, with
+    torchrun's variables); each rank's JSON row."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HELPERS), env.get("PYTHONPATH")]))
+    env["OMP_NUM_THREADS"] = "1"  # what torchrun gives a rank (and forking needs)
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    cmd += [f"--nproc-per-node={nproc}", str(HELPERS / script), arg]
+    cmd = [sys.executable, "-m", "agentgym.cli.local_ranks", str(nproc)]
+    cmd += [str(HELPERS / script), arg]
     proc = subprocess.run([*cmd, str(out)], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     rows = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
