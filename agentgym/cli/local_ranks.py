@@ -6,8 +6,9 @@ helpers.)
 
 torchrun starts every rank as a fresh interpreter, and every rank then imports torch,
 transformers and peft on its own: ~4.5 CPU-s a rank on the 2-core VM, most of what a
-short run on a tiny model costs (a two-rank ``agentgym train --nproc 2`` of one step:
-14.6 CPU-s through torchrun, 6.9 forked from here). On one node, ``agentgym train --nproc
+short run on a tiny model costs (a one-step run: 12.4 CPU-s through torchrun, 7.5 forked
+from here with 2 ranks, 23.9 and 10.1 with 4: :mod:`agentgym.benchmarks.perf.launch`).
+On one node, ``agentgym train --nproc
 N`` (:func:`agentgym.cli.train._launch`) starts this module instead: it imports what
 every rank imports (:data:`PRELOAD`) once, then forks the ranks, each calling the same
 ``agentgym ARGS`` a torchrun rank runs, with the environment torchrun gives a rank
