@@ -79,6 +79,25 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def reset_peak_rss() -> None:
+    """Count the peak resident memory (``VmHWM``) from now on: what came before (the
+    imports; a forked rank's launcher, whose peak a fork hands down) must not count."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:  # an old kernel: the peak since the start, as getrusage gives it
+        pass
+
+
+def peak_rss_bytes() -> int:
+    """The peak resident memory since :func:`reset_peak_rss` (or the process's start)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def _learner(args: Any, info: Any, ckpt: str, quantize: str) -> tuple[Any, Any]:
     """The learner of ``ckpt`` on this rank: read by :mod:`agentgym.trainers.loading`
     (a mesh: the rank's share; one process: the whole model), or with ``--old`` the way
@@ -136,12 +155,13 @@ def main() -> None:
     del warm
     gc.collect()
     baseline = rss_bytes()
+    reset_peak_rss()
     t = time.monotonic()
     learner, tok = _learner(args, info, args.ckpt, args.quantize)
     row = {
         "rank": info.rank,
         "baseline_rss": baseline,
-        "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss": peak_rss_bytes(),
         "load_s": time.monotonic() - t,
         "share_bytes": local_bytes(learner.model),
         "bytes_read": CheckpointReader.process_bytes_read,
